@@ -1,0 +1,220 @@
+package dblock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lease is a held lock, whatever the mode. It is safe for concurrent use.
+//
+// Done is closed when the lease ends: when it is lost (expired, taken over,
+// released by an administrator, its connection died) or released. Err is nil
+// while the lease is held, a *LostError (matching ErrLost and the reason) after
+// a loss, and ErrReleased after a normal Release.
+type Lease struct {
+	name     string
+	owner    string
+	mode     string
+	token    Token
+	reentry  int
+	acquired time.Time
+
+	release func(ctx context.Context) error
+	done    chan struct{}
+
+	mu       sync.Mutex
+	err      error     // nil while held
+	lost     error     // the *LostError, if lost before Release
+	deadline time.Time // local monotonic time until which the lease can be trusted
+	released bool      // Release has been called
+}
+
+// LeaseParams describe a lease a mode has just acquired.
+type LeaseParams struct {
+	Name    string
+	Owner   string
+	Mode    string
+	Token   Token
+	Reentry int
+	// Deadline is the local time until which the holder can trust the lease
+	// (request start + TTL, on the monotonic clock); zero when the hold has no
+	// lease (a pessimistic transaction).
+	Deadline time.Time
+	// Release ends the hold in the database. It is called at most once, by
+	// the first Release call, and should itself stop any background renewal
+	// before it writes.
+	Release func(ctx context.Context) error
+}
+
+// LeaseControl is held by the mode that created a lease: it reports losses
+// and moves the local deadline after renewals. Users never see it.
+type LeaseControl struct{ l *Lease }
+
+// NewLease returns a held lease and its control. Only lock implementations call it.
+func NewLease(p LeaseParams) (*Lease, LeaseControl) {
+	l := &Lease{
+		name: p.Name, owner: p.Owner, mode: p.Mode, token: p.Token, reentry: p.Reentry,
+		acquired: time.Now(), release: p.Release, done: make(chan struct{}), deadline: p.Deadline,
+	}
+	return l, LeaseControl{l}
+}
+
+// Name returns the lock name.
+func (l *Lease) Name() string { return l.name }
+
+// Owner returns the owner that holds the lock.
+func (l *Lease) Owner() string { return l.owner }
+
+// Mode returns the mode that holds the lock (ModeOptimistic, ModePessimistic, ModeFair).
+func (l *Lease) Mode() string { return l.mode }
+
+// Token returns the fencing token (zero for a pessimistic lock that did not ask for one).
+func (l *Lease) Token() Token { return l.token }
+
+// Reentry returns how many acquisitions by this owner the lock counted when this
+// one succeeded (1 for a first acquisition).
+func (l *Lease) Reentry() int { return l.reentry }
+
+// Done returns a channel closed when the lease ends (lost or released).
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lease is held, a *LostError after a loss, and
+// ErrReleased after Release.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Deadline returns the local time until which the lease can be trusted without
+// hearing from the database, and false when the hold has no lease (a
+// pessimistic transaction). Past it, assume the lock is gone.
+func (l *Lease) Deadline() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline, !l.deadline.IsZero()
+}
+
+// Release ends the hold. It returns an error wrapping ErrReleased when called
+// again, and a *LostError (errors.Is(err, ErrLost)) when the lock had already
+// been lost; the database is still asked to free the row when it can tell
+// the row is ours. Cleanup contexts: pass context.WithoutCancel(ctx) when the
+// caller's context may already be done.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return fmt.Errorf("release %q: %w", l.name, ErrReleased)
+	}
+	l.released = true
+	lost := l.lost
+	l.mu.Unlock()
+
+	var err error
+	if l.release != nil {
+		err = l.release(ctx)
+	}
+
+	l.mu.Lock()
+	if l.lost != nil {
+		lost = l.lost // lost while releasing: the release found the row gone
+	}
+	if l.err == nil {
+		l.err = ErrReleased
+		close(l.done)
+	}
+	l.mu.Unlock()
+	if lost != nil {
+		if err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrLost) {
+			return errors.Join(lost, err)
+		}
+		return lost
+	}
+	if err != nil {
+		return fmt.Errorf("release %q: %w", l.name, err)
+	}
+	return nil
+}
+
+// Context returns a context derived from parent that is cancelled, with the
+// loss as its cause, when the lease is lost. Call cancel when done with it.
+func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		select {
+		case <-l.done:
+			if err := l.Err(); err != nil && !errors.Is(err, ErrReleased) {
+				cancel(err)
+			}
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// Lose marks the lease lost with reason (ErrExpired, ErrTakenOver, ...). It
+// reports whether this call ended the lease; losses after Release or after an
+// earlier loss are ignored.
+func (c LeaseControl) Lose(reason error) bool {
+	l := c.l
+	l.mu.Lock()
+	if l.err != nil || l.lost != nil {
+		l.mu.Unlock()
+		return false
+	}
+	lostErr := &LostError{Name: l.name, Reason: reason}
+	l.lost = lostErr
+	if l.released {
+		// Release is under way: it will close done and report the loss.
+		l.mu.Unlock()
+		return true
+	}
+	l.err = lostErr
+	close(l.done)
+	l.mu.Unlock()
+	return true
+}
+
+// SetDeadline moves the local trust deadline after a successful renewal.
+func (c LeaseControl) SetDeadline(t time.Time) {
+	c.l.mu.Lock()
+	c.l.deadline = t
+	c.l.mu.Unlock()
+}
+
+// Lease returns the controlled lease.
+func (c LeaseControl) Lease() *Lease { return c.l }
+
+// Releasing reports whether Release has been called.
+func (c LeaseControl) Releasing() bool {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	return c.l.released
+}
+
+// Run runs fn under lease's context (cancelled with the loss as cause if the
+// lock is lost), then releases the lease on a context that outlives ctx,
+// bounded by releaseTimeout. It returns fn's error; when the lock was lost
+// while fn ran, the *LostError is returned too (joined), because fn's work was
+// not exclusive to the end.
+func Run(ctx context.Context, lease *Lease, releaseTimeout time.Duration, fn func(ctx context.Context) error) error {
+	fnCtx, cancel := lease.Context(ctx)
+	fnErr := fn(fnCtx)
+	cancel()
+	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	relErr := lease.Release(relCtx)
+	relCancel()
+	if relErr != nil {
+		if errors.Is(relErr, ErrLost) {
+			return errors.Join(fnErr, relErr)
+		}
+		if fnErr == nil {
+			return relErr
+		}
+		return errors.Join(fnErr, relErr)
+	}
+	return fnErr
+}

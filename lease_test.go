@@ -1,0 +1,172 @@
+package dblock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+)
+
+func newLease(t *testing.T, release func(context.Context) error) (*dblock.Lease, dblock.LeaseControl) {
+	t.Helper()
+	return dblock.NewLease(dblock.LeaseParams{
+		Name: "n", Owner: "o", Mode: dblock.ModeOptimistic, Token: 7,
+		Deadline: time.Now().Add(time.Minute), Release: release,
+	})
+}
+
+func TestLeaseReleaseOnce(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	l, _ := newLease(t, func(context.Context) error { calls.Add(1); return nil })
+	if l.Err() != nil {
+		t.Fatalf("held lease has Err %v", l.Err())
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done not closed after Release")
+	}
+	if !errors.Is(l.Err(), dblock.ErrReleased) {
+		t.Fatalf("Err after release = %v", l.Err())
+	}
+	if err := l.Release(context.Background()); !errors.Is(err, dblock.ErrReleased) {
+		t.Fatalf("second release = %v, want ErrReleased", err)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("release func called %d times", calls.Load())
+	}
+}
+
+func TestLeaseLostThenRelease(t *testing.T) {
+	t.Parallel()
+	l, ctl := newLease(t, func(context.Context) error { return dblock.ErrNotHeld })
+	ctx, cancel := l.Context(context.Background())
+	defer cancel()
+	if !ctl.Lose(dblock.ErrTakenOver) {
+		t.Fatal("first Lose did not end the lease")
+	}
+	if ctl.Lose(dblock.ErrExpired) {
+		t.Fatal("second Lose ended the lease again")
+	}
+	<-l.Done()
+	if !errors.Is(l.Err(), dblock.ErrLost) || !errors.Is(l.Err(), dblock.ErrTakenOver) {
+		t.Fatalf("Err = %v, want ErrLost and ErrTakenOver", l.Err())
+	}
+	<-ctx.Done()
+	if cause := context.Cause(ctx); !errors.Is(cause, dblock.ErrTakenOver) {
+		t.Fatalf("context cause = %v", cause)
+	}
+	err := l.Release(context.Background())
+	if !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrTakenOver) {
+		t.Fatalf("release after loss = %v", err)
+	}
+}
+
+func TestLeaseLostDuringRelease(t *testing.T) {
+	t.Parallel()
+	var ctl dblock.LeaseControl
+	var l *dblock.Lease
+	l, ctl = newLease(t, func(context.Context) error {
+		ctl.Lose(dblock.ErrExpired) // the release found the lease gone
+		return dblock.ErrNotHeld
+	})
+	err := l.Release(context.Background())
+	if !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrExpired) {
+		t.Fatalf("release = %v, want ErrLost/ErrExpired", err)
+	}
+	<-l.Done()
+}
+
+func TestRunCancelsOnLoss(t *testing.T) {
+	t.Parallel()
+	l, ctl := newLease(t, func(context.Context) error { return nil })
+	err := dblock.Run(context.Background(), l, time.Second, func(ctx context.Context) error {
+		ctl.Lose(dblock.ErrForceReleased)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, dblock.ErrForceReleased) || !errors.Is(err, dblock.ErrLost) {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+func TestRunReleasesAfterFn(t *testing.T) {
+	t.Parallel()
+	released := false
+	l, _ := newLease(t, func(context.Context) error { released = true; return nil })
+	fnErr := errors.New("boom")
+	if err := dblock.Run(context.Background(), l, time.Second, func(context.Context) error { return fnErr }); !errors.Is(err, fnErr) {
+		t.Fatalf("Run = %v", err)
+	}
+	if !released {
+		t.Fatal("not released after fn")
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"", strings.Repeat("x", 256), "a\x00b", string([]byte{0xff, 0xfe})} {
+		if err := dblock.ValidateName(bad); !errors.Is(err, dblock.ErrInvalidName) {
+			t.Errorf("ValidateName(%q) = %v", bad, err)
+		}
+	}
+	for _, good := range []string{"a", strings.Repeat("x", 255), "invoice:42", "日本"} {
+		if err := dblock.ValidateName(good); err != nil {
+			t.Errorf("ValidateName(%q) = %v", good, err)
+		}
+	}
+}
+
+func TestResolveOptions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, err := dblock.ResolveOptions(ctx)
+	if err != nil || o.TTL != dblock.TTLDefault || !o.Renew || o.Owner == "" || o.HasWait {
+		t.Fatalf("defaults: %+v %v", o, err)
+	}
+	o2, _ := dblock.ResolveOptions(ctx)
+	if o2.Owner == o.Owner {
+		t.Fatal("two acquisitions share a default owner")
+	}
+	o, err = dblock.ResolveOptions(ctx, dblock.WithTTL(time.Second), dblock.WithWait(0))
+	if err != nil || o.Renew || o.TTL != time.Second || !o.HasWait || o.Wait != 0 {
+		t.Fatalf("explicit ttl: %+v %v", o, err)
+	}
+	o, err = dblock.ResolveOptions(dblock.ContextWithOwner(ctx, "me"))
+	if err != nil || o.Owner != "me" {
+		t.Fatalf("context owner: %+v %v", o, err)
+	}
+	for _, bad := range [][]dblock.Option{
+		{dblock.WithTTL(0)}, {dblock.WithTTL(-time.Second)}, {dblock.WithTTL(time.Microsecond)},
+		{dblock.WithWait(-1)}, {dblock.WithOwner("a\x00")}, {dblock.WithMetadata(strings.Repeat("m", 2000))},
+	} {
+		if _, err := dblock.ResolveOptions(ctx, bad...); !errors.Is(err, dblock.ErrInvalidOption) {
+			t.Errorf("bad options accepted: %v", err)
+		}
+	}
+}
+
+func TestHeldErrorMessage(t *testing.T) {
+	t.Parallel()
+	exp := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	err := error(&dblock.HeldError{Name: "job", Owner: "host:1:abc", ExpiresAt: exp})
+	if !errors.Is(err, dblock.ErrNotAcquired) {
+		t.Fatal("HeldError is not ErrNotAcquired")
+	}
+	want := `dblock: "job" not acquired: held by owner "host:1:abc" until 2026-01-02T03:04:05Z`
+	if err.Error() != want {
+		t.Fatalf("message %q, want %q", err.Error(), want)
+	}
+	p := &dblock.HeldError{Name: "job", Mode: dblock.ModePessimistic}
+	if !strings.Contains(p.Error(), "pessimistic transaction") {
+		t.Fatalf("pessimistic holder message %q", p.Error())
+	}
+}
