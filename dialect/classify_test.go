@@ -1,0 +1,254 @@
+package dialect_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/dbtest"
+)
+
+// These tests provoke real errors on real servers and check their classification.
+
+func setupRows(t *testing.T, db *dialect.DB) {
+	t.Helper()
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		r, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: "setup", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+		if err != nil || !r.Acquired {
+			t.Fatalf("seed %s: %+v %v", name, r, err)
+		}
+		if ok, err := db.ReleaseLease(ctx, nil, name, "setup", r.Token); err != nil || !ok {
+			t.Fatalf("free %s: %v %v", name, ok, err)
+		}
+	}
+}
+
+func forUpdate(db *dialect.DB) string {
+	if db.Dialect.Kind() == dialect.Postgres {
+		return "SELECT name FROM dblock_locks WHERE name = $1 FOR UPDATE"
+	}
+	return "SELECT name FROM dblock_locks WHERE name = ? FOR UPDATE"
+}
+
+func lockRow(ctx context.Context, t *testing.T, tx *sqlx.Tx, db *dialect.DB, name string) error {
+	t.Helper()
+	var got string
+	return tx.QueryRowxContext(ctx, forUpdate(db), name).Scan(&got)
+}
+
+func TestClassifyLockTimeout(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := dbtest.New(t, kind).DB
+			setupRows(t, db)
+			holder, err := db.BeginTxx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = holder.Rollback() }()
+			if err := lockRow(ctx, t, holder, db, "a"); err != nil {
+				t.Fatal(err)
+			}
+			waiter, err := db.BeginTxx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = waiter.Rollback() }()
+			if kind == dialect.Postgres {
+				if _, err := waiter.ExecContext(ctx, "SET LOCAL lock_timeout = '100ms'"); err != nil {
+					t.Fatal(err)
+				}
+			} // MySQL: dialect.Open sets innodb_lock_wait_timeout=1 for the session.
+			err = db.Classify(lockRow(ctx, t, waiter, db, "a"))
+			if !errors.Is(err, dblock.ErrNotAcquired) || !dialect.IsRetryable(err) {
+				t.Fatalf("lock timeout classified as %v", err)
+			}
+		})
+	}
+}
+
+func TestClassifyNoWaitAcquire(t *testing.T) {
+	t.Parallel()
+	// A lease acquire on a row held FOR UPDATE returns at once, not acquired,
+	// naming a pessimistic holder (PostgreSQL NOWAIT, MariaDB SET STATEMENT).
+	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := dbtest.New(t, kind).DB
+			setupRows(t, db)
+			holder, err := db.BeginTxx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = holder.Rollback() }()
+			if err := lockRow(ctx, t, holder, db, "a"); err != nil {
+				t.Fatal(err)
+			}
+			r, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: "a", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+			if err != nil {
+				t.Fatalf("acquire behind FOR UPDATE: %v", err)
+			}
+			if r.Acquired || r.Holder.Mode != dblock.ModePessimistic {
+				t.Fatalf("acquire behind FOR UPDATE: %+v", r)
+			}
+		})
+	}
+}
+
+func TestClassifyDeadlock(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			iso := dbtest.New(t, kind)
+			db := iso.DB
+			setupRows(t, db)
+			if kind == dialect.MySQL {
+				// A pool whose lock waits outlast deadlock detection.
+				db = iso.Open(t)
+			}
+			tx1, err := db.BeginTxx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx1.Rollback() }()
+			tx2, err := db.BeginTxx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx2.Rollback() }()
+			if kind == dialect.MySQL {
+				for _, tx := range []*sqlx.Tx{tx1, tx2} {
+					if _, err := tx.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 20"); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := lockRow(ctx, t, tx1, db, "a"); err != nil {
+				t.Fatal(err)
+			}
+			if err := lockRow(ctx, t, tx2, db, "b"); err != nil {
+				t.Fatal(err)
+			}
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); errs[0] = db.Classify(lockRow(ctx, t, tx1, db, "b")) }()
+			go func() { defer wg.Done(); errs[1] = db.Classify(lockRow(ctx, t, tx2, db, "a")) }()
+			// The victim's rollback lets the other proceed; roll back both once one fails.
+			wg.Wait()
+			victims := 0
+			for _, err := range errs {
+				if errors.Is(err, dblock.ErrDeadlock) {
+					victims++
+					if !dialect.IsRetryable(err) {
+						t.Errorf("deadlock not retryable: %v", err)
+					}
+				} else if err != nil {
+					t.Errorf("unexpected error: %v", err)
+				}
+			}
+			if victims != 1 {
+				t.Fatalf("want exactly one deadlock victim, got %v", errs)
+			}
+		})
+	}
+}
+
+func TestClassifySerialization(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t, dialect.Postgres).DB
+	setupRows(t, db)
+	opts := func() *sqlx.Tx {
+		tx, err := db.BeginTxx(ctx, &sqlTxSerializable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback() })
+		return tx
+	}
+	tx1, tx2 := opts(), opts()
+	var n int
+	for _, tx := range []*sqlx.Tx{tx1, tx2} {
+		if err := tx.GetContext(ctx, &n, "SELECT count(*) FROM dblock_locks WHERE reentry = 0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx1.ExecContext(ctx, "UPDATE dblock_locks SET reentry = 0, metadata = 'x' WHERE name = 'a'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx2.ExecContext(ctx, "UPDATE dblock_locks SET reentry = 0, metadata = 'y' WHERE name = 'b'"); err != nil {
+		t.Fatal(err)
+	}
+	err1 := db.Classify(tx1.Commit())
+	err2 := db.Classify(tx2.Commit())
+	if err1 != nil || !errors.Is(err2, dblock.ErrSerialization) || !dialect.IsRetryable(err2) {
+		t.Fatalf("serializable write skew: commit1=%v commit2=%v, want nil and ErrSerialization", err1, err2)
+	}
+}
+
+func TestClassifySQLiteBusy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	iso := dbtest.New(t, dialect.SQLite)
+	iso.DSN += "?_pragma=busy_timeout(50)"
+	db1, db2 := iso.Open(t), iso.Open(t)
+	tx, err := db1.BeginTxx(ctx, nil) // BEGIN IMMEDIATE: takes the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	_, err = db2.AcquireLease(ctx, nil, dialect.AcquireParams{Name: "a", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("acquire while another writer holds the database: %v", err)
+	}
+	_, err = db2.ExecContext(ctx, "UPDATE dblock_locks SET metadata = 'x'")
+	if err = db2.Classify(err); !errors.Is(err, dblock.ErrNotAcquired) {
+		t.Fatalf("busy write classified as %v", err)
+	}
+}
+
+func TestParseDSN(t *testing.T) {
+	t.Parallel()
+	good := map[string]dialect.Kind{
+		"postgres://u@h/db":                  dialect.Postgres,
+		"postgresql://u:p@h:5432/db":         dialect.Postgres,
+		"mysql://root@tcp(127.0.0.1:3306)/t": dialect.MySQL,
+		"sqlite://dblock.db":                 dialect.SQLite,
+		"sqlite:///tmp/x.db":                 dialect.SQLite,
+		"file:dblock.db":                     dialect.SQLite,
+	}
+	for dsn, want := range good {
+		if kind, _, err := dialect.ParseDSN(dsn); err != nil || kind != want {
+			t.Errorf("ParseDSN(%q) = %v, %v; want %v", dsn, kind, err, want)
+		}
+	}
+	for _, bad := range []string{"", "redis://h", "localhost:5432", "sqlite://", "file:"} {
+		if _, _, err := dialect.ParseDSN(bad); !errors.Is(err, dblock.ErrInvalidOption) {
+			t.Errorf("ParseDSN(%q) error = %v, want ErrInvalidOption", bad, err)
+		}
+	}
+	if got := dialect.Redact("postgres://u:secret@h/db"); got != "postgres://u:xxxxx@h/db" {
+		t.Errorf("Redact = %q", got)
+	}
+	_, err := dialect.Open(context.Background(), "mysql://u:secret@tcp(h:1/db")
+	if !errors.Is(err, dblock.ErrInvalidOption) || containsSecret(err) {
+		t.Errorf("bad mysql DSN: %v", err)
+	}
+}
+
+func containsSecret(err error) bool { return err != nil && contains(err.Error(), "secret") }

@@ -1,0 +1,266 @@
+// Package dialect is the seam between dblock and the databases it runs on. It
+// owns every SQL statement, the placeholders, DSN parsing, capability flags and
+// the classification of driver errors. It is the only package that imports the
+// drivers (pgx, go-sql-driver/mysql, modernc.org/sqlite).
+//
+// API is not stable: the lock packages are its only intended callers.
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+)
+
+// Kind names a database family.
+type Kind string
+
+// The supported kinds.
+const (
+	Postgres Kind = "postgres"
+	MySQL    Kind = "mysql"
+	SQLite   Kind = "sqlite"
+)
+
+// Caps are what a database can do; lock packages branch on these, never on Kind.
+type Caps struct {
+	Notify      bool // LISTEN/NOTIFY wake-ups (PostgreSQL).
+	SkipLocked  bool // SELECT ... FOR UPDATE SKIP LOCKED.
+	NoWait      bool // SELECT ... FOR UPDATE NOWAIT.
+	RowLocks    bool // Row-level locks; false on SQLite (one writer per database).
+	Returning   bool // INSERT/UPDATE ... RETURNING (MySQL reports through LAST_INSERT_ID and affected rows).
+	AsyncCommit bool // Per-transaction asynchronous commit (synchronous_commit=off).
+	// StatementLockTimeout: a statement can be told not to wait for row
+	// locks (PostgreSQL NOWAIT, MariaDB SET STATEMENT innodb_lock_wait_timeout=0).
+	// MySQL 8 waits up to its minimum innodb_lock_wait_timeout (1 s) instead.
+	StatementLockTimeout bool
+	// IdleTxTimeout: the server can end a transaction left idle past a
+	// per-transaction timeout (idle_in_transaction_session_timeout,
+	// idle_transaction_timeout).
+	IdleTxTimeout bool
+}
+
+// Dialect is one database's SQL, capabilities and error classification.
+type Dialect interface {
+	// Kind returns the database family.
+	Kind() Kind
+	// Caps returns the capability flags.
+	Caps() Caps
+	// Classify maps a driver error to dblock's sentinels, keeping the driver
+	// error in the chain; unknown errors are returned unchanged; nil stays nil.
+	Classify(err error) error
+	// Placeholder returns the n-th (1-based) bind parameter marker.
+	Placeholder(n int) string
+	// Now is the SQL expression for the database clock.
+	Now() string
+	// MigrateHint says how to apply the migrations for this dialect.
+	MigrateHint() string
+
+	// Lease returns the statements of lease (optimistic and fair) locks.
+	Lease() *LeaseSQL
+	// Row returns the statements of transaction-held (pessimistic) locks.
+	Row() *RowSQL
+	// Queue returns the statements of the fair wait queue.
+	Queue() *QueueSQL
+	// Reap returns the statements of the reaper.
+	Reap() *ReapSQL
+}
+
+// DB is a database handle with its dialect. Lock packages take a *DB.
+type DB struct {
+	*sqlx.DB
+	Dialect Dialect
+
+	owned  bool
+	closer func() error
+}
+
+// Open connects to dsn. The scheme picks the dialect:
+//
+//	postgres://user@host:5432/db?sslmode=disable   (also postgresql://)
+//	mysql://user:pass@tcp(host:3306)/db            (the rest is a go-sql-driver DSN)
+//	sqlite://path/to/file.db  or  file:path/to/file.db
+//
+// Open sets what dblock needs (parseTime and UTC for MySQL; WAL, a busy
+// timeout and immediate transactions for SQLite; server-side TCP keepalives
+// for PostgreSQL) and checks the connection. Close closes what Open opened.
+func Open(ctx context.Context, dsn string) (*DB, error) {
+	kind, rest, err := ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		sdb    *sql.DB
+		d      Dialect
+		driver string
+	)
+	switch kind {
+	case Postgres:
+		sdb, err = openPostgres(rest)
+		d, driver = postgresDialect, "pgx"
+	case MySQL:
+		sdb, err = openMySQL(rest)
+		driver = "mysql"
+	case SQLite:
+		sdb, err = openSQLite(rest)
+		d, driver = sqliteDialectV, "sqlite"
+	}
+	if err != nil {
+		return nil, err
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := sdb.PingContext(pingCtx); err != nil {
+		_ = sdb.Close()
+		return nil, fmt.Errorf("%w: connect to %s: %w", dblock.ErrUnavailable, Redact(dsn), err)
+	}
+	if kind == MySQL {
+		if d, err = detectMySQL(pingCtx, sdb); err != nil {
+			_ = sdb.Close()
+			return nil, err
+		}
+	}
+	return &DB{DB: sqlx.NewDb(sdb, driver), Dialect: d, owned: true, closer: sdb.Close}, nil
+}
+
+// New wraps a *sql.DB the caller opened (and keeps: Close does not close it).
+// For MySQL, the connection must use parseTime=true and must not set
+// clientFoundRows; New checks the server flavour (MySQL or MariaDB).
+func New(ctx context.Context, db *sql.DB, kind Kind) (*DB, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil *sql.DB", dblock.ErrInvalidOption)
+	}
+	var (
+		d      Dialect
+		driver string
+		err    error
+	)
+	switch kind {
+	case Postgres:
+		d, driver = postgresDialect, "pgx"
+	case MySQL:
+		driver = "mysql"
+		if d, err = detectMySQL(ctx, db); err != nil {
+			return nil, err
+		}
+	case SQLite:
+		d, driver = sqliteDialectV, "sqlite"
+	default:
+		return nil, fmt.Errorf("%w: unknown dialect %q (want postgres, mysql or sqlite)", dblock.ErrInvalidOption, kind)
+	}
+	return &DB{DB: sqlx.NewDb(db, driver), Dialect: d}, nil
+}
+
+// Close closes the connection pool if Open opened it; a pool passed to New is
+// left to its owner.
+func (db *DB) Close() error {
+	if !db.owned || db.closer == nil {
+		return nil
+	}
+	return db.closer()
+}
+
+// Classify is db.Dialect.Classify.
+func (db *DB) Classify(err error) error { return db.Dialect.Classify(err) }
+
+// Querier is what statements run on: a *sqlx.DB, *sqlx.Tx or *sqlx.Conn.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error)
+	QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row
+	GetContext(ctx context.Context, dest any, query string, args ...any) error
+	SelectContext(ctx context.Context, dest any, query string, args ...any) error
+}
+
+var (
+	_ Querier = (*sqlx.DB)(nil)
+	_ Querier = (*sqlx.Tx)(nil)
+	_ Querier = (*sqlx.Conn)(nil)
+)
+
+// ParseDSN splits a dblock DSN into its dialect and the driver's own DSN.
+// Errors wrap dblock.ErrInvalidOption and never echo a password.
+func ParseDSN(dsn string) (Kind, string, error) {
+	dsn = strings.TrimSpace(dsn)
+	lower := strings.ToLower(dsn)
+	switch {
+	case dsn == "":
+		return "", "", fmt.Errorf("%w: empty DSN", dblock.ErrInvalidOption)
+	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
+		return Postgres, dsn, nil
+	case strings.HasPrefix(lower, "mysql://"):
+		return MySQL, dsn[len("mysql://"):], nil
+	case strings.HasPrefix(lower, "sqlite://"):
+		path := dsn[len("sqlite://"):]
+		if path == "" {
+			return "", "", fmt.Errorf("%w: sqlite DSN %q has no file path", dblock.ErrInvalidOption, dsn)
+		}
+		return SQLite, path, nil
+	case strings.HasPrefix(lower, "sqlite:"):
+		path := dsn[len("sqlite:"):]
+		if path == "" {
+			return "", "", fmt.Errorf("%w: sqlite DSN %q has no file path", dblock.ErrInvalidOption, dsn)
+		}
+		return SQLite, path, nil
+	case strings.HasPrefix(lower, "file:"):
+		path := dsn[len("file:"):]
+		if path == "" {
+			return "", "", fmt.Errorf("%w: sqlite DSN %q has no file path", dblock.ErrInvalidOption, dsn)
+		}
+		return SQLite, path, nil
+	}
+	scheme := "no scheme"
+	if i := strings.Index(dsn, "://"); i > 0 {
+		scheme = "scheme " + dsn[:i]
+	}
+	return "", "", fmt.Errorf("%w: DSN %s has %s (want a postgres://, postgresql://, mysql://, sqlite:// or file: DSN)",
+		dblock.ErrInvalidOption, Redact(dsn), scheme)
+}
+
+// Redact hides the password of a DSN for messages.
+func Redact(dsn string) string {
+	at := strings.LastIndex(dsn, "@")
+	if at < 0 {
+		return dsn
+	}
+	start := strings.Index(dsn, "://")
+	if start < 0 {
+		start = 0
+	} else {
+		start += 3
+	}
+	if start > at {
+		return dsn
+	}
+	userinfo := dsn[start:at]
+	if i := strings.Index(userinfo, ":"); i >= 0 {
+		return dsn[:start] + userinfo[:i] + ":xxxxx" + dsn[at:]
+	}
+	return dsn
+}
+
+// IsRetryable reports whether err is worth retrying as it is: a deadlock, a
+// serialization (or Galera certification) failure, or a lock not available.
+func IsRetryable(err error) bool {
+	return errors.Is(err, dblock.ErrDeadlock) || errors.Is(err, dblock.ErrSerialization) ||
+		errors.Is(err, dblock.ErrNotAcquired)
+}
+
+// schemaMissing wraps err as dblock.ErrSchemaMissing with the migrate hint.
+func schemaMissing(d Dialect, err error) error {
+	return fmt.Errorf("%w: run the migrations: %s: %w", dblock.ErrSchemaMissing, d.MigrateHint(), err)
+}
+
+// notAcquired wraps a lock-timeout/NOWAIT error as dblock.ErrNotAcquired.
+func notAcquired(err error) error { return fmt.Errorf("%w: %w", dblock.ErrNotAcquired, err) }
+
+// Micros converts database microseconds since the Unix epoch to a time.
+func Micros(us int64) time.Time { return time.UnixMicro(us).UTC() }

@@ -1,0 +1,508 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+)
+
+// LeaseSQL holds the statements of lease locks (optimistic and fair modes).
+// No statement waits for a row lock: a name whose row a pessimistic
+// transaction holds is reported as not acquired at once.
+type LeaseSQL struct {
+	// Acquire takes a name for an owner when the row is missing, free,
+	// expired by the database clock, or already the owner's (reentry). One
+	// statement; a fresh hold gets a new fencing token, a reentry keeps it.
+	Acquire string
+	// Release decrements reentry, freeing the row at zero; a CAS on (name,
+	// owner, version). On PostgreSQL it commits asynchronously and notifies.
+	Release string
+	// Renew extends an unexpired lease; a CAS on (name, owner, version).
+	Renew string
+	// Holder reads a name's row and the database clock.
+	Holder string
+	// Guard, run in the caller's transaction, finds the row only while it
+	// still names (owner, version) unexpired, and keeps it so until commit.
+	Guard string
+	// ForceRelease frees a name whoever holds it (administrators only).
+	ForceRelease string
+	// Exists finds a name's row without locking it.
+	Exists string
+}
+
+// NotifyChannel is the PostgreSQL channel on which releases are announced;
+// the payload is the lock name.
+const NotifyChannel = "dblock"
+
+// ---- PostgreSQL ($1 name, $2 owner, $3 ttl µs | version, $4 mode, $5 metadata) ----
+
+const pgMicros = "(extract(epoch FROM %s) * 1000000)::bigint"
+
+func pgUs(col string) string { return fmt.Sprintf(pgMicros, col) }
+
+var pgLease = LeaseSQL{
+	// cur locks the row only when it can be taken. SKIP LOCKED: a row that a
+	// pessimistic transaction (or a racing acquire) has locked is passed
+	// over at once, as a normal result rather than a server error (NOWAIT's
+	// 55P03 costs an error round trip and a server log entry per lost race).
+	// A failed attempt locks and writes nothing, so it needs no WAL flush.
+	// ins covers a missing row. The last branch reports the row as it was
+	// when nothing was taken; a takeable row there means it was locked.
+	Acquire: `WITH cur AS (
+    SELECT name FROM dblock_locks
+    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+    FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE dblock_locks l SET
+        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
+        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
+        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
+        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
+        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
+                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
+                           ELSE now() + $3::bigint * interval '1 microsecond' END,
+        owner       = $2,
+        updated_at  = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING l.version, l.reentry
+), ins AS (
+    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING version, reentry
+)
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry FROM upd
+UNION ALL
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry FROM ins
+UNION ALL
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce(` + pgUs("h.expires_at") + `, 0), ` + pgUs("now()") + `, 0
+FROM dblock_locks h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
+LIMIT 1`,
+
+	// A release lost in a crash only delays the next owner until the lease
+	// expires, so it commits without waiting for the WAL flush.
+	Release: `UPDATE dblock_locks l SET
+    reentry    = l.reentry - 1,
+    owner      = CASE WHEN l.reentry > 1 THEN l.owner END,
+    expires_at = CASE WHEN l.reentry > 1 THEN l.expires_at END,
+    updated_at = now()
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
+RETURNING (CASE WHEN l.reentry = 0 THEN pg_notify('` + NotifyChannel + `', l.name)::text END) IS NOT NULL`,
+
+	Renew: `UPDATE dblock_locks SET
+    expires_at = greatest(expires_at, now() + $4::bigint * interval '1 microsecond'),
+    updated_at = now()
+WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()
+RETURNING true`,
+
+	Holder: `SELECT coalesce(owner, ''), version, coalesce(mode, ''), coalesce(` + pgUs("expires_at") + `, 0), ` + pgUs("now()") + `
+FROM dblock_locks WHERE name = $1`,
+
+	// FOR SHARE blocks every update of the row (a takeover, a release) until
+	// the caller's transaction ends; clock_timestamp() because now() is the
+	// transaction's start.
+	Guard: `SELECT 1 FROM dblock_locks
+WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > clock_timestamp()
+FOR SHARE`,
+
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = now()
+WHERE name = $1 AND owner IS NOT NULL
+RETURNING pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL`,
+
+	Exists: `SELECT 1 FROM dblock_locks WHERE name = $1`,
+}
+
+// ---- MySQL / MariaDB (positional ?) ----
+
+const myUsEpoch = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', %s)"
+
+func myUs(col string) string { return fmt.Sprintf(myUsEpoch, col) }
+
+// mysqlAcquire reports through the OK packet: affected rows 1 (inserted) or 2
+// (taken or re-entered) mean acquired, 0 means held by another; the token is
+// the LAST_INSERT_ID(expr) value. ON DUPLICATE KEY UPDATE assigns left to
+// right with the new values visible, so every column that tests the old owner
+// or expiry comes before owner, and owner before expires_at and updated_at.
+// The locking read of dblock_fence orders a new row's first token after any
+// reaper transaction that raised the floor.
+const mysqlAcquire = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+VALUES (?, ?, 1, LAST_INSERT_ID((SELECT floor + 1 FROM dblock_fence WHERE id = 1 LOCK IN SHARE MODE)), ?,
+        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)
+ON DUPLICATE KEY UPDATE
+    reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
+                     IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
+    version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
+    mode        = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(mode), mode),
+    acquired_at = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(acquired_at), acquired_at),
+    metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
+    owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
+    expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
+    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)`
+
+// owner is assigned before reentry, so it still sees the old count.
+const mysqlRelease = `UPDATE dblock_locks SET
+    owner      = IF(reentry > 1, owner, NULL),
+    expires_at = IF(reentry > 1, expires_at, NULL),
+    updated_at = UTC_TIMESTAMP(6),
+    reentry    = reentry - 1
+WHERE name = ? AND owner = ? AND version = ?`
+
+const mysqlRenew = `UPDATE dblock_locks SET
+    expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+    updated_at = UTC_TIMESTAMP(6)
+WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+var mysqlHolder = `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `
+FROM dblock_locks WHERE name = ?`
+
+const mysqlGuard = `SELECT 1 FROM dblock_locks
+WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
+LOCK IN SHARE MODE`
+
+const mysqlForceRelease = `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = UTC_TIMESTAMP(6)
+WHERE name = ? AND owner IS NOT NULL`
+
+// mariadbNoWait makes one statement fail at once (1205) instead of waiting
+// for a row lock.
+const mariadbNoWait = "SET STATEMENT innodb_lock_wait_timeout=0 FOR "
+
+var mysqlLease = LeaseSQL{
+	Acquire: mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew,
+	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
+	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
+}
+
+// Only the acquire refuses to wait: release and renew are CAS statements on a
+// row held by us, which other statements lock for one autocommit statement at
+// most, and failing them at once would leave the lease to expire.
+var mariadbLease = LeaseSQL{
+	Acquire: mariadbNoWait + mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew,
+	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
+	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
+}
+
+// ---- SQLite (?1 name, ?2 owner, ?3 ttl µs | version, ?4 mode, ?5 metadata); times in µs ----
+
+var sqliteLease = LeaseSQL{
+	Acquire: strings.ReplaceAll(`INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+VALUES (?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, NOW, NOW + ?3, NOW, ?5)
+ON CONFLICT (name) DO UPDATE SET
+    reentry     = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN reentry + 1 ELSE 1 END,
+    version     = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN version ELSE max(version + 1, excluded.version) END,
+    mode        = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN mode ELSE excluded.mode END,
+    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN acquired_at ELSE excluded.acquired_at END,
+    metadata    = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN metadata ELSE excluded.metadata END,
+    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    owner       = excluded.owner,
+    updated_at  = excluded.updated_at
+WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= NOW
+RETURNING version, reentry`, "NOW", sqliteNow),
+
+	Release: `UPDATE dblock_locks SET
+    reentry    = reentry - 1,
+    owner      = CASE WHEN reentry > 1 THEN owner END,
+    expires_at = CASE WHEN reentry > 1 THEN expires_at END,
+    updated_at = ` + sqliteNow + `
+WHERE name = ?1 AND owner = ?2 AND version = ?3`,
+
+	Renew: `UPDATE dblock_locks SET
+    expires_at = max(expires_at, ` + sqliteNow + ` + ?4),
+    updated_at = ` + sqliteNow + `
+WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
+
+	Holder: `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `
+FROM dblock_locks WHERE name = ?1`,
+
+	// SQLite has one writer: inside the caller's write transaction nobody
+	// else can change the row before commit.
+	Guard: `SELECT 1 FROM dblock_locks
+WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
+
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = ` + sqliteNow + `
+WHERE name = ?1 AND owner IS NOT NULL`,
+
+	Exists: `SELECT 1 FROM dblock_locks WHERE name = ?1`,
+}
+
+// ---- operations ----
+
+// AcquireParams are the inputs of AcquireLease.
+type AcquireParams struct {
+	Name     string
+	Owner    string
+	Mode     string // dblock.ModeOptimistic or dblock.ModeFair.
+	TTL      time.Duration
+	Metadata string // Empty stores NULL.
+}
+
+// AcquireResult is the outcome of AcquireLease.
+type AcquireResult struct {
+	Acquired bool
+	Token    dblock.Token // The fencing token when acquired.
+	// Reentry is the owner's acquisition count after this one (1 for a first
+	// acquisition); 0 when unknown (MySQL reports it only for a new row).
+	Reentry int
+	// Holder is the current holder when not acquired (Exists false if
+	// unknown); Holder.Now is the database clock, so ExpiresAt - Now is the
+	// time left on the holder's lease.
+	Holder Holder
+}
+
+// Holder is a name's row as the database sees it.
+type Holder struct {
+	Exists    bool
+	Owner     string // Empty when free (or held by a pessimistic transaction, which writes no owner).
+	Version   int64
+	Mode      string
+	ExpiresAt time.Time // Zero when there is no lease.
+	Now       time.Time // The database clock when read.
+}
+
+// Held reports whether the row names an unexpired lease holder.
+func (h Holder) Held() bool { return h.Exists && h.Owner != "" && h.ExpiresAt.After(h.Now) }
+
+// HeldError returns the *dblock.HeldError describing h for name.
+func (h Holder) HeldError(name string, cause error) *dblock.HeldError {
+	e := &dblock.HeldError{Name: name, Owner: h.Owner, Mode: h.Mode, ExpiresAt: h.ExpiresAt, Cause: cause}
+	return e
+}
+
+func (db *DB) q(q Querier) Querier {
+	if q == nil {
+		return db.DB
+	}
+	return q
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// AcquireLease runs the one-statement acquire on q (nil: the pool). A row held
+// by a pessimistic transaction comes back as not acquired (Holder.Mode
+// pessimistic), never as a wait. Errors are classified.
+func (db *DB) AcquireLease(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
+	q = db.q(q)
+	ttl := p.TTL.Microseconds()
+	var res AcquireResult
+	switch db.Dialect.Kind() {
+	case Postgres:
+		var owner, mode string
+		var version, expUs, nowUs int64
+		err := q.QueryRowxContext(ctx, db.Dialect.Lease().Acquire, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
+			Scan(&res.Acquired, &version, &owner, &mode, &expUs, &nowUs, &res.Reentry)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			// Nothing taken and no row visible: a concurrent insert won.
+			return AcquireResult{}, nil
+		case err != nil:
+			err = db.Classify(err)
+			if errors.Is(err, dblock.ErrNotAcquired) {
+				return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
+			}
+			return AcquireResult{}, err
+		}
+		if res.Acquired {
+			res.Token = dblock.Token(version)
+			return res, nil
+		}
+		if owner == "" || owner == p.Owner || expUs <= nowUs {
+			// Takeable, yet skipped: a transaction holds the row locked.
+			return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic, Now: Micros(nowUs)}}, nil
+		}
+		res.Holder = Holder{Exists: true, Owner: owner, Version: version, Mode: mode, Now: Micros(nowUs)}
+		if expUs != 0 {
+			res.Holder.ExpiresAt = Micros(expUs)
+		}
+		return res, nil
+	case MySQL:
+		r, err := q.ExecContext(ctx, db.Dialect.Lease().Acquire, p.Name, p.Owner, p.Mode, ttl, nullString(p.Metadata))
+		if err != nil {
+			err = db.Classify(err)
+			if errors.Is(err, dblock.ErrNotAcquired) {
+				h, herr := db.LeaseHolder(ctx, q, p.Name)
+				if herr != nil || !h.Held() {
+					h = Holder{Exists: true, Mode: dblock.ModePessimistic}
+				}
+				return AcquireResult{Holder: h}, nil
+			}
+			return AcquireResult{}, err
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return AcquireResult{}, err
+		}
+		if n == 0 {
+			h, err := db.LeaseHolder(ctx, q, p.Name)
+			return AcquireResult{Holder: h}, err
+		}
+		id, err := r.LastInsertId()
+		if err != nil {
+			return AcquireResult{}, err
+		}
+		res = AcquireResult{Acquired: true, Token: dblock.Token(id)}
+		if n == 1 {
+			res.Reentry = 1 // Inserted; an update does not report the count.
+		}
+		return res, nil
+	default: // SQLite
+		var version int64
+		var err error
+		if pool, ok := q.(*sqlx.DB); ok && pool == db.DB {
+			err = db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error {
+				return c.QueryRowxContext(ctx, db.Dialect.Lease().Acquire, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
+					Scan(&version, &res.Reentry)
+			})
+		} else {
+			err = q.QueryRowxContext(ctx, db.Dialect.Lease().Acquire, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
+				Scan(&version, &res.Reentry)
+		}
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			h, err := db.LeaseHolder(ctx, q, p.Name)
+			return AcquireResult{Holder: h}, err
+		case err != nil:
+			err = db.Classify(err)
+			if errors.Is(err, dblock.ErrNotAcquired) {
+				return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
+			}
+			return AcquireResult{}, err
+		}
+		res.Acquired, res.Token = true, dblock.Token(version)
+		return res, nil
+	}
+}
+
+// sqliteLeaseBusyTimeout is how long a SQLite lease acquire waits for the
+// database's single write lock. Ordinary writers hold it for one commit; a
+// pessimistic lock holds it for a whole transaction, and an acquire must not
+// wait for that (the pool's busy timeout is seconds).
+const sqliteLeaseBusyTimeout = 100 * time.Millisecond
+
+// sqliteShortBusy runs fn on a pinned connection whose busy timeout is
+// sqliteLeaseBusyTimeout, restoring the connection's own timeout afterwards
+// (SQLite runs in-process, so the extra statements cost microseconds). A
+// connection whose timeout cannot be restored is discarded.
+func (db *DB) sqliteShortBusy(ctx context.Context, fn func(c *sqlx.Conn) error) error {
+	c, err := db.Connx(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var prev int64
+	if err := c.QueryRowxContext(ctx, "PRAGMA busy_timeout").Scan(&prev); err != nil {
+		return err
+	}
+	if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", sqliteLeaseBusyTimeout.Milliseconds())); err != nil {
+		return err
+	}
+	err = fn(c)
+	if _, rerr := c.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", prev)); rerr != nil {
+		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	return err
+}
+
+// ReleaseLease runs the release CAS; it reports whether the row named (owner,
+// token) and was released (or its reentry count decremented).
+func (db *DB) ReleaseLease(ctx context.Context, q Querier, name, owner string, token dblock.Token) (bool, error) {
+	q = db.q(q)
+	if db.Dialect.Kind() == Postgres {
+		var notified bool
+		err := q.QueryRowxContext(ctx, db.Dialect.Lease().Release, name, owner, int64(token)).Scan(&notified)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, db.Classify(err)
+	}
+	return db.execOne(ctx, q, db.Dialect.Lease().Release, name, owner, int64(token))
+}
+
+// RenewLease extends an unexpired lease by ttl from the database's now; it
+// reports whether the row still named (owner, token) unexpired.
+func (db *DB) RenewLease(ctx context.Context, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
+	q = db.q(q)
+	us := ttl.Microseconds()
+	switch db.Dialect.Kind() {
+	case Postgres:
+		var ok bool
+		err := q.QueryRowxContext(ctx, db.Dialect.Lease().Renew, name, owner, int64(token), us).Scan(&ok)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, db.Classify(err)
+	case MySQL:
+		return db.execOne(ctx, q, db.Dialect.Lease().Renew, us, name, owner, int64(token))
+	default:
+		return db.execOne(ctx, q, db.Dialect.Lease().Renew, name, owner, int64(token), us)
+	}
+}
+
+// LeaseHolder reads name's row and the database clock (Exists false when there is no row).
+func (db *DB) LeaseHolder(ctx context.Context, q Querier, name string) (Holder, error) {
+	q = db.q(q)
+	var h Holder
+	var expUs, nowUs int64
+	err := q.QueryRowxContext(ctx, db.Dialect.Lease().Holder, name).Scan(&h.Owner, &h.Version, &h.Mode, &expUs, &nowUs)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Holder{}, nil
+	}
+	if err != nil {
+		return Holder{}, db.Classify(err)
+	}
+	h.Exists = true
+	if expUs != 0 {
+		h.ExpiresAt = Micros(expUs)
+	}
+	h.Now = Micros(nowUs)
+	return h, nil
+}
+
+// GuardLease checks, inside the caller's transaction, that name is still held
+// by (owner, token) and unexpired by the database clock, and keeps it so until
+// the transaction ends. It reports false when the lease no longer holds.
+func (db *DB) GuardLease(ctx context.Context, tx Querier, name, owner string, token dblock.Token) (bool, error) {
+	var one int
+	err := tx.QueryRowxContext(ctx, db.Dialect.Lease().Guard, name, owner, int64(token)).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, db.Classify(err)
+}
+
+// ForceRelease frees name whoever holds its lease (administrators only). It
+// reports whether a holder was removed. A name held by a pessimistic
+// transaction cannot be freed this way: end that session instead.
+func (db *DB) ForceRelease(ctx context.Context, q Querier, name string) (bool, error) {
+	q = db.q(q)
+	if db.Dialect.Kind() == Postgres {
+		var ok bool
+		err := q.QueryRowxContext(ctx, db.Dialect.Lease().ForceRelease, name).Scan(&ok)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, db.Classify(err)
+	}
+	return db.execOne(ctx, q, db.Dialect.Lease().ForceRelease, name)
+}
+
+func (db *DB) execOne(ctx context.Context, q Querier, query string, args ...any) (bool, error) {
+	r, err := q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return false, db.Classify(err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	return n > 0, nil
+}

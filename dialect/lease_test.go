@@ -1,0 +1,125 @@
+package dialect_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/dbtest"
+)
+
+func TestLeaseStatements(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx := context.Background()
+		db := iso.DB
+		acq := func(name, owner string, ttl time.Duration) dialect.AcquireResult {
+			t.Helper()
+			r, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl, Metadata: "test"})
+			if err != nil {
+				t.Fatalf("acquire %s/%s: %v", name, owner, err)
+			}
+			return r
+		}
+		// Fresh name: acquired with a token.
+		r1 := acq("a", "o1", time.Minute)
+		if !r1.Acquired || r1.Token <= 0 {
+			t.Fatalf("first acquire: %+v", r1)
+		}
+		// Another owner: not acquired, holder reported.
+		r2 := acq("a", "o2", time.Minute)
+		if r2.Acquired || r2.Holder.Owner != "o1" || r2.Holder.ExpiresAt.IsZero() {
+			t.Fatalf("second owner: %+v", r2)
+		}
+		// Reentry keeps the token.
+		r3 := acq("a", "o1", time.Minute)
+		if !r3.Acquired || r3.Token != r1.Token {
+			t.Fatalf("reentry: %+v want token %d", r3, r1.Token)
+		}
+		if r1.Reentry != 1 || (iso.Kind != dialect.MySQL && r3.Reentry != 2) {
+			t.Fatalf("reentry counts %d then %d, want 1 then 2", r1.Reentry, r3.Reentry)
+		}
+		if r2.Holder.Now.IsZero() || !r2.Holder.ExpiresAt.After(r2.Holder.Now) {
+			t.Fatalf("holder without the database clock: %+v", r2.Holder)
+		}
+		// Renew by owner works, by stranger or wrong token does not.
+		if ok, err := db.RenewLease(ctx, nil, "a", "o1", r1.Token, time.Minute); err != nil || !ok {
+			t.Fatalf("renew: %v %v", ok, err)
+		}
+		if ok, err := db.RenewLease(ctx, nil, "a", "o2", r1.Token, time.Minute); err != nil || ok {
+			t.Fatalf("renew by stranger: %v %v", ok, err)
+		}
+		if ok, err := db.ReleaseLease(ctx, nil, "a", "o2", r1.Token); err != nil || ok {
+			t.Fatalf("release by stranger: %v %v", ok, err)
+		}
+		// Two releases free it; the third finds nothing.
+		for i := 0; i < 2; i++ {
+			if ok, err := db.ReleaseLease(ctx, nil, "a", "o1", r1.Token); err != nil || !ok {
+				t.Fatalf("release %d: %v %v", i, ok, err)
+			}
+		}
+		h, err := db.LeaseHolder(ctx, nil, "a")
+		if err != nil || !h.Exists || h.Owner != "" || h.Held() {
+			t.Fatalf("after release: %+v %v", h, err)
+		}
+		if ok, err := db.ReleaseLease(ctx, nil, "a", "o1", r1.Token); err != nil || ok {
+			t.Fatalf("release after free: %v %v", ok, err)
+		}
+		// Next owner gets a greater token.
+		r4 := acq("a", "o2", 50*time.Millisecond)
+		if !r4.Acquired || r4.Token <= r1.Token {
+			t.Fatalf("o2 acquire: %+v (previous %d)", r4, r1.Token)
+		}
+		// After expiry by the database clock, o3 takes over with a greater token.
+		time.Sleep(120 * time.Millisecond)
+		r5 := acq("a", "o3", time.Minute)
+		if !r5.Acquired || r5.Token <= r4.Token {
+			t.Fatalf("takeover after expiry: %+v (previous %d)", r5, r4.Token)
+		}
+		if ok, err := db.RenewLease(ctx, nil, "a", "o2", r4.Token, time.Minute); err != nil || ok {
+			t.Fatalf("renew of expired lease: %v %v", ok, err)
+		}
+		// Admin release.
+		if ok, err := db.ForceRelease(ctx, nil, "a"); err != nil || !ok {
+			t.Fatalf("force release: %v %v", ok, err)
+		}
+		if ok, err := db.ReleaseLease(ctx, nil, "a", "o3", r5.Token); err != nil || ok {
+			t.Fatalf("release after force: %v %v", ok, err)
+		}
+		// Guard in a transaction.
+		r6 := acq("g", "o1", time.Minute)
+		tx, err := db.BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := db.GuardLease(ctx, tx, "g", "o1", r6.Token)
+		if err != nil || !ok {
+			t.Fatalf("guard: %v %v", ok, err)
+		}
+		ok, err = db.GuardLease(ctx, tx, "g", "o2", r6.Token)
+		if err != nil || ok {
+			t.Fatalf("guard stranger: %v %v", ok, err)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestSchemaMissingClassified(t *testing.T) {
+	t.Parallel()
+	for _, kind := range dbtest.Kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.NewEmpty(t, kind)
+			_, err := iso.DB.AcquireLease(context.Background(), nil, dialect.AcquireParams{Name: "x", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Second})
+			if !errors.Is(err, dblock.ErrSchemaMissing) {
+				t.Fatalf("got %v, want ErrSchemaMissing", err)
+			}
+			t.Log(err)
+		})
+	}
+}

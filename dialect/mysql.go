@@ -1,0 +1,149 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dblock-go/dblock"
+)
+
+// mysqlDialect serves MySQL 8 and MariaDB 10.6+; mariadb selects the flavour's
+// statements (MariaDB can bound a single statement's lock wait with SET STATEMENT).
+type mysqlDialect struct{ mariadb bool }
+
+var (
+	mysqlFlavor   Dialect = mysqlDialect{}
+	mariadbFlavor Dialect = mysqlDialect{mariadb: true}
+)
+
+// MySQLDialect returns the MySQL (mariadb=false) or MariaDB dialect.
+func MySQLDialect(mariadb bool) Dialect {
+	if mariadb {
+		return mariadbFlavor
+	}
+	return mysqlFlavor
+}
+
+func (mysqlDialect) Kind() Kind { return MySQL }
+
+func (d mysqlDialect) Caps() Caps {
+	return Caps{SkipLocked: true, NoWait: true, RowLocks: true, StatementLockTimeout: d.mariadb, IdleTxTimeout: d.mariadb}
+}
+
+func (mysqlDialect) Placeholder(int) string { return "?" }
+func (mysqlDialect) Now() string            { return "UTC_TIMESTAMP(6)" }
+
+// MariaDB reports whether the server is MariaDB.
+func (d mysqlDialect) MariaDB() bool { return d.mariadb }
+
+func (mysqlDialect) MigrateHint() string {
+	return `dblock migrate up (or: goose -dir migrations/mysql -table dblock_db_version mysql "$DSN" up)`
+}
+
+func (d mysqlDialect) Lease() *LeaseSQL {
+	if d.mariadb {
+		return &mariadbLease
+	}
+	return &mysqlLease
+}
+
+func (d mysqlDialect) Row() *RowSQL {
+	if d.mariadb {
+		return &mariadbRow
+	}
+	return &mysqlRow
+}
+
+func (d mysqlDialect) Queue() *QueueSQL {
+	if d.mariadb {
+		return &mariadbQueue
+	}
+	return &mysqlQueue
+}
+
+func (d mysqlDialect) Reap() *ReapSQL {
+	if d.mariadb {
+		return &mariadbReap
+	}
+	return &mysqlReap
+}
+
+// Classify maps MySQL/MariaDB error numbers:
+//
+//	1205 lock wait timeout, 3572 NOWAIT             -> ErrNotAcquired
+//	1213 deadlock (and Galera certification failure) -> ErrDeadlock
+//	1146 no such table                              -> ErrSchemaMissing
+//	1047 WSREP not ready (Galera without quorum)    -> ErrUnavailable
+//	invalid/closed connection                       -> ErrUnavailable
+func (d mysqlDialect) Classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		switch myErr.Number {
+		case 1205, 3572:
+			return notAcquired(err)
+		case 1213:
+			return fmt.Errorf("%w: %w", dblock.ErrDeadlock, err)
+		case 1146:
+			return schemaMissing(d, err)
+		case 1047, 1053, 2006, 2013, 4031:
+			return fmt.Errorf("%w: %w", dblock.ErrUnavailable, err)
+		}
+		return err
+	}
+	if errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) {
+		return fmt.Errorf("%w: %w", dblock.ErrUnavailable, err)
+	}
+	return err
+}
+
+// openMySQL opens a go-sql-driver *sql.DB from the part of a mysql:// DSN
+// after the scheme, setting what dblock needs: parseTime in UTC, affected rows
+// counted as changed rows (clientFoundRows off), and a session lock-wait bound
+// of 1 s for MySQL 8, whose statements cannot carry their own (MariaDB's do).
+func openMySQL(dsn string) (*sql.DB, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: mysql DSN %s: %w (want mysql://user:pass@tcp(host:port)/db)",
+			dblock.ErrInvalidOption, Redact("mysql://"+dsn), err)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.ClientFoundRows = false
+	cfg.MultiStatements = false
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	if _, ok := cfg.Params["innodb_lock_wait_timeout"]; !ok {
+		cfg.Params["innodb_lock_wait_timeout"] = "1"
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: mysql DSN: %w", dblock.ErrInvalidOption, err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxIdleConns(32)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return db, nil
+}
+
+// detectMySQL tells MariaDB from MySQL by the server version.
+func detectMySQL(ctx context.Context, db *sql.DB) (Dialect, error) {
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return nil, fmt.Errorf("%w: mysql: read server version: %w", dblock.ErrUnavailable, err)
+	}
+	return MySQLDialect(strings.Contains(strings.ToLower(version), "mariadb")), nil
+}

@@ -1,0 +1,291 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// QueueSQL holds the statements of the fair wait queue (dblock_waiters).
+//
+// Every statement numbers its bind parameters in the order they appear in
+// the text, so one argument list serves every dialect, MySQL's positional ?
+// included. A waiter is live while its expires_at (the heartbeat deadline) is
+// later than the database clock; dead waiters are skipped by every statement
+// here and removed by the reaper.
+type QueueSQL struct {
+	// Enqueue inserts a waiter (name, owner, heartbeat timeout µs) stamped by
+	// the database clock. On PostgreSQL and SQLite it returns id and
+	// created_at; on MySQL the id comes from LAST_INSERT_ID.
+	Enqueue string
+	// Heartbeat (timeout µs, id) extends a live waiter's deadline; a dead
+	// waiter stays dead (it lost its place and must enqueue again).
+	Heartbeat string
+	// Check (name, id, name, name) reads, in one snapshot, whether the waiter
+	// is live, how many live waiters are ahead of it, its created_at, the
+	// lock row and the database clock.
+	Check string
+	// Peek (name, name) reads the number of live waiters of a name, the lock
+	// row and the database clock.
+	Peek string
+	// Take (id) deletes a live waiter; it runs in the transaction that takes
+	// the lock, so taking and leaving the queue commit together.
+	Take string
+	// Leave (id) deletes a waiter that gives up. On PostgreSQL it notifies
+	// the name, since the waiters behind it moved up.
+	Leave string
+}
+
+// queueText builds one dialect's queue statements from its clock, time
+// conversion, interval arithmetic and placeholder syntax.
+type queueText struct {
+	now string                       // The database clock.
+	us  func(col string) string      // A time column as µs since the epoch.
+	add func(base, us string) string // base plus us microseconds.
+	ph  func(n int) string           // The n-th placeholder.
+}
+
+func (t queueText) build(enqueue, leave string) QueueSQL {
+	now, p := t.now, t.ph
+	lockCols := fmt.Sprintf(`CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE(%s, 0), %s`, t.us("l.expires_at"), t.us(now))
+	return QueueSQL{
+		Enqueue: enqueue,
+		Heartbeat: fmt.Sprintf(`UPDATE dblock_waiters SET heartbeat_at = %s, expires_at = %s
+WHERE id = %s AND expires_at > %s`, now, t.add(now, p(1)), p(2), now),
+		Check: fmt.Sprintf(`SELECT
+    CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE (
+        SELECT COUNT(*) FROM dblock_waiters w
+        WHERE w.name = %s AND w.expires_at > %s
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+    ) END,
+    COALESCE(%s, 0),
+    %s
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_waiters me ON me.id = %s AND me.name = %s AND me.expires_at > %s
+LEFT JOIN dblock_locks l ON l.name = %s`,
+			p(1), now, t.us("me.created_at"), lockCols, p(2), p(3), now, p(4)),
+		Peek: fmt.Sprintf(`SELECT
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = %s AND w.expires_at > %s),
+    %s
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_locks l ON l.name = %s`, p(1), now, lockCols, p(2)),
+		Take:  fmt.Sprintf(`DELETE FROM dblock_waiters WHERE id = %s AND expires_at > %s`, p(1), now),
+		Leave: leave,
+	}
+}
+
+var pgQueueText = queueText{
+	now: "now()",
+	us:  pgUs,
+	add: func(base, us string) string { return base + " + " + us + "::bigint * interval '1 microsecond'" },
+	ph:  func(n int) string { return fmt.Sprintf("$%d", n) },
+}
+
+var mysqlQueueText = queueText{
+	now: "UTC_TIMESTAMP(6)",
+	us:  myUs,
+	add: func(base, us string) string { return base + " + INTERVAL " + us + " MICROSECOND" },
+	ph:  func(int) string { return "?" },
+}
+
+var sqliteQueueText = queueText{
+	now: sqliteNow,
+	us:  func(col string) string { return col },
+	add: func(base, us string) string { return base + " + " + us },
+	ph:  func(n int) string { return fmt.Sprintf("?%d", n) },
+}
+
+var (
+	// created_at comes from clock_timestamp() (the column default), the time
+	// of the insert itself rather than of its transaction's start.
+	pgQueue = pgQueueText.build(
+		`INSERT INTO dblock_waiters (name, owner, expires_at)
+VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+RETURNING id, `+pgUs("created_at"),
+		`DELETE FROM dblock_waiters WHERE id = $1
+RETURNING pg_notify('`+NotifyChannel+`', name)::text IS NOT NULL`)
+
+	mysqlQueue = mysqlQueueText.build(
+		`INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
+VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`,
+		`DELETE FROM dblock_waiters WHERE id = ?`)
+
+	mariadbQueue = mysqlQueue
+
+	sqliteQueue = sqliteQueueText.build(
+		strings.ReplaceAll(`INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
+VALUES (?1, ?2, NOW, NOW, NOW + ?3)
+RETURNING id, created_at`, "NOW", sqliteNow),
+		`DELETE FROM dblock_waiters WHERE id = ?1`)
+)
+
+// ---- operations ----
+
+// WaiterTicket identifies an enqueued waiter.
+type WaiterTicket struct {
+	ID int64
+	// CreatedAt is the database clock at the insert; zero on MySQL, which
+	// cannot return it from the insert (QueueCheck reports it).
+	CreatedAt time.Time
+}
+
+// QueueState is a name's queue and lock row as one statement saw them.
+type QueueState struct {
+	// Live reports whether the checked waiter is still live (Check only).
+	Live bool
+	// Ahead counts the live waiters ahead of the checked waiter (Check), or
+	// all live waiters of the name (Peek).
+	Ahead int
+	// CreatedAt is the checked waiter's created_at (Check only; zero when dead).
+	CreatedAt time.Time
+	// Holder is the lock row; Holder.Now is the database clock.
+	Holder Holder
+}
+
+// Enqueue inserts a waiter for (name, owner) whose heartbeat deadline is
+// timeout from the database's now.
+func (db *DB) Enqueue(ctx context.Context, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
+	q = db.q(q)
+	sqlText := db.Dialect.Queue().Enqueue
+	if db.Dialect.Kind() == MySQL {
+		r, err := q.ExecContext(ctx, sqlText, name, owner, timeout.Microseconds())
+		if err != nil {
+			return WaiterTicket{}, db.Classify(err)
+		}
+		id, err := r.LastInsertId()
+		if err != nil {
+			return WaiterTicket{}, err
+		}
+		return WaiterTicket{ID: id}, nil
+	}
+	var t WaiterTicket
+	var us int64
+	if err := q.QueryRowxContext(ctx, sqlText, name, owner, timeout.Microseconds()).Scan(&t.ID, &us); err != nil {
+		return WaiterTicket{}, db.Classify(err)
+	}
+	t.CreatedAt = Micros(us)
+	return t, nil
+}
+
+// HeartbeatWaiter extends waiter id's deadline to timeout from the database's
+// now. It reports false when the waiter is gone or already dead.
+func (db *DB) HeartbeatWaiter(ctx context.Context, q Querier, id int64, timeout time.Duration) (bool, error) {
+	return db.execOne(ctx, db.q(q), db.Dialect.Queue().Heartbeat, timeout.Microseconds(), id)
+}
+
+// maxHeartbeatBatch bounds the ids of one HeartbeatWaiters statement.
+const maxHeartbeatBatch = 500
+
+// HeartbeatWaiters extends the deadlines of the live waiters among ids (one
+// statement per 500 ids) and returns how many it extended. Dead waiters stay
+// dead: each learns it from CheckWaiter.
+func (db *DB) HeartbeatWaiters(ctx context.Context, q Querier, ids []int64, timeout time.Duration) (int, error) {
+	q = db.q(q)
+	var t queueText
+	switch db.Dialect.Kind() {
+	case Postgres:
+		t = pgQueueText
+	case MySQL:
+		t = mysqlQueueText
+	default:
+		t = sqliteQueueText
+	}
+	total := 0
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), maxHeartbeatBatch)]
+		ids = ids[len(batch):]
+		var b strings.Builder
+		fmt.Fprintf(&b, "UPDATE dblock_waiters SET heartbeat_at = %s, expires_at = %s\nWHERE expires_at > %s AND id IN (",
+			t.now, t.add(t.now, t.ph(1)), t.now)
+		args := make([]any, 0, len(batch)+1)
+		args = append(args, timeout.Microseconds())
+		for i, id := range batch {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(t.ph(i + 2))
+			args = append(args, id)
+		}
+		b.WriteString(")")
+		r, err := q.ExecContext(ctx, b.String(), args...)
+		if err != nil {
+			return total, db.Classify(err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return total, err
+		}
+		total += int(n)
+	}
+	return total, nil
+}
+
+// CheckWaiter reads, in one statement, whether waiter id of name is live, how
+// many live waiters are ahead of it, and the lock row.
+func (db *DB) CheckWaiter(ctx context.Context, q Querier, name string, id int64) (QueueState, error) {
+	var s QueueState
+	var live, exists int
+	var crUs, expUs, nowUs int64
+	var owner, mode []byte
+	err := db.q(q).QueryRowxContext(ctx, db.Dialect.Queue().Check, name, id, name, name).
+		Scan(&live, &s.Ahead, &crUs, &exists, &owner, &s.Holder.Version, &mode, &expUs, &nowUs)
+	if err != nil {
+		return QueueState{}, db.Classify(err)
+	}
+	s.Live = live != 0
+	if crUs != 0 {
+		s.CreatedAt = Micros(crUs)
+	}
+	s.Holder = holderFrom(exists != 0, owner, s.Holder.Version, mode, expUs, nowUs)
+	return s, nil
+}
+
+// PeekQueue reads the number of live waiters of name and the lock row.
+func (db *DB) PeekQueue(ctx context.Context, q Querier, name string) (QueueState, error) {
+	var s QueueState
+	var exists int
+	var expUs, nowUs, version int64
+	var owner, mode []byte
+	err := db.q(q).QueryRowxContext(ctx, db.Dialect.Queue().Peek, name, name).
+		Scan(&s.Ahead, &exists, &owner, &version, &mode, &expUs, &nowUs)
+	if err != nil {
+		return QueueState{}, db.Classify(err)
+	}
+	s.Holder = holderFrom(exists != 0, owner, version, mode, expUs, nowUs)
+	return s, nil
+}
+
+func holderFrom(exists bool, owner []byte, version int64, mode []byte, expUs, nowUs int64) Holder {
+	h := Holder{Exists: exists, Owner: string(owner), Version: version, Mode: string(mode), Now: Micros(nowUs)}
+	if expUs != 0 {
+		h.ExpiresAt = Micros(expUs)
+	}
+	return h
+}
+
+// TakeWaiter deletes waiter id if it is still live. Run it in the
+// transaction that takes the lock (AcquireLease on the same *sqlx.Tx): false
+// means the waiter died meanwhile and the transaction must be rolled back.
+func (db *DB) TakeWaiter(ctx context.Context, tx Querier, id int64) (bool, error) {
+	return db.execOne(ctx, db.q(tx), db.Dialect.Queue().Take, id)
+}
+
+// LeaveQueue deletes waiter id, live or dead, and reports whether it was
+// there. On PostgreSQL the waiters of its name are notified.
+func (db *DB) LeaveQueue(ctx context.Context, q Querier, id int64) (bool, error) {
+	q = db.q(q)
+	if db.Dialect.Kind() == Postgres {
+		var notified bool
+		err := q.QueryRowxContext(ctx, db.Dialect.Queue().Leave, id).Scan(&notified)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, db.Classify(err)
+	}
+	return db.execOne(ctx, q, db.Dialect.Queue().Leave, id)
+}

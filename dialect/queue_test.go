@@ -1,0 +1,132 @@
+package dialect_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/dbtest"
+)
+
+func TestQueueStatements(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx := context.Background()
+		db := iso.DB
+		const name = "q"
+
+		peek := func() dialect.QueueState {
+			t.Helper()
+			s, err := db.PeekQueue(ctx, nil, name)
+			if err != nil {
+				t.Fatalf("peek: %v", err)
+			}
+			return s
+		}
+		check := func(id int64) dialect.QueueState {
+			t.Helper()
+			s, err := db.CheckWaiter(ctx, nil, name, id)
+			if err != nil {
+				t.Fatalf("check %d: %v", id, err)
+			}
+			return s
+		}
+
+		if s := peek(); s.Ahead != 0 || s.Holder.Exists || s.Holder.Now.IsZero() {
+			t.Fatalf("empty queue: %+v", s)
+		}
+		a, err := db.Enqueue(ctx, nil, name, "a", time.Minute)
+		if err != nil {
+			t.Fatalf("enqueue a: %v", err)
+		}
+		b, err := db.Enqueue(ctx, nil, name, "b", time.Minute)
+		if err != nil {
+			t.Fatalf("enqueue b: %v", err)
+		}
+		// A waiter of another name never counts.
+		if _, err := db.Enqueue(ctx, nil, "other", "x", time.Minute); err != nil {
+			t.Fatalf("enqueue other: %v", err)
+		}
+		if s := peek(); s.Ahead != 2 {
+			t.Fatalf("peek with two waiters: %+v", s)
+		}
+		if s := check(a.ID); !s.Live || s.Ahead != 0 || s.CreatedAt.IsZero() {
+			t.Fatalf("check a: %+v", s)
+		}
+		if s := check(b.ID); !s.Live || s.Ahead != 1 {
+			t.Fatalf("check b: %+v", s)
+		}
+		if s := check(b.ID + 1000); s.Live || s.Ahead != 0 {
+			t.Fatalf("check of a missing waiter: %+v", s)
+		}
+
+		// The lock row shows through Check.
+		r, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: "h", Mode: dblock.ModeFair, TTL: time.Minute})
+		if err != nil || !r.Acquired {
+			t.Fatalf("acquire: %+v %v", r, err)
+		}
+		if s := check(a.ID); !s.Holder.Held() || s.Holder.Owner != "h" || s.Holder.Mode != dblock.ModeFair || int64(r.Token) != s.Holder.Version {
+			t.Fatalf("check a with a holder: %+v (token %d)", s, r.Token)
+		}
+
+		// Heartbeats extend live waiters only.
+		if ok, err := db.HeartbeatWaiter(ctx, nil, a.ID, time.Minute); err != nil || !ok {
+			t.Fatalf("heartbeat a: %v %v", ok, err)
+		}
+		if n, err := db.HeartbeatWaiters(ctx, nil, []int64{a.ID, b.ID, b.ID + 1000}, time.Minute); err != nil || n != 2 {
+			t.Fatalf("heartbeat a and b: %v %v", n, err)
+		}
+		short, err := db.Enqueue(ctx, nil, name, "short", 20*time.Millisecond)
+		if err != nil {
+			t.Fatalf("enqueue short: %v", err)
+		}
+		time.Sleep(60 * time.Millisecond)
+		if ok, err := db.HeartbeatWaiter(ctx, nil, short.ID, time.Minute); err != nil || ok {
+			t.Fatalf("heartbeat of a dead waiter: %v %v", ok, err)
+		}
+		if n, err := db.HeartbeatWaiters(ctx, nil, []int64{short.ID}, time.Minute); err != nil || n != 0 {
+			t.Fatalf("batch heartbeat of a dead waiter: %v %v", n, err)
+		}
+		if s := check(short.ID); s.Live {
+			t.Fatalf("dead waiter checked live: %+v", s)
+		}
+		if s := peek(); s.Ahead != 2 {
+			t.Fatalf("peek counts a dead waiter: %+v", s)
+		}
+		if ok, err := db.LeaveQueue(ctx, nil, short.ID); err != nil || !ok {
+			t.Fatalf("leave dead: %v %v", ok, err)
+		}
+
+		// Take deletes inside a transaction; a rollback keeps the row.
+		tx, err := db.BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatalf("begin: %v", err)
+		}
+		if ok, err := db.TakeWaiter(ctx, tx, a.ID); err != nil || !ok {
+			t.Fatalf("take a: %v %v", ok, err)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatalf("rollback: %v", err)
+		}
+		if s := check(a.ID); !s.Live {
+			t.Fatalf("a gone after rollback: %+v", s)
+		}
+		if ok, err := db.TakeWaiter(ctx, nil, a.ID); err != nil || !ok {
+			t.Fatalf("take a: %v %v", ok, err)
+		}
+		if s := check(b.ID); !s.Live || s.Ahead != 0 {
+			t.Fatalf("b after a left: %+v", s)
+		}
+		if ok, err := db.LeaveQueue(ctx, nil, b.ID); err != nil || !ok {
+			t.Fatalf("leave b: %v %v", ok, err)
+		}
+		if ok, err := db.LeaveQueue(ctx, nil, b.ID); err != nil || ok {
+			t.Fatalf("leave b twice: %v %v", ok, err)
+		}
+		if s := peek(); s.Ahead != 0 {
+			t.Fatalf("queue not empty: %+v", s)
+		}
+	})
+}

@@ -1,0 +1,659 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+)
+
+// RowSQL holds the statements of transaction-held (pessimistic) locks. Every
+// statement runs inside the locking transaction on its pinned connection,
+// except Ensure, which runs in autocommit mode on the pool (PostgreSQL,
+// MySQL) so that no uncommitted insert makes other acquirers wait.
+type RowSQL struct {
+	// Lock locks a name's row and reads its lease columns, the database
+	// clock and the session id. It waits for the row per the transaction's
+	// lock timeout.
+	Lock string
+	// LockNoWait is Lock failing at once when the row is locked.
+	LockNoWait string
+	// Ensure inserts a free row for a name unless one exists; the first
+	// token follows the same floor rule as lease rows.
+	Ensure string
+	// Token bumps the row's version (the fencing token) and returns it.
+	Token string
+	// LockMany locks several names' rows in name order; %s is the list of
+	// placeholders and %s the lock clause suffix.
+	LockMany string
+	// Alive lists which of the given session ids still exist; %s is the
+	// list of placeholders.
+	Alive string
+}
+
+// ---- PostgreSQL ----
+
+// pgLockCols are the columns every pessimistic lock statement returns.
+var pgLockCols = `coalesce(l.owner, ''), coalesce(l.mode, ''), coalesce(` + pgUs("l.expires_at") + `, 0), ` +
+	pgUs("clock_timestamp()") + `, pg_backend_pid()`
+
+// pgRowLock sets the transaction's idle bound ($2, ms) and lock timeout ($3,
+// ms, '0' = none) in a FROM item: the row lock is taken above the join, after
+// set_config ran, so the wait is already bounded. Both settings are LOCAL.
+var pgRowLock = `SELECT ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $2, true),
+             set_config('lock_timeout', $3, true)) AS cfg
+WHERE l.name = $1
+FOR UPDATE OF l`
+
+var pgRow = RowSQL{
+	Lock:       pgRowLock,
+	LockNoWait: pgRowLock + " NOWAIT",
+	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+VALUES ($1, 0, nextval('dblock_token_seq'), now())
+ON CONFLICT (name) DO NOTHING`,
+	Token: `UPDATE dblock_locks SET version = nextval('dblock_token_seq') WHERE name = $1 RETURNING version`,
+	LockMany: `SELECT l.name, ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $1, true),
+             set_config('lock_timeout', $2, true)) AS cfg
+WHERE l.name IN (%s)
+ORDER BY l.name
+FOR UPDATE OF l%s`,
+	Alive: `SELECT pid FROM pg_stat_activity WHERE pid IN (%s)`,
+}
+
+// ---- MySQL / MariaDB ----
+
+var myLockCols = `IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` +
+	myUs("UTC_TIMESTAMP(6)") + `, CONNECTION_ID()`
+
+var mysqlRowLock = `SELECT ` + myLockCols + ` FROM dblock_locks WHERE name = ? FOR UPDATE`
+
+var mysqlRow = RowSQL{
+	Lock:       mysqlRowLock,
+	LockNoWait: mysqlRowLock + " NOWAIT",
+	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+VALUES (?, 0, (SELECT floor + 1 FROM dblock_fence WHERE id = 1 LOCK IN SHARE MODE), UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE name = name`,
+	Token:    `UPDATE dblock_locks SET version = LAST_INSERT_ID(version + 1) WHERE name = ?`,
+	LockMany: `SELECT name, ` + myLockCols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
+	Alive:    `SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s)`,
+}
+
+var mariadbRow = mysqlRow
+
+// ---- SQLite ----
+
+// SQLite has no row locks: the lock is the write transaction itself (BEGIN
+// IMMEDIATE, or the Ensure insert, which takes the write lock even when it
+// inserts nothing).
+var sqliteRow = RowSQL{
+	Lock:       `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0 FROM dblock_locks WHERE name = ?1`,
+	LockNoWait: `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0 FROM dblock_locks WHERE name = ?1`,
+	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+VALUES (?1, 0, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ` + sqliteNow + `)
+ON CONFLICT (name) DO NOTHING`,
+	Token:    `UPDATE dblock_locks SET version = version + 1 WHERE name = ?1 RETURNING version`,
+	LockMany: `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
+}
+
+// ---- operations ----
+
+// RowLockParams are the inputs of LockRow and LockRows.
+type RowLockParams struct {
+	// NoWait fails at once (dblock.ErrNotAcquired) when the row is locked.
+	NoWait bool
+	// Wait bounds the wait for the row lock; zero or negative waits until
+	// ctx ends. Ignored with NoWait.
+	Wait time.Duration
+	// IdleTimeout asks the server to end the transaction when it stays idle
+	// this long (PostgreSQL, MariaDB); zero leaves the server's setting.
+	IdleTimeout time.Duration
+}
+
+// RowLock is what LockRow found in the locked row.
+type RowLock struct {
+	// Found is false when the name has no row (nothing was locked; on
+	// PostgreSQL and MySQL call EnsureRow outside the transaction and retry).
+	Found bool
+	// Holder is the lease holder named in the row (Holder.Held() reports
+	// an unexpired lease that a pessimistic acquirer must honour).
+	Holder Holder
+	// Session is the server's id of the locking connection (PostgreSQL
+	// backend pid, MySQL CONNECTION_ID()); zero on SQLite.
+	Session int64
+}
+
+// EnsureRow makes sure name has a row, inserting a free one if needed. On
+// PostgreSQL and MySQL run it on the pool (autocommit), never inside a
+// transaction that others would then wait on; on SQLite run it inside the
+// locking transaction, where it also takes the database's write lock. A
+// row locked by someone else is reported as existing.
+func (db *DB) EnsureRow(ctx context.Context, q Querier, name string) error {
+	query := db.Dialect.Row().Ensure
+	if mariaDB(db) {
+		query = mariadbNoWait + query
+	}
+	_, err := db.q(q).ExecContext(ctx, query, name)
+	err = db.Classify(err)
+	if errors.Is(err, dblock.ErrNotAcquired) {
+		// Either the row exists and a holder has it locked (nothing to
+		// insert), or — MySQL under REPEATABLE READ — another transaction's
+		// locking read of a missing neighbour holds a gap lock here. A
+		// consistent read, which waits for no lock, tells them apart; in the
+		// second case the caller retries.
+		var one int
+		rerr := db.q(q).QueryRowxContext(ctx, db.Dialect.Lease().Exists, name).Scan(&one)
+		if rerr == nil {
+			return nil
+		}
+		if !errors.Is(rerr, sql.ErrNoRows) {
+			return db.Classify(rerr)
+		}
+		return err
+	}
+	return err
+}
+
+func mariaDB(db *DB) bool {
+	m, ok := db.Dialect.(interface{ MariaDB() bool })
+	return ok && m.MariaDB()
+}
+
+// MariaDB reports whether db is a MariaDB server.
+func (db *DB) MariaDB() bool { return mariaDB(db) }
+
+// LockRow locks name's row in tx (a transaction on a pinned connection) and
+// reads it. A lock that could not be had in time is an error wrapping
+// dblock.ErrNotAcquired; a deadlock wraps dblock.ErrDeadlock.
+//
+// Waiting: PostgreSQL sets lock_timeout for this transaction (and resets it
+// after the wait, so the caller's later statements keep the server's
+// setting); MariaDB bounds only this statement (SET STATEMENT); MySQL 8
+// sets the session's innodb_lock_wait_timeout for the statement and restores
+// it. On SQLite the transaction's write lock is the lock: this only reads.
+func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockParams) (RowLock, error) {
+	rs := db.Dialect.Row()
+	var (
+		rl    RowLock
+		expUs int64
+		nowUs int64
+	)
+	scan := func(row *sqlx.Row) error {
+		return row.Scan(&rl.Holder.Owner, &rl.Holder.Mode, &expUs, &nowUs, &rl.Session)
+	}
+	var err error
+	switch db.Dialect.Kind() {
+	case Postgres:
+		idle := pgMillis(p.IdleTimeout)
+		if p.NoWait {
+			err = scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name, idle, "0"))
+		} else {
+			err = scan(tx.QueryRowxContext(ctx, rs.Lock, name, idle, pgMillis(waitFor(ctx, p.Wait))))
+			if err == nil {
+				_, err = tx.ExecContext(ctx, "SET LOCAL lock_timeout TO DEFAULT")
+			}
+		}
+	case MySQL:
+		switch {
+		case p.NoWait:
+			err = scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name))
+		case mariaDB(db):
+			q := fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout=%d FOR ", mysqlSeconds(waitFor(ctx, p.Wait))) + rs.Lock
+			err = scan(tx.QueryRowxContext(ctx, q, name))
+		default:
+			err = db.mysqlSessionWait(ctx, tx, waitFor(ctx, p.Wait), func() error {
+				return scan(tx.QueryRowxContext(ctx, rs.Lock, name))
+			})
+		}
+	default:
+		err = scan(tx.QueryRowxContext(ctx, rs.Lock, name))
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return RowLock{}, nil
+	}
+	if err != nil {
+		return RowLock{}, db.Classify(err)
+	}
+	rl.Found = true
+	rl.Holder.Exists = true
+	if expUs != 0 {
+		rl.Holder.ExpiresAt = Micros(expUs)
+	}
+	rl.Holder.Now = Micros(nowUs)
+	return rl, nil
+}
+
+// LockedName is one row locked by LockRows.
+type LockedName struct {
+	Name   string
+	Holder Holder
+}
+
+// LockRows locks the rows of names in tx in name order (the database sorts,
+// so two callers locking overlapping sets lock them in the same order), and
+// returns what it found, in that order, with the session id. Names without a
+// row are absent from the result.
+func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLockParams) ([]LockedName, int64, error) {
+	if len(names) == 0 {
+		return nil, 0, nil
+	}
+	rs := db.Dialect.Row()
+	kind := db.Dialect.Kind()
+	var args []any
+	first := 1
+	if kind == Postgres {
+		wait := "0"
+		if !p.NoWait {
+			wait = pgMillis(waitFor(ctx, p.Wait))
+		}
+		args = append(args, pgMillis(p.IdleTimeout), wait)
+		first = 3
+	}
+	ph := make([]string, len(names))
+	for i, n := range names {
+		ph[i] = db.Dialect.Placeholder(first + i)
+		args = append(args, n)
+	}
+	suffix := ""
+	if p.NoWait && kind != SQLite {
+		suffix = " NOWAIT"
+	}
+	query := fmt.Sprintf(rs.LockMany, strings.Join(ph, ", "), suffix)
+	if kind == MySQL && !p.NoWait && mariaDB(db) {
+		query = fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout=%d FOR ", mysqlSeconds(waitFor(ctx, p.Wait))) + query
+	}
+	var (
+		out     []LockedName
+		session int64
+	)
+	run := func() error {
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				ln           LockedName
+				expUs, nowUs int64
+			)
+			if err := rows.Scan(&ln.Name, &ln.Holder.Owner, &ln.Holder.Mode, &expUs, &nowUs, &session); err != nil {
+				return err
+			}
+			ln.Holder.Exists = true
+			if expUs != 0 {
+				ln.Holder.ExpiresAt = Micros(expUs)
+			}
+			ln.Holder.Now = Micros(nowUs)
+			out = append(out, ln)
+		}
+		return rows.Err()
+	}
+	var err error
+	if kind == MySQL && !p.NoWait && !mariaDB(db) {
+		err = db.mysqlSessionWait(ctx, tx, waitFor(ctx, p.Wait), run)
+	} else {
+		err = run()
+	}
+	if err == nil && kind == Postgres && !p.NoWait {
+		_, err = tx.ExecContext(ctx, "SET LOCAL lock_timeout TO DEFAULT")
+	}
+	if err != nil {
+		return nil, 0, db.Classify(err)
+	}
+	return out, session, nil
+}
+
+// mysqlSessionWait runs fn with the session's innodb_lock_wait_timeout set to
+// wait, and restores the previous value (MySQL 8 cannot bound one statement).
+func (db *DB) mysqlSessionWait(ctx context.Context, tx Querier, wait time.Duration, fn func() error) error {
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(
+		"SET @dblock_saved_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = %d", mysqlSeconds(wait))); err != nil {
+		return err
+	}
+	err := fn()
+	if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), "SET SESSION innodb_lock_wait_timeout = @dblock_saved_lwt"); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// BumpToken sets name's version to a new fencing token inside tx (which
+// holds the row) and returns it. The token is durable before it is returned:
+// a holder killed before commit must never see its token issued again, yet
+// the transaction's own writes roll back. So:
+//   - PostgreSQL takes it from dblock_token_seq, which rollback never rewinds;
+//   - MySQL first raises dblock_fence.floor to it in an autocommit statement
+//     on another pooled connection (the floor bounds every later token, lease
+//     or pessimistic), then writes it into the row in tx;
+//   - SQLite cannot write the fence while tx holds the database, so the
+//     token is issued before the lock (IssueToken) and set here with SetToken;
+//     BumpToken on SQLite is the fallback for a token asked for on re-entry,
+//     and is transactional (documented).
+func (db *DB) BumpToken(ctx context.Context, tx Querier, name string) (dblock.Token, error) {
+	rs := db.Dialect.Row()
+	switch db.Dialect.Kind() {
+	case MySQL:
+		t, err := db.IssueToken(ctx, nil, name)
+		if err != nil {
+			return 0, err
+		}
+		ok, err := db.SetToken(ctx, tx, name, t)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return 0, fmt.Errorf("bump token %q: row missing", name)
+		}
+		return t, nil
+	}
+	var v int64
+	if err := tx.QueryRowxContext(ctx, rs.Token, name).Scan(&v); err != nil {
+		return 0, db.Classify(err)
+	}
+	return dblock.Token(v), nil
+}
+
+// IssueToken durably raises the fencing floor (MySQL, SQLite) above both
+// its current value and name's current version, in autocommit mode on q (nil:
+// the pool), and returns the new floor: a token no one has been given and no
+// one will be given again. Lease acquisitions never go below floor + 1.
+func (db *DB) IssueToken(ctx context.Context, q Querier, name string) (dblock.Token, error) {
+	q = db.q(q)
+	switch db.Dialect.Kind() {
+	case MySQL:
+		// A consistent read: it does not wait for the row lock its caller may hold.
+		var v int64
+		err := q.QueryRowxContext(ctx, "SELECT version FROM dblock_locks WHERE name = ?", name).Scan(&v)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return 0, db.Classify(err)
+		}
+		r, err := q.ExecContext(ctx, "UPDATE dblock_fence SET floor = LAST_INSERT_ID(GREATEST(floor + 1, ?)) WHERE id = 1", v+1)
+		if err != nil {
+			return 0, db.Classify(err)
+		}
+		id, err := r.LastInsertId()
+		return dblock.Token(id), err
+	case SQLite:
+		var t int64
+		err := q.QueryRowxContext(ctx, `UPDATE dblock_fence
+SET floor = max(floor + 1, IFNULL((SELECT version + 1 FROM dblock_locks WHERE name = ?1), 0))
+WHERE id = 1 RETURNING floor`, name).Scan(&t)
+		return dblock.Token(t), db.Classify(err)
+	}
+	return 0, fmt.Errorf("issue token: %w: dialect %s uses a sequence", dblock.ErrInvalidOption, db.Dialect.Kind())
+}
+
+// SetToken writes an issued token into name's row inside tx. It reports false
+// when the row is missing or already at or past the token (someone acquired
+// the name between IssueToken and the lock): issue a new token and retry.
+func (db *DB) SetToken(ctx context.Context, tx Querier, name string, t dblock.Token) (bool, error) {
+	q := "UPDATE dblock_locks SET version = ? WHERE name = ? AND version < ?"
+	if db.Dialect.Kind() == SQLite {
+		q = "UPDATE dblock_locks SET version = ?1 WHERE name = ?2 AND version < ?1"
+		return db.execOne(ctx, tx, q, int64(t), name)
+	}
+	return db.execOne(ctx, tx, q, int64(t), name, int64(t))
+}
+
+// SetIdleTimeout sets the session's idle-transaction bound on MariaDB
+// (idle_transaction_timeout, whole seconds, at least 1; zero turns it off).
+// Other databases need no separate statement (PostgreSQL sets it inside
+// LockRow) or have no such setting (MySQL 8, SQLite), and return nil.
+func (db *DB) SetIdleTimeout(ctx context.Context, conn Querier, d time.Duration) error {
+	if !mariaDB(db) {
+		return nil
+	}
+	secs := int64(0)
+	if d > 0 {
+		secs = int64(math.Ceil(d.Seconds()))
+	}
+	_, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION idle_transaction_timeout = %d", secs))
+	return db.Classify(err)
+}
+
+// AliveSessions reports which of the session ids still exist on the server
+// (PostgreSQL backend pids, MySQL connection ids). SQLite has no sessions and
+// returns every id.
+func (db *DB) AliveSessions(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	alive := make(map[int64]bool, len(ids))
+	if len(ids) == 0 {
+		return alive, nil
+	}
+	if db.Dialect.Kind() == SQLite {
+		for _, id := range ids {
+			alive[id] = true
+		}
+		return alive, nil
+	}
+	ph := make([]string, len(ids))
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		ph[i] = db.Dialect.Placeholder(i + 1)
+		args[i] = id
+	}
+	rows, err := db.QueryContext(ctx, fmt.Sprintf(db.Dialect.Row().Alive, strings.Join(ph, ", ")), args...)
+	if err != nil {
+		return nil, db.Classify(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		alive[id] = true
+	}
+	return alive, db.Classify(rows.Err())
+}
+
+// SQLiteBusyTimeout reads the connection's busy timeout and sets it to d,
+// returning the previous value (SQLite only).
+func (db *DB) SQLiteBusyTimeout(ctx context.Context, conn Querier, d time.Duration) (time.Duration, error) {
+	var prev int64
+	if err := conn.QueryRowxContext(ctx, "PRAGMA busy_timeout").Scan(&prev); err != nil {
+		return 0, db.Classify(err)
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", d.Milliseconds())); err != nil {
+		return 0, db.Classify(err)
+	}
+	return time.Duration(prev) * time.Millisecond, nil
+}
+
+// sqliteWriteLock changes nothing but, being a write, takes the database's
+// write lock in a transaction begun DEFERRED; it is cheaper to prepare than
+// the insert of EnsureRow.
+const sqliteWriteLock = "UPDATE dblock_fence SET floor = floor WHERE 0"
+
+// SQLiteWriteLock takes the database's write lock in tx (SQLite only; a
+// no-op elsewhere), whatever mode the pool begins transactions in.
+func (db *DB) SQLiteWriteLock(ctx context.Context, tx Querier) error {
+	if db.Dialect.Kind() != SQLite {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, sqliteWriteLock)
+	return db.Classify(err)
+}
+
+// ---- users' own rows ----
+
+// identRE is what a table or column identifier may look like: letters,
+// digits and underscores, optionally schema-qualified once.
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+// QuoteIdent validates an identifier (optionally schema.table) against a
+// strict pattern and quotes it for the dialect. Errors wrap
+// dblock.ErrInvalidOption.
+func (db *DB) QuoteIdent(ident string) (string, error) {
+	if !identRE.MatchString(ident) {
+		return "", fmt.Errorf("%w: identifier %q: want letters, digits and underscores (optionally schema.name)", dblock.ErrInvalidOption, ident)
+	}
+	q := `"`
+	if db.Dialect.Kind() == MySQL {
+		q = "`"
+	}
+	parts := strings.Split(ident, ".")
+	for i, p := range parts {
+		parts[i] = q + p + q
+	}
+	return strings.Join(parts, "."), nil
+}
+
+// UserRowsParams are the inputs of LockUserRows.
+type UserRowsParams struct {
+	Table, KeyColumn string // Validated and quoted.
+	Keys             []any
+	NoWait           bool // Fail at once (dblock.ErrNotAcquired) if any row is locked.
+	SkipLocked       bool // Lock the rows that are free and skip the others.
+}
+
+// LockUserRows locks the rows of a user's table whose key is in p.Keys, in
+// key order (the database sorts, so callers locking overlapping sets never
+// deadlock on each other), inside tx. It returns the keys locked, as the
+// database returns them, in that order. On SQLite, which has no row locks,
+// it only reads: the caller's write transaction is the lock.
+func (db *DB) LockUserRows(ctx context.Context, tx Querier, p UserRowsParams) ([]any, error) {
+	if p.NoWait && p.SkipLocked {
+		return nil, fmt.Errorf("%w: NoWait and SkipLocked are exclusive", dblock.ErrInvalidOption)
+	}
+	table, err := db.QuoteIdent(p.Table)
+	if err != nil {
+		return nil, err
+	}
+	col, err := db.QuoteIdent(p.KeyColumn)
+	if err != nil {
+		return nil, err
+	}
+	if strings.Contains(p.KeyColumn, ".") {
+		return nil, fmt.Errorf("%w: key column %q must not be qualified", dblock.ErrInvalidOption, p.KeyColumn)
+	}
+	if len(p.Keys) == 0 {
+		return nil, nil
+	}
+	ph := make([]string, len(p.Keys))
+	for i := range p.Keys {
+		ph[i] = db.Dialect.Placeholder(i + 1)
+	}
+	query := fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s) ORDER BY %s", col, table, col, strings.Join(ph, ", "), col)
+	if db.Dialect.Kind() != SQLite {
+		query += " FOR UPDATE"
+		switch {
+		case p.NoWait:
+			query += " NOWAIT"
+		case p.SkipLocked:
+			query += " SKIP LOCKED"
+		}
+	}
+	rows, err := tx.QueryContext(ctx, query, p.Keys...)
+	if err != nil {
+		return nil, db.Classify(err)
+	}
+	defer rows.Close()
+	var keys []any
+	for rows.Next() {
+		var k any
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		if b, ok := k.([]byte); ok {
+			k = string(b)
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, db.Classify(err)
+	}
+	return keys, nil
+}
+
+// ---- helpers ----
+
+// waitFor returns the wait bound: the smaller of wait (when positive) and
+// the time left before ctx's deadline; zero means unbounded.
+func waitFor(ctx context.Context, wait time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left <= 0 {
+			left = time.Millisecond
+		}
+		if wait <= 0 || left < wait {
+			wait = left
+		}
+	}
+	return wait
+}
+
+// pgMillis renders d as a PostgreSQL milliseconds setting; "0" disables.
+func pgMillis(d time.Duration) string {
+	if d <= 0 {
+		return "0"
+	}
+	ms := d.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	if ms > math.MaxInt32 {
+		ms = math.MaxInt32
+	}
+	return fmt.Sprintf("%d", ms)
+}
+
+// mysqlSeconds renders a lock-wait bound in whole seconds (rounded up, at
+// least 1; zero means unbounded, which is the server's maximum).
+func mysqlSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 100000000
+	}
+	s := int64(math.Ceil(d.Seconds()))
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
+
+// SessionID returns the server's id of q's connection (PostgreSQL backend
+// pid, MySQL CONNECTION_ID()); zero on SQLite.
+func (db *DB) SessionID(ctx context.Context, q Querier) (int64, error) {
+	var query string
+	switch db.Dialect.Kind() {
+	case Postgres:
+		query = "SELECT pg_backend_pid()"
+	case MySQL:
+		query = "SELECT CONNECTION_ID()"
+	default:
+		return 0, nil
+	}
+	var id int64
+	if err := q.QueryRowxContext(ctx, query).Scan(&id); err != nil {
+		return 0, db.Classify(err)
+	}
+	return id, nil
+}
+
+// CancelStatement cancels the statement the session id is running, from
+// another connection of the pool (PostgreSQL pg_cancel_backend, MySQL KILL
+// QUERY). A client that gives up a lock wait by closing its connection does
+// not end the server's wait on MySQL: without this, the abandoned wait could
+// still be granted the lock, and hold it until the server notices the closed
+// connection.
+func (db *DB) CancelStatement(ctx context.Context, id int64) error {
+	var err error
+	switch db.Dialect.Kind() {
+	case Postgres:
+		_, err = db.ExecContext(ctx, "SELECT pg_cancel_backend($1)", id)
+	case MySQL:
+		_, err = db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id))
+	}
+	return db.Classify(err)
+}
