@@ -1,0 +1,207 @@
+// Package dbtest gives tests real, isolated databases: a fresh PostgreSQL
+// schema, a fresh MySQL/MariaDB database or a fresh SQLite file per call,
+// migrated and dropped at cleanup.
+//
+// Servers come from DBLOCK_TEST_POSTGRES and DBLOCK_TEST_MYSQL, or the local
+// default ports. When a server cannot be reached the test fails under CI=true
+// and is skipped, with the reason printed, otherwise.
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/migrations"
+)
+
+// Default server DSNs, overridden by DBLOCK_TEST_POSTGRES / DBLOCK_TEST_MYSQL.
+const (
+	DefaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	DefaultMySQL    = "mysql://root@tcp(127.0.0.1:3306)/test"
+)
+
+// Kinds lists every dialect, in the order tests run them.
+var Kinds = []dialect.Kind{dialect.Postgres, dialect.MySQL, dialect.SQLite}
+
+// ServerDSN returns the configured server DSN for kind ("" for SQLite).
+func ServerDSN(kind dialect.Kind) string {
+	switch kind {
+	case dialect.Postgres:
+		if v := os.Getenv("DBLOCK_TEST_POSTGRES"); v != "" {
+			return v
+		}
+		return DefaultPostgres
+	case dialect.MySQL:
+		if v := os.Getenv("DBLOCK_TEST_MYSQL"); v != "" {
+			return v
+		}
+		return DefaultMySQL
+	}
+	return ""
+}
+
+type server struct {
+	once sync.Once
+	db   *dialect.DB
+	err  error
+}
+
+var servers sync.Map // dialect.Kind -> *server
+
+// admin returns a shared connection to kind's server, or fails/skips t.
+func admin(t testing.TB, kind dialect.Kind) *dialect.DB {
+	t.Helper()
+	v, _ := servers.LoadOrStore(kind, &server{})
+	s := v.(*server)
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		s.db, s.err = dialect.Open(ctx, ServerDSN(kind))
+	})
+	if s.err != nil {
+		Unavailable(t, fmt.Sprintf("%s server at %s unreachable: %v", kind, dialect.Redact(ServerDSN(kind)), s.err))
+	}
+	return s.db
+}
+
+// Unavailable fails t under CI=true and skips it otherwise, printing why.
+func Unavailable(t testing.TB, reason string) {
+	t.Helper()
+	if os.Getenv("CI") != "" && os.Getenv("CI") != "false" {
+		t.Fatalf("dbtest: %s (CI requires every database; run scripts/dbup.sh)", reason)
+	}
+	t.Skipf("dbtest: SKIPPED: %s (run scripts/dbup.sh, or set DBLOCK_TEST_POSTGRES / DBLOCK_TEST_MYSQL)", reason)
+}
+
+// Isolated is one test's database.
+type Isolated struct {
+	Kind dialect.Kind
+	// DSN opens the isolated database from another process (dblock DSN syntax).
+	DSN string
+	// DB is a pool on it, closed at cleanup.
+	DB *dialect.DB
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// New returns a fresh, migrated database of kind for t, dropped at cleanup.
+func New(t testing.TB, kind dialect.Kind) *Isolated {
+	t.Helper()
+	iso := NewEmpty(t, kind)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := migrations.Up(ctx, iso.DB); err != nil {
+		t.Fatalf("dbtest: migrate %s: %v", kind, err)
+	}
+	return iso
+}
+
+// NewEmpty is New without migrations.
+func NewEmpty(t testing.TB, kind dialect.Kind) *Isolated {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := "dbt_" + randomSuffix()
+	var dsn string
+	switch kind {
+	case dialect.Postgres:
+		adm := admin(t, kind)
+		if _, err := adm.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
+			t.Fatalf("dbtest: create schema: %v", err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := adm.ExecContext(ctx, "DROP SCHEMA "+name+" CASCADE"); err != nil {
+				t.Errorf("dbtest: drop schema %s: %v", name, err)
+			}
+		})
+		dsn = withQuery(ServerDSN(kind), "search_path", name)
+	case dialect.MySQL:
+		adm := admin(t, kind)
+		if _, err := adm.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+			t.Fatalf("dbtest: create database: %v", err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := adm.ExecContext(ctx, "DROP DATABASE "+name); err != nil {
+				t.Errorf("dbtest: drop database %s: %v", name, err)
+			}
+		})
+		dsn = mysqlWithDB(ServerDSN(kind), name)
+	case dialect.SQLite:
+		dsn = "sqlite://" + filepath.Join(t.TempDir(), name+".db")
+	default:
+		t.Fatalf("dbtest: unknown kind %q", kind)
+	}
+	db, err := dialect.Open(ctx, dsn)
+	if err != nil {
+		t.Fatalf("dbtest: open %s: %v", dialect.Redact(dsn), err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return &Isolated{Kind: kind, DSN: dsn, DB: db}
+}
+
+// Open opens another pool on iso's database (closed at cleanup), as a second
+// client would.
+func (iso *Isolated) Open(t testing.TB) *dialect.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	db, err := dialect.Open(ctx, iso.DSN)
+	if err != nil {
+		t.Fatalf("dbtest: open %s: %v", dialect.Redact(iso.DSN), err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// ForEach runs fn as a parallel subtest per dialect, each on its own database.
+func ForEach(t *testing.T, fn func(t *testing.T, iso *Isolated)) {
+	t.Helper()
+	for _, kind := range Kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			fn(t, New(t, kind))
+		})
+	}
+}
+
+func withQuery(dsn, key, value string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn
+	}
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// mysqlWithDB replaces the database of a mysql:// DSN.
+func mysqlWithDB(dsn, db string) string {
+	rest := strings.TrimPrefix(dsn, "mysql://")
+	query := ""
+	if i := strings.Index(rest, "?"); i >= 0 {
+		rest, query = rest[:i], rest[i:]
+	}
+	if i := strings.LastIndex(rest, "/"); i >= 0 {
+		rest = rest[:i]
+	}
+	return "mysql://" + rest + "/" + db + query
+}

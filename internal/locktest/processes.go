@@ -1,0 +1,203 @@
+package locktest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/dbtest"
+)
+
+// Environment of a worker process.
+const (
+	envWorker     = "DBLOCK_LOCKTEST_WORKER"
+	envDSN        = "DBLOCK_LOCKTEST_DSN"
+	envMode       = EnvMode
+	envName       = "DBLOCK_LOCKTEST_NAME"
+	envIterations = "DBLOCK_LOCKTEST_ITERATIONS"
+	envOut        = "DBLOCK_LOCKTEST_OUT"
+	envShared     = "DBLOCK_LOCKTEST_SHARED"
+)
+
+// EnvMode is the environment variable through which a worker sees the mode
+// string given to RunProcesses, so a WorkerMain factory can pick its Locker.
+const EnvMode = "DBLOCK_LOCKTEST_MODE"
+
+// workerTimeout bounds a whole worker process (a hang guard).
+const workerTimeout = 5 * time.Minute
+
+// RunProcesses starts procs OS processes (this test binary, re-executed as
+// workers through WorkerMain), each acquiring and releasing one name
+// iterations times. Inside each critical section a worker appends a begin and
+// an end record to a shared O_APPEND file and notes its token and the wall
+// times of entry and exit in its own file. RunProcesses then asserts that
+// every acquisition succeeded, that the shared file alternates begin/end of
+// the same token (no two critical sections overlapped), and that, ordered by
+// entry time, critical sections do not overlap and tokens strictly increase.
+func RunProcesses(t *testing.T, iso *dbtest.Isolated, mode string, procs, iterations int) {
+	t.Helper()
+	dir := t.TempDir()
+	shared := filepath.Join(dir, "shared.log")
+	name := RandomName("procs-" + mode)
+	ctx, cancel := context.WithTimeout(context.Background(), workerTimeout+30*time.Second)
+	defer cancel()
+	cmds := make([]*exec.Cmd, procs)
+	outs := make([]string, procs)
+	for i := range cmds {
+		outs[i] = filepath.Join(dir, fmt.Sprintf("worker-%d.log", i))
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(),
+			envWorker+"=1", envDSN+"="+iso.DSN, envMode+"="+mode, envName+"="+name,
+			envIterations+"="+strconv.Itoa(iterations), envOut+"="+outs[i], envShared+"="+shared)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		cmd.Stdout = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start worker %d: %v", i, err)
+		}
+		cmds[i] = cmd
+		t.Cleanup(func() {
+			if t.Failed() && stderr.Len() > 0 {
+				t.Logf("worker %d output:\n%s", i, stderr.String())
+			}
+		})
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("worker %d: %v", i, err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	type section struct {
+		token      int64
+		start, end int64
+		proc       int
+	}
+	var all []section
+	for i, out := range outs {
+		f, err := os.Open(out)
+		if err != nil {
+			t.Fatalf("worker %d results: %v", i, err)
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var s section
+			if _, err := fmt.Sscan(sc.Text(), &s.token, &s.start, &s.end); err != nil {
+				t.Fatalf("worker %d: bad line %q: %v", i, sc.Text(), err)
+			}
+			s.proc = i
+			all = append(all, s)
+		}
+		_ = f.Close()
+	}
+	if len(all) != procs*iterations {
+		t.Fatalf("%d critical sections recorded, want %d", len(all), procs*iterations)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].start < all[j].start })
+	for i := 1; i < len(all); i++ {
+		p, c := all[i-1], all[i]
+		if c.start < p.end {
+			t.Fatalf("critical sections overlap: token %d (worker %d) [%d, %d] and token %d (worker %d) [%d, %d]",
+				p.token, p.proc, p.start, p.end, c.token, c.proc, c.start, c.end)
+		}
+		if c.token <= p.token {
+			t.Fatalf("token %d (worker %d) acquired after token %d (worker %d): tokens must increase",
+				c.token, c.proc, p.token, p.proc)
+		}
+	}
+
+	// The shared file's order is the kernel's: begin and end must alternate.
+	data, err := os.ReadFile(shared)
+	if err != nil {
+		t.Fatalf("shared log: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 2*procs*iterations {
+		t.Fatalf("shared log has %d records, want %d", len(lines), 2*procs*iterations)
+	}
+	for i := 0; i < len(lines); i += 2 {
+		b, e := lines[i], lines[i+1]
+		if !strings.HasPrefix(b, "B ") || e != "E"+b[1:] {
+			t.Fatalf("shared log records %d-%d are %q, %q: another critical section interleaved", i, i+1, b, e)
+		}
+	}
+}
+
+// WorkerMain runs the worker loop of RunProcesses and exits when this process
+// was started as a worker; otherwise it returns at once. Call it first in TestMain.
+func WorkerMain(newLocker func(db *dialect.DB) dblock.Locker) {
+	if os.Getenv(envWorker) != "1" {
+		return
+	}
+	if err := worker(newLocker); err != nil {
+		fmt.Fprintln(os.Stderr, "locktest worker:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func worker(newLocker func(db *dialect.DB) dblock.Locker) (err error) {
+	iterations, err := strconv.Atoi(os.Getenv(envIterations))
+	if err != nil {
+		return fmt.Errorf("iterations: %w", err)
+	}
+	name := os.Getenv(envName)
+	ctx, cancel := context.WithTimeout(context.Background(), workerTimeout)
+	defer cancel()
+	db, err := dialect.Open(ctx, os.Getenv(envDSN))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	l := newLocker(db)
+	defer func() { err = errors.Join(err, l.Close()) }()
+	out, err := os.Create(os.Getenv(envOut))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, out.Close()) }()
+	shared, err := os.OpenFile(os.Getenv(envShared), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, shared.Close()) }()
+	pid := os.Getpid()
+	w := bufio.NewWriter(out)
+	for i := 0; i < iterations; i++ {
+		lease, err := l.Acquire(ctx, name, dblock.WithToken())
+		if err != nil {
+			return fmt.Errorf("iteration %d: %w", i, err)
+		}
+		start := time.Now().UnixNano()
+		rec := fmt.Sprintf("%d %d\n", lease.Token(), pid)
+		if _, err := shared.WriteString("B " + rec); err != nil {
+			return err
+		}
+		if _, err := shared.WriteString("E " + rec); err != nil {
+			return err
+		}
+		end := time.Now().UnixNano()
+		if err := lease.Err(); err != nil {
+			return fmt.Errorf("iteration %d: lease ended inside the critical section: %w", i, err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			return fmt.Errorf("iteration %d: release: %w", i, err)
+		}
+		fmt.Fprintf(w, "%d %d %d\n", lease.Token(), start, end)
+	}
+	return w.Flush()
+}

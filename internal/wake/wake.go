@@ -1,0 +1,186 @@
+// Package wake is the per-Locker wake-up hub of the lease modes. On PostgreSQL
+// one dedicated connection LISTENs on dialect.NotifyChannel and wakes the
+// waiters of a name when its release is announced. On other databases, or
+// where LISTEN cannot work (a pooler in transaction mode), the hub is a no-op
+// and waiters rely on their backoff and expiry timers; the hub is an
+// optimisation, never a correctness mechanism.
+package wake
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/dblock-go/dblock/dialect"
+)
+
+// Reconnect backoff bounds of the listening connection.
+const (
+	reconnectMin = 100 * time.Millisecond
+	reconnectMax = 30 * time.Second
+)
+
+// Hub fans notifications out to the waiters of each name. It is safe for
+// concurrent use.
+type Hub struct {
+	db     *dialect.DB
+	logger *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	subs    map[string]map[*sub]struct{}
+	started bool
+	closed  bool
+}
+
+type sub struct{ ch chan struct{} }
+
+// New returns a hub for db. Nothing is started until the first Subscribe.
+func New(db *dialect.DB, logger *slog.Logger) *Hub {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Hub{db: db, logger: logger, ctx: ctx, cancel: cancel, subs: map[string]map[*sub]struct{}{}}
+}
+
+// Subscribe registers interest in name. wake receives a value (it is buffered
+// one deep, and sends never block) whenever a release of name is announced,
+// and also after the listening connection was re-established, since
+// notifications may have been missed. cancel unregisters; call it when done.
+func (h *Hub) Subscribe(name string) (wake <-chan struct{}, cancel func()) {
+	s := &sub{ch: make(chan struct{}, 1)}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return s.ch, func() {}
+	}
+	m := h.subs[name]
+	if m == nil {
+		m = map[*sub]struct{}{}
+		h.subs[name] = m
+	}
+	m[s] = struct{}{}
+	if !h.started && h.db.Dialect.Caps().Notify {
+		h.started = true
+		h.wg.Add(1)
+		go h.run()
+	}
+	h.mu.Unlock()
+	var once sync.Once
+	return s.ch, func() {
+		once.Do(func() {
+			h.mu.Lock()
+			if m := h.subs[name]; m != nil {
+				delete(m, s)
+				if len(m) == 0 {
+					delete(h.subs, name)
+				}
+			}
+			h.mu.Unlock()
+		})
+	}
+}
+
+// Close stops the listening connection (discarding it) and waits for the
+// hub's goroutine to end. Subscriptions stay valid but never wake again.
+func (h *Hub) Close() error {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	h.cancel()
+	h.wg.Wait()
+	return nil
+}
+
+func (h *Hub) notify(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[name] {
+		select {
+		case s.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (h *Hub) notifyAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range h.subs {
+		for s := range m {
+			select {
+			case s.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// run keeps one listening connection open until Close, reconnecting with
+// capped, jittered backoff.
+func (h *Hub) run() {
+	defer h.wg.Done()
+	backoff := reconnectMin
+	for attempt := 1; ; attempt++ {
+		l, err := h.db.Listen(h.ctx, dialect.NotifyChannel)
+		if err != nil {
+			if h.ctx.Err() != nil {
+				return
+			}
+			h.logger.LogAttrs(h.ctx, slog.LevelWarn, "dblock: wake-up listener unavailable, waiters poll",
+				slog.Int("attempt", attempt), slog.String("error", err.Error()))
+			if !sleep(h.ctx, jitter(backoff)) {
+				return
+			}
+			backoff = min(backoff*2, reconnectMax)
+			continue
+		}
+		// Releases announced before this connection listened were missed
+		// (also on the first connection: waiters subscribed before it).
+		h.notifyAll()
+		err = h.listen(l)
+		_ = l.Close()
+		if h.ctx.Err() != nil {
+			return
+		}
+		h.logger.LogAttrs(h.ctx, slog.LevelWarn, "dblock: wake-up listener lost, reconnecting",
+			slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		// Waiters may have missed a release while the connection was dying.
+		h.notifyAll()
+		backoff = reconnectMin
+		if !sleep(h.ctx, jitter(backoff)) {
+			return
+		}
+	}
+}
+
+func (h *Hub) listen(l dialect.Listener) error {
+	for {
+		payload, err := l.Wait(h.ctx)
+		if err != nil {
+			return err
+		}
+		h.notify(payload)
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

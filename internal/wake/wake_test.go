@@ -1,0 +1,117 @@
+package wake_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/wake"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, locktest.LeakOptions()...)
+}
+
+// hangGuard bounds waits; it is not a timing assertion.
+const hangGuard = 60 * time.Second
+
+func wait(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(hangGuard):
+		t.Fatalf("no wake-up: %s", what)
+	}
+}
+
+// release takes and frees name on db, which announces the release.
+func release(t *testing.T, db *dialect.DB, name string) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+	if err != nil || !r.Acquired {
+		t.Fatalf("acquire %s: %+v %v", name, r, err)
+	}
+	if ok, err := db.ReleaseLease(ctx, nil, name, "o", r.Token); err != nil || !ok {
+		t.Fatalf("release %s: %v %v", name, ok, err)
+	}
+}
+
+func TestHubPostgres(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.Postgres)
+	hub := wake.New(iso.DB, nil)
+	name, other := locktest.RandomName("wake"), locktest.RandomName("wake-other")
+	ch, cancel := hub.Subscribe(name)
+	defer cancel()
+	otherCh, cancelOther := hub.Subscribe(other)
+	defer cancelOther()
+	// The first connection wakes everyone (releases before it were missed).
+	wait(t, ch, "first connection")
+	wait(t, otherCh, "first connection")
+
+	pool := iso.Open(t)
+	release(t, pool, name)
+	wait(t, ch, "release of the subscribed name")
+	select {
+	case <-otherCh:
+		t.Fatalf("a release of %s woke the subscriber of %s", name, other)
+	default:
+	}
+
+	// Kill the listening session: the hub reconnects and wakes everyone.
+	ctx := context.Background()
+	res, err := pool.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = current_database() AND query = 'LISTEN "dblock"' AND pid <> pg_backend_pid()`)
+	if err != nil {
+		t.Fatalf("terminate listener: %v", err)
+	}
+	if n, _ := res.RowsAffected(); n < 1 {
+		t.Fatalf("no listening session found")
+	}
+	wait(t, otherCh, "reconnect")
+	release(t, pool, name)
+	wait(t, ch, "release after reconnect")
+
+	cancel()
+	if err := hub.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if n := iso.DB.Stats().InUse; n != 0 {
+		t.Fatalf("%d connections in use after Close", n)
+	}
+	// Subscribing after Close is harmless.
+	_, c := hub.Subscribe(name)
+	c()
+}
+
+func TestHubNoNotify(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []dialect.Kind{dialect.MySQL, dialect.SQLite} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			hub := wake.New(iso.DB, nil)
+			ch, cancel := hub.Subscribe("x")
+			release(t, iso.DB, "x")
+			select {
+			case <-ch:
+				t.Fatalf("a hub without notifications woke a subscriber")
+			default:
+			}
+			cancel()
+			if err := hub.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			if n := iso.DB.Stats().InUse; n != 0 {
+				t.Fatalf("%d connections in use after Close", n)
+			}
+		})
+	}
+}
