@@ -1,0 +1,187 @@
+package optimistic
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+)
+
+// identifierRE is what CAS accepts as a table or column name: letters, digits
+// and underscores, not starting with a digit, at most 63 bytes (PostgreSQL's
+// limit). A table may be qualified once: schema.table.
+var identifierRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// Execer is what CAS runs on: a *sql.DB, *sql.Tx or *sql.Conn (or the sqlx types).
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// CASParams describe one compare-and-swap on a user's versioned row.
+type CASParams struct {
+	// Table is the table's name, optionally schema-qualified ("app.orders").
+	Table string
+	// KeyColumn is the column that identifies the row (usually the primary key).
+	KeyColumn string
+	// VersionColumn is an integer column bumped by every successful CAS.
+	VersionColumn string
+	// Key is the row's key value (a bind parameter).
+	Key any
+	// Expected is the version the caller read; the update applies only if the
+	// row still has it, and sets the version to Expected+1.
+	Expected int64
+	// Set maps columns to their new values (bind parameters). It must not
+	// name the key or the version column; it may be empty (a version bump).
+	Set map[string]any
+}
+
+// CAS updates the row whose KeyColumn is Key, setting Set and bumping
+// VersionColumn to Expected+1, only while its version is Expected. It returns
+// the new version, or an error wrapping a *dblock.ConflictError (matching
+// dblock.ErrConflict) with the version found (-1 when the row is missing).
+// Identifiers are validated and quoted for db's dialect; values always travel
+// as bind parameters. q is where it runs: nil for db's pool, or the caller's
+// transaction. Bad identifiers wrap dblock.ErrInvalidOption.
+func CAS(ctx context.Context, db *dialect.DB, q Execer, p CASParams) (int64, error) {
+	if db == nil {
+		return 0, fmt.Errorf("optimistic: cas: %w: nil database", dblock.ErrInvalidOption)
+	}
+	if q == nil {
+		q = db.DB
+	}
+	update, read, args, err := casSQL(db.Dialect, p)
+	if err != nil {
+		return 0, fmt.Errorf("optimistic: cas %s: %w", p.Table, err)
+	}
+	r, err := q.ExecContext(ctx, update, args...)
+	if err != nil {
+		return 0, fmt.Errorf("optimistic: cas %s: %w", p.Table, db.Classify(err))
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("optimistic: cas %s: %w", p.Table, err)
+	}
+	if n > 0 {
+		return p.Expected + 1, nil
+	}
+	found := int64(-1)
+	var v sql.NullInt64
+	err = q.QueryRowContext(ctx, read, p.Key).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return 0, fmt.Errorf("optimistic: cas %s: read version after conflict: %w", p.Table, db.Classify(err))
+	case v.Valid:
+		found = v.Int64
+	}
+	return 0, fmt.Errorf("optimistic: cas: %w", &dblock.ConflictError{Table: p.Table, Key: p.Key, Want: p.Expected, Found: found})
+}
+
+// CASRetry runs read-then-CAS up to attempts times: read re-reads the row and
+// returns the CAS to try (with the version it saw as Expected). A conflict
+// is retried after a capped, jittered backoff; any other error, from read or
+// from CAS, ends at once. After the last conflict it returns that
+// *dblock.ConflictError.
+func CASRetry(ctx context.Context, db *dialect.DB, q Execer, attempts int, read func(ctx context.Context) (CASParams, error)) (int64, error) {
+	if attempts < 1 {
+		return 0, fmt.Errorf("optimistic: cas retry: %w: attempts %d, want at least 1", dblock.ErrInvalidOption, attempts)
+	}
+	backoff := PollMinDefault
+	for attempt := 1; ; attempt++ {
+		p, err := read(ctx)
+		if err != nil {
+			return 0, err
+		}
+		v, err := CAS(ctx, db, q, p)
+		if err == nil || !errors.Is(err, dblock.ErrConflict) || attempt == attempts {
+			return v, err
+		}
+		t := time.NewTimer(jitter(backoff))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("%w: %w", err, context.Cause(ctx))
+		}
+		backoff = min(backoff*2, PollMaxDefault)
+	}
+}
+
+func casSQL(d dialect.Dialect, p CASParams) (update, read string, args []any, err error) {
+	table, err := quoteTable(d, p.Table)
+	if err != nil {
+		return "", "", nil, err
+	}
+	key, err := quoteIdent(d, p.KeyColumn)
+	if err != nil {
+		return "", "", nil, err
+	}
+	version, err := quoteIdent(d, p.VersionColumn)
+	if err != nil {
+		return "", "", nil, err
+	}
+	if p.KeyColumn == p.VersionColumn {
+		return "", "", nil, fmt.Errorf("%w: key and version column are both %q", dblock.ErrInvalidOption, p.KeyColumn)
+	}
+	cols := make([]string, 0, len(p.Set))
+	for c := range p.Set {
+		cols = append(cols, c)
+	}
+	slices.Sort(cols) // A stable statement text, so the database can reuse its plan.
+	var b strings.Builder
+	b.WriteString("UPDATE " + table + " SET ")
+	for _, c := range cols {
+		if c == p.KeyColumn || c == p.VersionColumn {
+			return "", "", nil, fmt.Errorf("%w: Set names the key or version column %q", dblock.ErrInvalidOption, c)
+		}
+		qc, err := quoteIdent(d, c)
+		if err != nil {
+			return "", "", nil, err
+		}
+		args = append(args, p.Set[c])
+		b.WriteString(qc + " = " + d.Placeholder(len(args)) + ", ")
+	}
+	args = append(args, p.Expected+1, p.Key, p.Expected)
+	n := len(args)
+	b.WriteString(version + " = " + d.Placeholder(n-2) + " WHERE " + key + " = " + d.Placeholder(n-1) +
+		" AND " + version + " = " + d.Placeholder(n))
+	read = "SELECT " + version + " FROM " + table + " WHERE " + key + " = " + d.Placeholder(1)
+	return b.String(), read, args, nil
+}
+
+func quoteTable(d dialect.Dialect, table string) (string, error) {
+	schema, name, qualified := strings.Cut(table, ".")
+	if !qualified {
+		return quoteIdent(d, table)
+	}
+	qs, err := quoteIdent(d, schema)
+	if err != nil {
+		return "", err
+	}
+	qn, err := quoteIdent(d, name)
+	if err != nil {
+		return "", err
+	}
+	return qs + "." + qn, nil
+}
+
+// quoteIdent validates an identifier against identifierRE and quotes it for
+// d. Validation is what makes it safe; quoting keeps reserved words usable.
+func quoteIdent(d dialect.Dialect, id string) (string, error) {
+	if !identifierRE.MatchString(id) {
+		return "", fmt.Errorf("%w: identifier %q: want letters, digits and underscores, not starting with a digit, at most 63 bytes",
+			dblock.ErrInvalidOption, id)
+	}
+	if d.Kind() == dialect.MySQL {
+		return "`" + id + "`", nil
+	}
+	return `"` + id + `"`, nil
+}

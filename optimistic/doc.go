@@ -1,0 +1,65 @@
+// Package optimistic provides lease locks on the dblock_locks table: a lock is
+// a row naming its owner, a fencing token (the row's version) and an expiry
+// by the database clock, taken and released by compare-and-swap statements.
+// No transaction or connection is held between calls, so a lock can be held
+// for hours and works through poolers in transaction mode.
+//
+// # State model
+//
+// A name's row is free (no owner), held (an owner and an unexpired
+// expires_at), or expired (an owner whose expires_at has passed, which anyone
+// may take over). Acquire is one statement: it inserts the row, or takes it
+// when free, expired or already held by the same owner (reentry: the count
+// goes up and the token stays). Every new hold gets a token strictly greater
+// than any earlier token for the name. Release is one CAS on (name, owner,
+// token): it decrements the reentry count and frees the row at zero.
+//
+// Without dblock.WithTTL a lease lasts dblock.TTLDefault and a watchdog
+// renews it every TTL/3 until Release (a CAS on the same triple). A renewal
+// that fails for a transient reason is retried; the lease is declared lost
+// only when a renewal finds the row no longer ours or when the local
+// deadline passes without a successful renewal. With an explicit TTL nothing
+// renews (unless dblock.WithRenewal(true)), and the lease ends at its local
+// deadline. Either way Lease.Done closes and Lease.Err says why: ErrExpired,
+// ErrTakenOver or ErrForceReleased, each wrapped in a *dblock.LostError.
+// Release after a loss returns that error.
+//
+// The local deadline is the local monotonic time at which the acquiring (or
+// renewing) statement was sent, plus the TTL. The database measures from a
+// later instant, so the holder always stops trusting its lease no later than
+// the database ends it.
+//
+// # Waiting
+//
+// Acquire waits while another owner holds the name. On PostgreSQL one
+// connection per Locker LISTENs for releases (pg_notify on the dblock channel)
+// and wakes the waiters of that name at once. Every waiter also wakes at the
+// holder's expiry by the database clock and on a capped, jittered backoff
+// (Config.PollMin to Config.PollMax), the only mechanisms on MySQL and
+// SQLite and the fallback where LISTEN cannot work. Timer wake-ups read the
+// row before trying to write it. A wait ends with ctx or dblock.WithWait;
+// the error wraps dblock.ErrNotAcquired, the *dblock.HeldError naming the
+// holder, and context.Cause(ctx). A waiter writes nothing while it waits, so
+// it leaves nothing behind when it gives up.
+//
+// # What a lease does not guarantee
+//
+// A lease is exclusive only while it is held: a process that stalls (a long
+// GC pause, a frozen VM, a partition) past its deadline may still be running
+// its critical section when another owner takes the name over. Done and
+// Lease.Context tell the holder as soon as its own clock can, but nothing can
+// stop a write that is already in flight. Protect the resource itself with
+// the fencing token, or write through Guard in the same transaction.
+//
+// # How to use the token
+//
+// Store the highest token seen with the protected resource and reject writes
+// that carry an older one, in the same statement:
+//
+//	UPDATE accounts SET balance = $1, fence = $2 WHERE id = $3 AND fence <= $2
+//
+// A write that matches no row came from a holder that was superseded. When
+// the protected data lives in the same database, Guard checks inside the
+// caller's transaction that the lease still holds and keeps it so until
+// commit.
+package optimistic

@@ -1,0 +1,177 @@
+package optimistic_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/migrations"
+	"github.com/dblock-go/dblock/optimistic"
+)
+
+// exampleDB opens a migrated SQLite database in a temporary directory; the
+// returned function closes it and removes the directory.
+func exampleDB() (*dialect.DB, func()) {
+	dir, err := os.MkdirTemp("", "dblock-example")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	db, err := dialect.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db"))
+	if err != nil {
+		panic(err)
+	}
+	if err := migrations.Up(ctx, db); err != nil {
+		panic(err)
+	}
+	return db, func() { _ = db.Close(); _ = os.RemoveAll(dir) }
+}
+
+// A lock held while a job runs, renewed in the background, released after.
+func ExampleLocker_Do() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := optimistic.New(db, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	err = locker.Do(context.Background(), "nightly-report", func(ctx context.Context) error {
+		// ctx is cancelled if the lock is lost while the job runs.
+		fmt.Println("generating the report")
+		return nil
+	})
+	fmt.Println("done:", err)
+	// Output:
+	// generating the report
+	// done: <nil>
+}
+
+// TryAcquire returns at once when another owner holds the name, naming it.
+func ExampleLocker_TryAcquire() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := optimistic.New(db, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+
+	lease, err := locker.TryAcquire(ctx, "invoice:42", dblock.WithOwner("worker-a"))
+	if err != nil {
+		panic(err)
+	}
+	_, err = locker.TryAcquire(ctx, "invoice:42", dblock.WithOwner("worker-b"))
+	var held *dblock.HeldError
+	if errors.Is(err, dblock.ErrNotAcquired) && errors.As(err, &held) {
+		fmt.Println("held by", held.Owner)
+	}
+	if err := lease.Release(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("released")
+	// Output:
+	// held by worker-a
+	// released
+}
+
+// A lease with an explicit TTL is not renewed: Done closes when it runs out,
+// Err says why, and fencing tokens only grow.
+func ExampleLocker_Acquire_expiry() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := optimistic.New(db, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+
+	first, err := locker.Acquire(ctx, "migrator", dblock.WithTTL(50*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	<-first.Done()
+	fmt.Println("expired:", errors.Is(first.Err(), dblock.ErrExpired))
+
+	second, err := locker.Acquire(ctx, "migrator")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("newer token:", second.Token() > first.Token())
+	fmt.Println("old release:", errors.Is(first.Release(ctx), dblock.ErrLost))
+	if err := second.Release(ctx); err != nil {
+		panic(err)
+	}
+	// Output:
+	// expired: true
+	// newer token: true
+	// old release: true
+}
+
+// Guard makes a write in the caller's transaction commit only while the lock
+// is really held.
+func ExampleLocker_Guard() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := optimistic.New(db, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE report (id INTEGER PRIMARY KEY, body TEXT)"); err != nil {
+		panic(err)
+	}
+
+	lease, err := locker.Acquire(ctx, "report")
+	if err != nil {
+		panic(err)
+	}
+	defer lease.Release(context.WithoutCancel(ctx))
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer tx.Rollback()
+	if err := locker.Guard(ctx, tx, lease); err != nil {
+		panic(err) // errors.Is(err, dblock.ErrNotHeld): roll back.
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO report (id, body) VALUES (1, 'ok')"); err != nil {
+		panic(err)
+	}
+	fmt.Println("commit:", tx.Commit())
+	// Output:
+	// commit: <nil>
+}
+
+// CAS updates a user's versioned row only if nobody changed it since it was read.
+func ExampleCAS() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE account (id INTEGER PRIMARY KEY, balance INTEGER, version INTEGER);
+INSERT INTO account VALUES (7, 100, 1)`); err != nil {
+		panic(err)
+	}
+	p := optimistic.CASParams{Table: "account", KeyColumn: "id", VersionColumn: "version", Key: 7,
+		Expected: 1, Set: map[string]any{"balance": 80}}
+	v, err := optimistic.CAS(ctx, db, nil, p)
+	fmt.Println("version:", v, err)
+
+	_, err = optimistic.CAS(ctx, db, nil, p) // Still expects version 1.
+	var conflict *dblock.ConflictError
+	if errors.As(err, &conflict) {
+		fmt.Println("conflict: want", conflict.Want, "found", conflict.Found)
+	}
+	// Output:
+	// version: 2 <nil>
+	// conflict: want 1 found 2
+}
