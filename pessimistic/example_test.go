@@ -1,0 +1,125 @@
+package pessimistic_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/migrations"
+	"github.com/dblock-go/dblock/pessimistic"
+)
+
+// exampleDB opens a migrated SQLite database in a temporary directory; the
+// returned function closes it and removes the directory.
+func exampleDB() (*dialect.DB, func()) {
+	dir, err := os.MkdirTemp("", "dblock-example")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	db, err := dialect.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db"))
+	if err != nil {
+		panic(err)
+	}
+	if err := migrations.Up(ctx, db); err != nil {
+		panic(err)
+	}
+	if _, err := db.ExecContext(ctx, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)"); err != nil {
+		panic(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO accounts (id, balance) VALUES (42, 100)"); err != nil {
+		panic(err)
+	}
+	return db, func() { _ = db.Close(); _ = os.RemoveAll(dir) }
+}
+
+// The critical section runs in the locking transaction: its writes commit
+// with the lock, or roll back with it when fn fails.
+func ExampleLocker_Do() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := pessimistic.New(db, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+
+	err = locker.Do(ctx, "account:42", func(ctx context.Context, tx *sqlx.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - 30 WHERE id = 42")
+		return err
+	})
+	fmt.Println("debit:", err)
+
+	overdraft := errors.New("insufficient funds")
+	err = locker.Do(ctx, "account:42", func(ctx context.Context, tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - 500 WHERE id = 42"); err != nil {
+			return err
+		}
+		return overdraft // Rolled back.
+	})
+	fmt.Println("second debit:", err)
+
+	var balance int
+	_ = db.GetContext(ctx, &balance, "SELECT balance FROM accounts WHERE id = 42")
+	fmt.Println("balance:", balance)
+	// Output:
+	// debit: <nil>
+	// second debit: insufficient funds
+	// balance: 70
+}
+
+// The handle form: the caller uses the transaction, asks for a fencing
+// token, and commits.
+func ExampleLocker_Acquire() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := pessimistic.New(db, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+
+	lease, err := locker.Acquire(ctx, "account:42", dblock.WithToken())
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("token issued:", lease.Token() > 0)
+	if _, err := lease.Tx().ExecContext(ctx, "UPDATE accounts SET balance = 0 WHERE id = 42"); err != nil {
+		_ = lease.Rollback(ctx)
+		panic(err)
+	}
+	fmt.Println("commit:", lease.Commit(ctx))
+	// Output:
+	// token issued: true
+	// commit: <nil>
+}
+
+// TryAcquire returns at once when the name is held.
+func ExampleLocker_TryAcquire() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := pessimistic.New(db, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+
+	held, err := locker.Acquire(ctx, "migrations")
+	if err != nil {
+		panic(err)
+	}
+	_, err = locker.TryAcquire(ctx, "migrations")
+	fmt.Println("not acquired:", errors.Is(err, dblock.ErrNotAcquired))
+	_ = held.Release(ctx)
+	// Output:
+	// not acquired: true
+}
