@@ -1,0 +1,60 @@
+// Package fairqueue provides fair (FIFO) lease locks: waiters take a name in
+// the order they arrived, on PostgreSQL, MySQL/MariaDB and SQLite.
+//
+// A held fair lock is the same dblock_locks lease row the optimistic mode
+// uses (mode "fair"), so the modes share one namespace and one *dblock.Lease
+// contract: a fencing token strictly increasing per name, Done and Err when
+// the lock is lost, owner-only Release, reentrancy for the owner that holds
+// it, and a watchdog that renews a lease given no TTL every TTL/3.
+//
+// # The queue
+//
+// An Acquire that finds the name free and nobody queueing takes it at once
+// (one read, one write). Otherwise it inserts a waiter row into
+// dblock_waiters, stamped by the database clock (created_at, with the
+// auto-increment id as tie-break), and waits. A waiter may take the lock
+// only when it is the oldest live waiter of the name and the lock row is
+// free or expired; taking the lock (the lease statement) and deleting the
+// waiter row commit in one transaction, so nobody ever sees the row gone
+// while the lock is free, or the lock taken while the row is still first.
+//
+// Waiters are live while their heartbeat deadline (expires_at) is in the
+// future by the database clock. Each Locker refreshes all of its waiters in
+// one statement every Config.HeartbeatInterval. A waiter whose process
+// crashed stops being refreshed; once its deadline passes (at most
+// Config.HeartbeatTimeout after the crash) every other waiter skips it, and
+// the reaper deletes its row. A waiter that finds its own row dead (its
+// process was frozen past the timeout) has lost its place: it queues again
+// at the back and says so at Warn. A waiter that gives up (ctx, WithWait,
+// Close) deletes its own row on a context that outlives the caller's.
+//
+// TryAcquire never queues: it succeeds only when no live waiter exists and
+// the lock is free (or already the caller's own, for reentry).
+//
+// # Wake-ups
+//
+// Only the waiter that may be next re-checks at once. A check reports how
+// many live waiters are ahead; each wake-up (a PostgreSQL notification of a
+// release or a leave, or the Locker's own take, release or leave) counts as
+// one advance, and a waiter re-checks early only when the advances seen may
+// have made it the head. The head re-checks on a short capped, jittered
+// backoff (Config.HeadPollMax) and at the holder's expiry; waiters behind it
+// poll at a cadence that grows with their distance from the head, capped by
+// Config.PollMax. On MySQL and SQLite, across processes, these timers are the
+// only mechanism.
+//
+// # Order and its limits
+//
+// Order is by created_at, then id, as the database assigned them. A waiter
+// whose insert committed before another's began is always ahead of it. Two
+// inserts in flight at the same time are ordered by the database, not by the
+// callers. Fairness holds among fair acquirers only: an optimistic or
+// pessimistic acquirer of the same name does not queue and may take the name
+// between two fair holders.
+//
+// # Observability
+//
+// Queue lists a name's live waiters with their position and wait age (what
+// `dblock status` shows), Locker.Position finds one owner's place, and
+// Locker.Stats counts statements, checks and heartbeats.
+package fairqueue

@@ -1,0 +1,107 @@
+package fairqueue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/fairqueue"
+	"github.com/dblock-go/dblock/migrations"
+)
+
+// exampleDB opens a migrated SQLite database in a temporary directory; the
+// returned function closes it and removes the directory.
+func exampleDB() (*dialect.DB, func()) {
+	dir, err := os.MkdirTemp("", "dblock-example")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	db, err := dialect.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db"))
+	if err != nil {
+		panic(err)
+	}
+	if err := migrations.Up(ctx, db); err != nil {
+		panic(err)
+	}
+	return db, func() { _ = db.Close(); _ = os.RemoveAll(dir) }
+}
+
+// Waiters take the name in the order they arrived.
+func ExampleLocker_Acquire() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := fairqueue.New(db, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+
+	first, err := locker.Acquire(ctx, "invoice:42")
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan string)
+	for _, who := range []string{"alice", "bob", "carol"} {
+		go func() {
+			lease, err := locker.Acquire(ctx, "invoice:42", dblock.WithOwner(who))
+			if err != nil {
+				panic(err)
+			}
+			done <- who
+			_ = lease.Release(ctx)
+		}()
+		// Wait until this waiter is queued before the next one arrives.
+		for {
+			if _, queued, _ := locker.Position(ctx, "invoice:42", who); queued {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	queue, _ := locker.Queue(ctx, "invoice:42")
+	for _, w := range queue {
+		fmt.Println(w.Position, w.Owner)
+	}
+	_ = first.Release(ctx)
+	for range 3 {
+		fmt.Println("acquired by", <-done)
+	}
+	// Output:
+	// 1 alice
+	// 2 bob
+	// 3 carol
+	// acquired by alice
+	// acquired by bob
+	// acquired by carol
+}
+
+// TryAcquire does not jump the queue: it fails while anyone waits.
+func ExampleLocker_TryAcquire() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := fairqueue.New(db, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+
+	lease, err := locker.TryAcquire(ctx, "nightly-report")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("token:", lease.Token())
+	_, err = locker.TryAcquire(ctx, "nightly-report")
+	fmt.Println("second try acquired:", !errors.Is(err, dblock.ErrNotAcquired))
+	_ = lease.Release(ctx)
+	// Output:
+	// token: 1
+	// second try acquired: false
+}

@@ -1,0 +1,466 @@
+package fairqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/leasekeeper"
+	"github.com/dblock-go/dblock/internal/wake"
+)
+
+// Defaults of Config.
+const (
+	// HeartbeatIntervalDefault is how often a waiter refreshes its row.
+	HeartbeatIntervalDefault = 2 * time.Second
+	// HeartbeatTimeoutDefault is how long a waiter's row stays live without a
+	// heartbeat; a crashed waiter delays the queue by at most this much.
+	HeartbeatTimeoutDefault = 10 * time.Second
+	// PollMinDefault is the first backoff step of a waiter.
+	PollMinDefault = 5 * time.Millisecond
+	// HeadPollMaxDefault caps the backoff of the waiter at the head of the
+	// queue, the only one that can take the lock next.
+	HeadPollMaxDefault = 50 * time.Millisecond
+	// PollMaxDefault caps the backoff of the waiters behind the head.
+	PollMaxDefault = time.Second
+	// ReleaseTimeoutDefault bounds the release that Do and Close run, and the
+	// clean-up of a waiter that gives up.
+	ReleaseTimeoutDefault = 5 * time.Second
+)
+
+// ErrClosed is returned (wrapped, together with dblock.ErrNotAcquired) by
+// acquisitions on a Locker that was closed.
+var ErrClosed = errors.New("fairqueue: locker closed")
+
+// Config configures a Locker. The zero value (or a nil *Config) means defaults.
+type Config struct {
+	// Logger receives state changes at Debug and retries, re-queued waiters
+	// and lost leases at Warn. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Hooks observe acquisitions, releases and losses. Defaults to none.
+	Hooks *dblock.Hooks
+	// HeartbeatInterval is how often a waiter refreshes its queue row.
+	// Defaults to HeartbeatIntervalDefault.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is how long a waiter's row stays live after its last
+	// heartbeat; past it the waiter is skipped by everyone and removed by the
+	// reaper. At least 2 x HeartbeatInterval. Defaults to
+	// max(HeartbeatTimeoutDefault, 2 x HeartbeatInterval).
+	HeartbeatTimeout time.Duration
+	// PollMin is a waiter's first backoff step; steps double and are jittered.
+	// Defaults to PollMinDefault.
+	PollMin time.Duration
+	// HeadPollMax caps the backoff of the waiter at the head of the queue.
+	// Defaults to HeadPollMaxDefault.
+	HeadPollMax time.Duration
+	// PollMax caps the backoff of waiters behind the head. Defaults to
+	// PollMaxDefault.
+	PollMax time.Duration
+	// ReleaseTimeout bounds the release run by Do after fn returns, by Close
+	// for every lease still held, and the removal of a waiter that gives up.
+	// Defaults to ReleaseTimeoutDefault.
+	ReleaseTimeout time.Duration
+	// DisableNotify turns off the PostgreSQL LISTEN connection, so waiters
+	// rely on backoff and the holder's expiry only (for example behind a
+	// pooler that cannot hold a session). Defaults to false.
+	DisableNotify bool
+}
+
+// validate fills defaults and checks cross-field rules.
+func (c *Config) validate() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"heartbeat interval", c.HeartbeatInterval}, {"heartbeat timeout", c.HeartbeatTimeout},
+		{"poll min", c.PollMin}, {"head poll max", c.HeadPollMax}, {"poll max", c.PollMax},
+		{"release timeout", c.ReleaseTimeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%w: %s %v is negative", dblock.ErrInvalidOption, d.name, d.v)
+		}
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = HeartbeatIntervalDefault
+	}
+	if c.HeartbeatInterval < time.Millisecond {
+		return fmt.Errorf("%w: heartbeat interval %v is under 1ms", dblock.ErrInvalidOption, c.HeartbeatInterval)
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = max(HeartbeatTimeoutDefault, 2*c.HeartbeatInterval)
+	}
+	if c.HeartbeatTimeout < 2*c.HeartbeatInterval {
+		return fmt.Errorf("%w: heartbeat timeout %v is under twice the heartbeat interval %v",
+			dblock.ErrInvalidOption, c.HeartbeatTimeout, c.HeartbeatInterval)
+	}
+	if c.PollMin == 0 {
+		c.PollMin = PollMinDefault
+	}
+	if c.HeadPollMax == 0 {
+		c.HeadPollMax = max(HeadPollMaxDefault, c.PollMin)
+	}
+	if c.PollMax == 0 {
+		c.PollMax = max(PollMaxDefault, c.HeadPollMax)
+	}
+	if c.HeadPollMax < c.PollMin || c.PollMax < c.HeadPollMax {
+		return fmt.Errorf("%w: want poll min %v <= head poll max %v <= poll max %v",
+			dblock.ErrInvalidOption, c.PollMin, c.HeadPollMax, c.PollMax)
+	}
+	if c.ReleaseTimeout == 0 {
+		c.ReleaseTimeout = ReleaseTimeoutDefault
+	}
+	return nil
+}
+
+// Locker acquires fair (FIFO) lease locks. It is safe for concurrent use;
+// create one per database and share it.
+type Locker struct {
+	db      *dialect.DB
+	cfg     Config
+	logger  *slog.Logger
+	hooks   dblock.Hooks
+	hub     *wake.Hub // nil when notifications are off or unsupported.
+	keeper  *leasekeeper.Keeper
+	local   signals
+	beats   beats
+	closing chan struct{}
+	bg      sync.WaitGroup // The heartbeat goroutine.
+	// writeMu serialises this Locker's writes on SQLite (one writer per
+	// database): waiting on a mutex hands over at once, where colliding on
+	// the database lock backs off in sleeps of up to 100 ms.
+	writeMu *sync.Mutex
+
+	mu     sync.Mutex
+	closed bool
+	waits  sync.WaitGroup // Acquisitions in progress.
+
+	stats struct {
+		statements, acquired, enqueued, requeued, checks, heartbeats atomic.Uint64
+	}
+}
+
+var _ dblock.Locker = (*Locker)(nil)
+
+// New returns a Locker on db. db stays the caller's: Close does not close it.
+// Configuration errors wrap dblock.ErrInvalidOption.
+func New(db *dialect.DB, cfg *Config) (*Locker, error) {
+	if db == nil || db.DB == nil || db.Dialect == nil {
+		return nil, fmt.Errorf("fairqueue: new: %w: nil database", dblock.ErrInvalidOption)
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("fairqueue: new: %w", err)
+	}
+	l := &Locker{db: db, cfg: c, logger: dblock.LoggerOrDefault(c.Logger), closing: make(chan struct{})}
+	if c.Hooks != nil {
+		l.hooks = *c.Hooks
+	}
+	l.local.subs = map[string]map[*signal]struct{}{}
+	l.beats.ids = map[int64]struct{}{}
+	if !db.Dialect.Caps().RowLocks {
+		l.writeMu = &sync.Mutex{}
+	}
+	l.keeper = leasekeeper.New(leasekeeper.Config{
+		DB: db, Prefix: "fairqueue", Logger: l.logger, Hooks: l.hooks, RetryMin: c.PollMin,
+		ReleaseTimeout: c.ReleaseTimeout, CountStatement: l.count, WriteMu: l.writeMu,
+	})
+	if !c.DisableNotify && db.Dialect.Caps().Notify {
+		l.hub = wake.New(db, l.logger)
+	}
+	l.bg.Add(1)
+	go l.heartbeat()
+	return l, nil
+}
+
+// Stats are counters of a Locker since New.
+type Stats struct {
+	// Statements counts the round trips sent by acquisitions, waits,
+	// releases and renewals (BEGIN, COMMIT and ROLLBACK included).
+	Statements uint64
+	// Acquired counts successful acquisitions.
+	Acquired uint64
+	// Enqueued counts waiters inserted into the queue.
+	Enqueued uint64
+	// Requeued counts waiters that found their row dead (heartbeat lapsed)
+	// and enqueued again at the back.
+	Requeued uint64
+	// Checks counts am-I-next checks.
+	Checks uint64
+	// Heartbeats counts heartbeat statements (one per interval refreshes
+	// every waiter of the Locker).
+	Heartbeats uint64
+}
+
+// Stats returns the counters since New.
+func (l *Locker) Stats() Stats {
+	return Stats{
+		Statements: l.stats.statements.Load(), Acquired: l.stats.acquired.Load(),
+		Enqueued: l.stats.enqueued.Load(), Requeued: l.stats.requeued.Load(),
+		Checks: l.stats.checks.Load(), Heartbeats: l.stats.heartbeats.Load(),
+	}
+}
+
+func (l *Locker) count() { l.stats.statements.Add(1) }
+
+// lockWrites holds the SQLite write mutex, if any, and returns its unlock.
+func (l *Locker) lockWrites() func() {
+	if l.writeMu == nil {
+		return func() {}
+	}
+	l.writeMu.Lock()
+	return l.writeMu.Unlock
+}
+
+// Acquire takes name in arrival order. When the name is free and nobody
+// queues for it, it is taken at once without touching the queue; otherwise
+// the caller joins the queue and waits until it is the oldest live waiter
+// and the lock is free or expired. On PostgreSQL a release wakes the waiter
+// that may be next at once; everywhere the head of the queue re-checks on a
+// capped, jittered backoff and at the holder's expiry. The wait ends with
+// ctx or dblock.WithWait; the error then wraps dblock.ErrNotAcquired and
+// context.Cause(ctx), and the waiter's row is gone. An owner that already
+// holds name re-enters it without queueing.
+func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
+	return l.acquire(ctx, name, true, opts)
+}
+
+// TryAcquire takes name only if nobody queues for it and it is free or
+// expired (or already this owner's), and otherwise returns at once an error
+// wrapping dblock.ErrNotAcquired. It never inserts a queue row.
+func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
+	return l.acquire(ctx, name, false, opts)
+}
+
+// Do acquires name (waiting like Acquire), runs fn with a context cancelled
+// with the *dblock.LostError as cause if the lease is lost, and then releases,
+// bounded by Config.ReleaseTimeout even when ctx is done. It returns fn's
+// error, joined with the loss when the lease was lost while fn ran.
+func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...dblock.Option) error {
+	lease, err := l.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	return dblock.Run(ctx, lease, l.cfg.ReleaseTimeout, fn)
+}
+
+// Close ends waits in progress with ErrClosed (their queue rows removed),
+// releases every lease still held through l (bounded by
+// Config.ReleaseTimeout), stops the watchdogs and the wake-up connection, and
+// returns when they have stopped. Calling it again does nothing.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.closing)
+	l.mu.Unlock()
+
+	l.waits.Wait()
+	l.bg.Wait()
+	errs := []error{l.keeper.Close()}
+	if l.hub != nil {
+		errs = append(errs, l.hub.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("fairqueue: close: %w", err)
+	}
+	return nil
+}
+
+// begin registers an acquisition in progress; false after Close.
+func (l *Locker) begin() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.waits.Add(1)
+	return true
+}
+
+func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
+	if err := dblock.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("fairqueue: acquire: %w", err)
+	}
+	o, err := dblock.ResolveOptions(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("fairqueue: acquire %q: %w", name, err)
+	}
+	if o.HasWait && o.Wait == 0 {
+		wait = false
+	}
+	if !l.begin() {
+		return nil, fmt.Errorf("fairqueue: acquire %q: %w: %w", name, dblock.ErrNotAcquired, ErrClosed)
+	}
+	defer l.waits.Done()
+	waitCtx := ctx
+	if wait && o.HasWait {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, o.Wait)
+		defer cancel()
+	}
+	a := &attempt{l: l, ctx: waitCtx, name: name, o: o, start: time.Now(),
+		params: dialect.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeFair, TTL: o.TTL, Metadata: o.Metadata}}
+	lease, err := a.direct(wait)
+	if lease != nil || err != nil {
+		return lease, err
+	}
+	return a.queue()
+}
+
+// attempt is one Acquire or TryAcquire call.
+type attempt struct {
+	l      *Locker
+	ctx    context.Context // The caller's context bounded by the wait.
+	name   string
+	o      dblock.Options
+	start  time.Time
+	params dialect.AcquireParams
+}
+
+func (a *attempt) attrs(extra ...slog.Attr) []slog.Attr {
+	return append([]slog.Attr{slog.String("lock_key", a.name), slog.String("owner", a.o.Owner)}, extra...)
+}
+
+func (a *attempt) errorf(format string, args ...any) error {
+	return fmt.Errorf("fairqueue: acquire %q: "+format, append([]any{a.name}, args...)...)
+}
+
+// stopped returns the error of a wait that ended (ctx, wait, Close), or nil.
+func (a *attempt) stopped(h dialect.Holder) error {
+	var cause error
+	select {
+	case <-a.ctx.Done():
+		cause = context.Cause(a.ctx)
+	case <-a.l.closing:
+		cause = ErrClosed
+	default:
+		return nil
+	}
+	if h.Held() {
+		return a.errorf("%w", h.HeldError(a.name, cause))
+	}
+	return a.errorf("%w: %w", dblock.ErrNotAcquired, cause)
+}
+
+// notAcquired is TryAcquire's answer when the name is held or has a queue.
+func (a *attempt) notAcquired(s dialect.QueueState) error {
+	if s.Ahead > 0 && !s.Holder.Held() {
+		return a.errorf("%w: %d waiters queued", dblock.ErrNotAcquired, s.Ahead)
+	}
+	return a.errorf("%w", s.Holder.HeldError(a.name, nil))
+}
+
+// free reports whether h can be taken by owner: free, expired, or owner's own.
+func free(h dialect.Holder, owner string) bool {
+	return !h.Held() || h.Owner == owner
+}
+
+// direct takes the name without queueing when nobody queues and it is free,
+// or when the owner already holds it (reentry). It returns (nil, nil) when
+// the caller must queue.
+func (a *attempt) direct(wait bool) (*dblock.Lease, error) {
+	l := a.l
+	backoff := l.cfg.PollMin
+	for try := 1; ; try++ {
+		l.count()
+		s, err := l.db.PeekQueue(a.ctx, nil, a.name)
+		if err == nil {
+			mine := s.Holder.Held() && s.Holder.Owner == a.o.Owner
+			if !mine && (s.Ahead > 0 || !free(s.Holder, a.o.Owner)) {
+				if !wait {
+					return nil, a.notAcquired(s)
+				}
+				return nil, nil
+			}
+			// The take runs on a context that outlives the caller's: a
+			// statement cancelled in flight may still commit, and a lease
+			// nobody knows about would hold the name until it expires.
+			reqStart := time.Now()
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
+			l.count()
+			unlock := l.lockWrites()
+			res, aerr := l.db.AcquireLease(tctx, nil, a.params)
+			unlock()
+			cancel()
+			if aerr == nil && res.Acquired {
+				return a.started(res.Token, reqStart)
+			}
+			if aerr == nil {
+				if !wait {
+					return nil, a.notAcquired(dialect.QueueState{Holder: res.Holder})
+				}
+				return nil, nil
+			}
+			err = aerr
+		}
+		if serr := a.stopped(dialect.Holder{}); serr != nil {
+			return nil, serr
+		}
+		if !wait || !a.retryable(err) {
+			return nil, a.errorf("%w", err)
+		}
+		l.logger.LogAttrs(a.ctx, slog.LevelWarn, "fairqueue: acquire failed, retrying", a.attrs(
+			slog.Int("attempt", try), slog.String("error", err.Error()))...)
+		if serr := a.sleep(jitter(backoff)); serr != nil {
+			return nil, serr
+		}
+		backoff = min(backoff*2, l.cfg.HeadPollMax)
+	}
+}
+
+// sleep waits d, or until the wait ends.
+func (a *attempt) sleep(d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-a.ctx.Done():
+	case <-a.l.closing:
+	}
+	return a.stopped(dialect.Holder{})
+}
+
+// started hands an acquired lease to the keeper.
+func (a *attempt) started(token dblock.Token, reqStart time.Time) (*dblock.Lease, error) {
+	l := a.l
+	lease, err := l.keeper.Start(leasekeeper.Params{
+		Name: a.name, Owner: a.o.Owner, Mode: dblock.ModeFair, Token: token, TTL: a.o.TTL, Renew: a.o.Renew,
+		ReqStart: reqStart, OnReleased: func() { l.local.notify(a.name, false) },
+	})
+	if err != nil {
+		l.local.notify(a.name, false)
+		return nil, a.errorf("%w: %w", dblock.ErrNotAcquired, ErrClosed)
+	}
+	l.stats.acquired.Add(1)
+	waited := time.Since(a.start)
+	l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: acquired", a.attrs(slog.Int64("token", int64(token)))...)
+	if f := l.hooks.OnAcquired; f != nil {
+		f(a.name, a.o.Owner, token, waited)
+	}
+	return lease, nil
+}
+
+// transient reports whether an error is worth retrying while waiting.
+func transient(err error) bool { return leasekeeper.Transient(err) }
+
+// jitter returns a duration in [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}

@@ -1,0 +1,66 @@
+package fairqueue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dblock-go/dblock/dialect"
+)
+
+// Waiter is a live waiter in a name's queue, as `dblock status` shows it.
+type Waiter struct {
+	// Position is 1 for the waiter that takes the name next, then 2, ...
+	Position int
+	Name     string
+	Owner    string
+	// ID is the waiter's row id (the tie-break after CreatedAt).
+	ID int64
+	// CreatedAt is when the waiter joined the queue, by the database clock.
+	CreatedAt time.Time
+	// Waited is how long it has been queueing, by the database clock.
+	Waited time.Duration
+	// ExpiresAt is the waiter's heartbeat deadline.
+	ExpiresAt time.Time
+}
+
+// Queue lists the live waiters of name in queue order. Dead waiters (whose
+// heartbeat deadline passed) take no position and are not listed. It needs
+// no Locker, so tools such as `dblock status` can call it.
+func Queue(ctx context.Context, db *dialect.DB, name string) ([]Waiter, error) {
+	rows, err := db.ListWaiters(ctx, []string{name})
+	if err != nil {
+		return nil, fmt.Errorf("fairqueue: queue %q: %w", name, err)
+	}
+	out := make([]Waiter, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, Waiter{
+			Position: r.Position, Name: r.Name, Owner: r.Owner, ID: r.ID,
+			CreatedAt: r.CreatedAt, Waited: max(r.Now.Sub(r.CreatedAt), 0), ExpiresAt: r.ExpiresAt,
+		})
+	}
+	return out, nil
+}
+
+// Queue lists the live waiters of name in queue order (see the package
+// function Queue).
+func (l *Locker) Queue(ctx context.Context, name string) ([]Waiter, error) {
+	return Queue(ctx, l.db, name)
+}
+
+// Position reports where owner waits in name's queue: the first live waiter
+// of that owner, and false when it is not queueing (it may hold the name, or
+// not be waiting at all). Acquire with dblock.WithOwner to know the owner of
+// a wait in progress.
+func (l *Locker) Position(ctx context.Context, name, owner string) (Waiter, bool, error) {
+	q, err := Queue(ctx, l.db, name)
+	if err != nil {
+		return Waiter{}, false, err
+	}
+	for _, w := range q {
+		if w.Owner == owner {
+			return w, true, nil
+		}
+	}
+	return Waiter{}, false, nil
+}

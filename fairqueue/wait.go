@@ -1,0 +1,411 @@
+package fairqueue
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+)
+
+// errDead reports that a waiter's row is gone or its heartbeat lapsed: it has
+// lost its place and must enqueue again.
+var errDead = errors.New("fairqueue: waiter row expired")
+
+// waiter is a queued attempt's row.
+type waiter struct {
+	id int64
+}
+
+// queue enqueues the attempt and waits for its turn.
+//
+// The loop: check (one statement) whether the waiter is
+// live, how many live waiters are ahead and the lock row; when none is ahead
+// and the lock is free or expired, take it (lock and own row in one
+// transaction); otherwise sleep. The head sleeps on a short capped backoff
+// and at most until the holder's expiry; waiters further back sleep longer.
+// A wake-up (a PostgreSQL notification or an event of this Locker: a take,
+// a release, a waiter leaving) counts as one advance of the queue, and a
+// waiter re-checks at once only when the advances seen since its last check
+// may have made it the head, so a release wakes one waiter, not a herd.
+func (a *attempt) queue() (*dblock.Lease, error) {
+	l := a.l
+	sig := l.local.subscribe(a.name)
+	defer l.local.unsubscribe(a.name, sig)
+	var hubC <-chan struct{}
+	if l.hub != nil {
+		var unsubscribe func()
+		hubC, unsubscribe = l.hub.Subscribe(a.name)
+		defer unsubscribe()
+	}
+
+	var w *waiter
+	defer func() {
+		if w != nil {
+			a.leave(w)
+		}
+	}()
+	backoff := 0 // Backoff step, reset when the position changes.
+	lastAhead := -1
+	var last dialect.QueueState
+	for try := 1; ; try++ {
+		if serr := a.stopped(last.Holder); serr != nil {
+			return nil, serr
+		}
+		if w == nil {
+			nw, err := a.enqueue()
+			if err != nil {
+				if serr := a.stopped(last.Holder); serr != nil {
+					return nil, serr
+				}
+				if !a.retryable(err) {
+					return nil, a.errorf("%w", err)
+				}
+				l.logger.LogAttrs(a.ctx, slog.LevelWarn, "fairqueue: enqueue failed, retrying", a.attrs(
+					slog.Int("attempt", try), slog.String("error", err.Error()))...)
+				if serr := a.sleep(jitter(l.cfg.HeadPollMax)); serr != nil {
+					return nil, serr
+				}
+				continue
+			}
+			w = nw
+		}
+		seq := sig.n.Load()
+		hubWakes := 0
+		l.count()
+		l.stats.checks.Add(1)
+		s, err := l.db.CheckWaiter(a.ctx, nil, a.name, w.id)
+		if err != nil {
+			if serr := a.stopped(last.Holder); serr != nil {
+				return nil, serr
+			}
+			if !a.retryable(err) {
+				return nil, a.errorf("%w", err)
+			}
+			l.logger.LogAttrs(a.ctx, slog.LevelWarn, "fairqueue: check failed, retrying", a.attrs(
+				slog.Int("attempt", try), slog.String("error", err.Error()))...)
+			if serr := a.sleep(jitter(l.cfg.HeadPollMax)); serr != nil {
+				return nil, serr
+			}
+			continue
+		}
+		last = s
+		if !s.Live {
+			a.requeue(w)
+			w = nil
+			continue
+		}
+		if s.Ahead != lastAhead {
+			backoff = 0 // Moved up: the head polls fast again, the others from their base.
+		}
+		lastAhead = s.Ahead
+		if s.Ahead == 0 && free(s.Holder, a.o.Owner) {
+			lease, err := a.take(w)
+			switch {
+			case err == nil:
+				w = nil // The row went with the take.
+				return lease, nil
+			case errors.Is(err, errDead):
+				a.requeue(w)
+				w = nil
+				continue
+			case errors.Is(err, dblock.ErrNotAcquired):
+				// Another acquirer (another mode, TryAcquire, or a pessimistic
+				// transaction) got there first: stay at the head.
+			case a.retryable(err):
+				l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: take failed, retrying", a.attrs(
+					slog.Int("attempt", try), slog.String("error", err.Error()))...)
+			default:
+				return nil, a.errorf("%w", err)
+			}
+		}
+
+		d := a.delay(s, backoff)
+		backoff++
+		timer := time.NewTimer(d)
+	sleep:
+		for {
+			select {
+			case <-timer.C:
+				break sleep
+			case <-sig.ch:
+			case <-hubC:
+				hubWakes++
+			case <-a.ctx.Done():
+				break sleep
+			case <-l.closing:
+				break sleep
+			}
+			// A wake-up: re-check at once only if this waiter may now be the
+			// head. Takes and leaves of this Locker and every notification
+			// (a release or a leave anywhere) count as one advance each.
+			if advances := int(sig.n.Load()-seq) + hubWakes; s.Ahead-advances <= 0 {
+				break sleep
+			}
+		}
+		timer.Stop()
+	}
+}
+
+// retryable reports whether a failed statement of a wait is worth retrying:
+// a transient database error, or a statement that ran out of its own time
+// (a busy database) while the caller still waits.
+func (a *attempt) retryable(err error) bool {
+	return transient(err) || errors.Is(err, context.DeadlineExceeded) && a.ctx.Err() == nil
+}
+
+// delay is how long a waiter sleeps after a check that did not take the lock.
+func (a *attempt) delay(s dialect.QueueState, step int) time.Duration {
+	c := a.l.cfg
+	if s.Ahead > 0 {
+		// Behind the head: wake-ups bring it forward; the timer only covers
+		// advances nobody announced (another process on MySQL or SQLite, a
+		// waiter that died). It starts from a base that grows with the
+		// distance to the head and doubles while the queue does not move.
+		d := c.HeadPollMax * time.Duration(s.Ahead+1)
+		for i := 0; i < step && d < c.PollMax; i++ {
+			d *= 2
+		}
+		return jitter(min(d, c.PollMax))
+	}
+	d := c.PollMin
+	for i := 0; i < step && d < c.HeadPollMax; i++ {
+		d *= 2
+	}
+	d = jitter(min(d, c.HeadPollMax))
+	if h := s.Holder; s.Ahead == 0 && h.Held() && h.Owner != a.o.Owner {
+		// Wake when the lease ends by the database clock, whatever the backoff says.
+		if rem := h.ExpiresAt.Sub(h.Now) + time.Millisecond; rem < d {
+			d = max(rem, 0)
+		}
+	}
+	return d
+}
+
+// enqueue inserts the waiter's row. The insert runs on a context that
+// outlives the caller's: an insert cancelled in flight may still commit, and
+// a row nobody knows about would stand, live, at its place in the queue until
+// its heartbeat deadline.
+func (a *attempt) enqueue() (*waiter, error) {
+	l := a.l
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
+	defer cancel()
+	l.count()
+	unlock := l.lockWrites()
+	t, err := l.db.Enqueue(ctx, nil, a.name, a.o.Owner, l.cfg.HeartbeatTimeout)
+	unlock()
+	if err != nil {
+		return nil, err
+	}
+	l.stats.enqueued.Add(1)
+	l.beats.add(t.ID)
+	l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: enqueued", a.attrs(slog.Int64("waiter", t.ID))...)
+	return &waiter{id: t.ID}, nil
+}
+
+// requeue drops a dead waiter's row; the loop enqueues again at the back.
+func (a *attempt) requeue(w *waiter) {
+	a.l.stats.requeued.Add(1)
+	a.l.logger.LogAttrs(a.ctx, slog.LevelWarn, "fairqueue: waiter missed its heartbeat deadline, queueing again",
+		a.attrs(slog.Int64("waiter", w.id))...)
+	a.leave(w)
+}
+
+// leave deletes the waiter's row on a context that outlives the caller's.
+func (a *attempt) leave(w *waiter) {
+	l := a.l
+	l.beats.remove(w.id)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
+	defer cancel()
+	l.count()
+	unlock := l.lockWrites()
+	_, err := l.db.LeaveQueue(ctx, nil, w.id)
+	unlock()
+	if err != nil {
+		// The row dies at its heartbeat deadline and the reaper removes it.
+		l.logger.LogAttrs(ctx, slog.LevelWarn, "fairqueue: leaving the queue failed", a.attrs(
+			slog.Int64("waiter", w.id), slog.String("error", err.Error()))...)
+	}
+	l.local.notify(a.name, true)
+}
+
+// take takes the lock and deletes the waiter's row in one transaction. It
+// runs on a context that outlives the caller's, so a wait that ends during
+// the take never leaves its outcome unknown. errDead: the row died first.
+// An error wrapping dblock.ErrNotAcquired: someone else holds the lock.
+func (a *attempt) take(w *waiter) (lease *dblock.Lease, err error) {
+	l := a.l
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
+	defer cancel()
+	unlock := l.lockWrites()
+	defer func() { unlock() }()
+	reqStart := time.Now()
+	l.count()
+	tx, err := l.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return nil, l.db.Classify(err)
+	}
+	rollback := func() {
+		l.count()
+		_ = tx.Rollback()
+	}
+	l.count()
+	res, err := l.db.AcquireLease(ctx, tx, a.params)
+	if err != nil {
+		rollback()
+		return nil, err
+	}
+	if !res.Acquired {
+		rollback()
+		return nil, res.Holder.HeldError(a.name, nil)
+	}
+	l.count()
+	ok, err := l.db.TakeWaiter(ctx, tx, w.id)
+	if err != nil {
+		rollback()
+		return nil, err
+	}
+	if !ok {
+		rollback()
+		return nil, errDead
+	}
+	l.count()
+	err = tx.Commit()
+	unlock()
+	unlock = func() {}
+	l.beats.remove(w.id)
+	if err != nil {
+		// The outcome is unknown: read it back.
+		l.count()
+		h, herr := l.db.LeaseHolder(ctx, nil, a.name)
+		if herr != nil || !h.Held() || h.Owner != a.o.Owner || h.Version != int64(res.Token) {
+			return nil, l.db.Classify(err)
+		}
+	}
+	l.local.notify(a.name, true)
+	return a.started(res.Token, reqStart)
+}
+
+// signals are this Locker's own queue events per name (a take, a release, a
+// waiter leaving), delivered to its waiters without a database round trip.
+type signals struct {
+	mu   sync.Mutex
+	subs map[string]map[*signal]struct{}
+}
+
+// signal counts the advances of one name's queue seen by one waiter; ch is buffered
+// one deep and never blocks the sender.
+type signal struct {
+	n  atomic.Uint64
+	ch chan struct{}
+}
+
+func (s *signals) subscribe(name string) *signal {
+	sig := &signal{ch: make(chan struct{}, 1)}
+	s.mu.Lock()
+	m := s.subs[name]
+	if m == nil {
+		m = map[*signal]struct{}{}
+		s.subs[name] = m
+	}
+	m[sig] = struct{}{}
+	s.mu.Unlock()
+	return sig
+}
+
+func (s *signals) unsubscribe(name string, sig *signal) {
+	s.mu.Lock()
+	if m := s.subs[name]; m != nil {
+		delete(m, sig)
+		if len(m) == 0 {
+			delete(s.subs, name)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// notify wakes the waiters of name; advance says whether the queue moved
+// (a take or a leave) rather than the lock being freed (a release).
+func (s *signals) notify(name string, advance bool) {
+	s.mu.Lock()
+	for sig := range s.subs[name] {
+		if advance {
+			sig.n.Add(1)
+		}
+		select {
+		case sig.ch <- struct{}{}:
+		default:
+		}
+	}
+	s.mu.Unlock()
+}
+
+// beats are the waiter rows of this Locker, refreshed together by one
+// statement per heartbeat interval.
+type beats struct {
+	mu  sync.Mutex
+	ids map[int64]struct{}
+}
+
+func (b *beats) add(id int64) {
+	b.mu.Lock()
+	b.ids[id] = struct{}{}
+	b.mu.Unlock()
+}
+
+func (b *beats) remove(id int64) {
+	b.mu.Lock()
+	delete(b.ids, id)
+	b.mu.Unlock()
+}
+
+func (b *beats) snapshot() []int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ids := make([]int64, 0, len(b.ids))
+	for id := range b.ids {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// heartbeat refreshes every waiter row of this Locker each heartbeat
+// interval until Close. A failed statement is retried sooner; a waiter whose
+// row died meanwhile finds out from its next check and queues again.
+func (l *Locker) heartbeat() {
+	defer l.bg.Done()
+	d := l.cfg.HeartbeatInterval
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for attempt := 1; ; attempt++ {
+		select {
+		case <-t.C:
+		case <-l.closing:
+			return
+		}
+		ids := l.beats.snapshot()
+		if len(ids) == 0 {
+			t.Reset(d)
+			continue
+		}
+		unlock := l.lockWrites()
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		l.count()
+		l.stats.heartbeats.Add(1)
+		_, err := l.db.HeartbeatWaiters(ctx, nil, ids, l.cfg.HeartbeatTimeout)
+		cancel()
+		unlock()
+		if err != nil {
+			l.logger.LogAttrs(context.Background(), slog.LevelWarn, "fairqueue: heartbeat failed, retrying",
+				slog.Int("attempt", attempt), slog.Int("waiters", len(ids)), slog.String("error", err.Error()))
+			t.Reset(jitter(max(d/4, l.cfg.PollMin)))
+			continue
+		}
+		attempt = 0
+		t.Reset(d)
+	}
+}

@@ -1,0 +1,379 @@
+// Package leasekeeper keeps lease locks (the dblock_locks rows of the
+// optimistic and fair modes) once they are acquired: it builds the
+// *dblock.Lease handle, renews the lease in the background when asked
+// (Redisson's watchdog), declares it lost when a renewal finds the row no
+// longer ours or the local deadline passes, and releases it with the
+// owner-only CAS. How a lease was acquired is the mode's business; what
+// happens after is the same for every lease mode.
+//
+// Invariants: renewal stops before the release statement runs (Release
+// cancels the watchdog and waits for it), a transient renewal error is
+// retried until the local deadline and never reported as a loss before it,
+// and the local deadline (request start + TTL on the monotonic clock) is
+// never later than the database's expiry.
+package leasekeeper
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+)
+
+// ErrClosed is returned by Start after Close.
+var ErrClosed = errors.New("leasekeeper: closed")
+
+// Config configures a Keeper.
+type Config struct {
+	DB *dialect.DB
+	// Prefix starts log messages ("fairqueue").
+	Prefix string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Hooks observe releases and losses (acquisitions are the mode's to report).
+	Hooks dblock.Hooks
+	// RetryMin is the shortest pause before retrying a failed renewal.
+	RetryMin time.Duration
+	// ReleaseTimeout bounds Close's releases and the reads that classify a loss.
+	ReleaseTimeout time.Duration
+	// CountStatement, when set, is called once per statement sent.
+	CountStatement func()
+	// WriteMu, when set, is held around every write. On SQLite, which has one
+	// writer per database, a Locker serialises its own writes in process
+	// rather than letting them collide on the database lock and back off.
+	WriteMu *sync.Mutex
+}
+
+// Keeper keeps the leases of one Locker. It is safe for concurrent use.
+type Keeper struct {
+	cfg    Config
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	held    map[*dblock.Lease]*held
+	reentry map[holdKey]int // Live handles per hold, for Lease.Reentry.
+	closed  bool
+	wg      sync.WaitGroup // Watchdogs.
+}
+
+type holdKey struct {
+	name, owner string
+	token       dblock.Token
+}
+
+// New returns a Keeper.
+func New(cfg Config) *Keeper {
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = 5 * time.Millisecond
+	}
+	if cfg.ReleaseTimeout <= 0 {
+		cfg.ReleaseTimeout = 5 * time.Second
+	}
+	return &Keeper{cfg: cfg, logger: dblock.LoggerOrDefault(cfg.Logger),
+		held: map[*dblock.Lease]*held{}, reentry: map[holdKey]int{}}
+}
+
+// Params describe a lease just acquired.
+type Params struct {
+	Name, Owner, Mode string
+	Token             dblock.Token
+	TTL               time.Duration
+	// Renew asks for background renewal every TTL/3.
+	Renew bool
+	// ReqStart is when the acquiring statement was sent (monotonic clock):
+	// the lease can be trusted until ReqStart + TTL.
+	ReqStart time.Time
+	// OnReleased, when set, runs after a release statement succeeded.
+	OnReleased func()
+}
+
+// Start returns the handle of a lease just acquired and starts its watchdog.
+// After Close it releases the lease in the database and returns ErrClosed.
+func (k *Keeper) Start(p Params) (*dblock.Lease, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &held{
+		k: k, p: p, key: holdKey{p.Name, p.Owner, p.Token},
+		ctx: ctx, stop: cancel, watchDone: make(chan struct{}), deadline: p.ReqStart.Add(p.TTL), acquired: time.Now(),
+	}
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		cancel()
+		relCtx, relCancel := context.WithTimeout(context.Background(), k.cfg.ReleaseTimeout)
+		defer relCancel()
+		k.count()
+		_, _ = k.cfg.DB.ReleaseLease(relCtx, nil, p.Name, p.Owner, p.Token)
+		return nil, ErrClosed
+	}
+	k.reentry[h.key]++
+	reentry := k.reentry[h.key]
+	h.lease, h.ctl = dblock.NewLease(dblock.LeaseParams{
+		Name: p.Name, Owner: p.Owner, Mode: p.Mode, Token: p.Token, Reentry: reentry,
+		Deadline: h.deadline, Release: h.release,
+	})
+	k.held[h.lease] = h
+	k.wg.Add(1)
+	k.mu.Unlock()
+	go h.watch()
+	return h.lease, nil
+}
+
+// Held returns the number of leases held through k.
+func (k *Keeper) Held() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.held)
+}
+
+// Close releases every lease still held (bounded by Config.ReleaseTimeout),
+// stops the watchdogs and waits for them. Later Starts fail with ErrClosed.
+func (k *Keeper) Close() error {
+	k.mu.Lock()
+	k.closed = true
+	leases := make([]*dblock.Lease, 0, len(k.held))
+	for lease := range k.held {
+		leases = append(leases, lease)
+	}
+	k.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), k.cfg.ReleaseTimeout)
+	defer cancel()
+	var errs []error
+	for _, lease := range leases {
+		err := lease.Release(ctx)
+		if err != nil && !errors.Is(err, dblock.ErrReleased) && !errors.Is(err, dblock.ErrLost) {
+			errs = append(errs, err)
+		}
+	}
+	k.wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (k *Keeper) count() {
+	if k.cfg.CountStatement != nil {
+		k.cfg.CountStatement()
+	}
+}
+
+// lockWrites holds Config.WriteMu, if any, and returns its unlock.
+func (k *Keeper) lockWrites() func() {
+	if k.cfg.WriteMu == nil {
+		return func() {}
+	}
+	k.cfg.WriteMu.Lock()
+	return k.cfg.WriteMu.Unlock
+}
+
+func (k *Keeper) forget(h *held) {
+	k.mu.Lock()
+	if _, ok := k.held[h.lease]; ok {
+		delete(k.held, h.lease)
+		if k.reentry[h.key]--; k.reentry[h.key] <= 0 {
+			delete(k.reentry, h.key)
+		}
+	}
+	k.mu.Unlock()
+}
+
+// held is the state of one lease: its watchdog and its release.
+type held struct {
+	k         *Keeper
+	p         Params
+	key       holdKey
+	lease     *dblock.Lease
+	ctl       dblock.LeaseControl
+	acquired  time.Time
+	ctx       context.Context // Cancelled when Release begins; belongs to the lease, not to any caller.
+	stop      context.CancelFunc
+	watchDone chan struct{}
+
+	mu       sync.Mutex
+	deadline time.Time // Local monotonic time until which the lease can be trusted.
+}
+
+func (h *held) attrs(extra ...slog.Attr) []slog.Attr {
+	return append([]slog.Attr{slog.String("lock_key", h.p.Name), slog.String("owner", h.p.Owner),
+		slog.Int64("token", int64(h.p.Token))}, extra...)
+}
+
+func (h *held) currentDeadline() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deadline
+}
+
+// watch renews the lease every TTL/3 when asked to, and declares it expired
+// when the local deadline passes without a successful renewal.
+func (h *held) watch() {
+	defer h.k.wg.Done()
+	defer close(h.watchDone)
+	deadline := h.currentDeadline()
+	expiry := time.NewTimer(time.Until(deadline))
+	defer expiry.Stop()
+	interval := h.p.TTL / 3
+	var renewC <-chan time.Time
+	var renewTimer *time.Timer
+	if h.p.Renew {
+		renewTimer = time.NewTimer(interval)
+		defer renewTimer.Stop()
+		renewC = renewTimer.C
+	}
+	retry := min(max(interval/4, h.k.cfg.RetryMin), 2*time.Second)
+	for attempt := 1; ; attempt++ {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-expiry.C:
+			if h.ctx.Err() == nil {
+				h.lose(dblock.ErrExpired)
+			}
+			return
+		case <-renewC:
+		}
+		reqStart := time.Now()
+		ctx, cancel := context.WithDeadline(h.ctx, deadline)
+		h.k.count()
+		unlock := h.k.lockWrites()
+		ok, err := h.k.cfg.DB.RenewLease(ctx, nil, h.p.Name, h.p.Owner, h.p.Token, h.p.TTL)
+		unlock()
+		cancel()
+		if h.ctx.Err() != nil {
+			return // Release began; it owns the row from here.
+		}
+		if err != nil {
+			h.k.logger.LogAttrs(h.ctx, slog.LevelWarn, h.k.cfg.Prefix+": renewal failed, retrying until the lease deadline",
+				h.attrs(slog.Int("attempt", attempt), slog.String("error", err.Error()))...)
+			renewTimer.Reset(jitter(retry))
+			continue
+		}
+		if !ok {
+			h.lose(h.classify(h.ctx))
+			return
+		}
+		attempt = 0
+		deadline = reqStart.Add(h.p.TTL)
+		h.mu.Lock()
+		h.deadline = deadline
+		h.mu.Unlock()
+		h.ctl.SetDeadline(deadline)
+		expiry.Reset(time.Until(deadline))
+		renewTimer.Reset(interval)
+	}
+}
+
+// lose ends the lease with reason, once, and reports it.
+func (h *held) lose(reason error) {
+	if !h.ctl.Lose(reason) {
+		return
+	}
+	if !h.ctl.Releasing() {
+		h.k.forget(h)
+	}
+	h.k.logger.LogAttrs(context.Background(), slog.LevelWarn, h.k.cfg.Prefix+": lease lost",
+		h.attrs(slog.String("error", reason.Error()))...)
+	if f := h.k.cfg.Hooks.OnLost; f != nil {
+		f(h.p.Name, h.p.Owner, h.p.Token, &dblock.LostError{Name: h.p.Name, Reason: reason})
+	}
+}
+
+// classify reads the row to say why a CAS on (name, owner, token) found
+// nothing: the lease ran out, another owner or a newer token holds the row,
+// or an administrator freed it.
+func (h *held) classify(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.k.cfg.ReleaseTimeout)
+	defer cancel()
+	expiredLocally := !time.Now().Before(h.currentDeadline())
+	h.k.count()
+	row, err := h.k.cfg.DB.LeaseHolder(ctx, nil, h.p.Name)
+	switch {
+	case err != nil:
+		if expiredLocally {
+			return fmt.Errorf("%w (row unreadable: %w)", dblock.ErrExpired, err)
+		}
+		return fmt.Errorf("%w (row unreadable: %w)", dblock.ErrTakenOver, err)
+	case row.Owner == h.p.Owner && row.Version == int64(h.p.Token):
+		return dblock.ErrExpired
+	case !row.Exists || row.Owner == "" && row.Mode != dblock.ModePessimistic:
+		// The database never ends a lease before the local deadline, so a
+		// row freed earlier was freed by an administrator.
+		if expiredLocally {
+			return dblock.ErrExpired
+		}
+		return dblock.ErrForceReleased
+	default:
+		return dblock.ErrTakenOver
+	}
+}
+
+// release is the Lease's release: it stops renewal first, then runs the CAS.
+func (h *held) release(ctx context.Context) error {
+	h.stop()
+	<-h.watchDone
+	defer h.k.forget(h)
+	ok, err := h.releaseRow(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		h.lose(h.classify(ctx))
+		return nil // The Lease reports the loss.
+	}
+	h.k.logger.LogAttrs(ctx, slog.LevelDebug, h.k.cfg.Prefix+": released", h.attrs()...)
+	if h.p.OnReleased != nil {
+		h.p.OnReleased()
+	}
+	if f := h.k.cfg.Hooks.OnReleased; f != nil {
+		f(h.p.Name, h.p.Owner, h.p.Token, time.Since(h.acquired))
+	}
+	return nil
+}
+
+// releaseRow runs the release CAS, retrying transient failures until ctx
+// ends: a statement that may not wait for a row lock (MariaDB's NOWAIT
+// variant, SQLite's busy timeout) fails while another transaction briefly
+// holds the row, and a release given up on would leave the name held until
+// the lease expires.
+func (h *held) releaseRow(ctx context.Context) (bool, error) {
+	backoff := h.k.cfg.RetryMin
+	for attempt := 1; ; attempt++ {
+		h.k.count()
+		unlock := h.k.lockWrites()
+		ok, err := h.k.cfg.DB.ReleaseLease(ctx, nil, h.p.Name, h.p.Owner, h.p.Token)
+		unlock()
+		if err == nil || !Transient(err) || ctx.Err() != nil {
+			return ok, err
+		}
+		h.k.logger.LogAttrs(ctx, slog.LevelDebug, h.k.cfg.Prefix+": release failed, retrying",
+			h.attrs(slog.Int("attempt", attempt), slog.String("error", err.Error()))...)
+		t := time.NewTimer(jitter(backoff))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false, err
+		}
+		backoff = min(backoff*2, 250*time.Millisecond)
+	}
+}
+
+// Transient reports whether a statement's error is worth retrying as it is:
+// a lock not available, a deadlock or serialization failure, or a database
+// that is briefly unavailable.
+func Transient(err error) bool {
+	return errors.Is(err, dblock.ErrUnavailable) || dialect.IsRetryable(err) || errors.Is(err, driver.ErrBadConn)
+}
+
+// jitter returns a duration in [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
