@@ -1,0 +1,158 @@
+package reaper
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+)
+
+// TestMain checks that no test leaves a goroutine behind (a cron loop, a
+// pass). The database pools that internal/dbtest shares between tests stay
+// open until the process ends, so their goroutines are ignored.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionCleaner"),
+		goleak.IgnoreTopFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgconn.(*PgConn).startContextWatcher.func1"),
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/ctxwatch.(*ContextWatcher).Watch.func1"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// randomName returns a fresh lock name with a readable prefix.
+func randomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + ":" + hex.EncodeToString(b[:])
+}
+
+// quietLogger discards everything, keeping test output readable.
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// newReaper returns a Reaper on db with a quiet logger, failing t on error.
+func newReaper(t testing.TB, db *dialect.DB, cfg *Config) *Reaper {
+	t.Helper()
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger()
+	}
+	r, err := New(db, cfg)
+	if err != nil {
+		t.Fatalf("reaper.New: %v", err)
+	}
+	return r
+}
+
+// shifted is the SQL for the database clock moved by the microseconds bound
+// at placeholder n (negative: in the past).
+func shifted(db *dialect.DB, n int) string {
+	ph := db.Dialect.Placeholder(n)
+	switch db.Dialect.Kind() {
+	case dialect.Postgres:
+		return fmt.Sprintf("(now() + %s::bigint * interval '1 microsecond')", ph)
+	case dialect.MySQL:
+		return fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND)", ph)
+	default:
+		return fmt.Sprintf("(%s + %s)", db.Dialect.Now(), ph)
+	}
+}
+
+// exec runs a test statement, failing t on error.
+func exec(t testing.TB, db *dialect.DB, query string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, query, args...); err != nil {
+		t.Fatalf("exec %q: %v", query, err)
+	}
+}
+
+// acquire takes name for owner with ttl, failing t unless acquired.
+func acquire(t testing.TB, db *dialect.DB, name, owner string, ttl time.Duration) dblock.Token {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
+	if err != nil || !res.Acquired {
+		t.Fatalf("acquire %s for %s: %+v %v", name, owner, res, err)
+	}
+	return res.Token
+}
+
+// release frees name held by (owner, token), failing t unless released.
+func release(t testing.TB, db *dialect.DB, name, owner string, token dblock.Token) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if ok, err := db.ReleaseLease(ctx, nil, name, owner, token); err != nil || !ok {
+		t.Fatalf("release %s: %v %v", name, ok, err)
+	}
+}
+
+// expire moves name's lease expiry by d (negative: into the past).
+func expire(t testing.TB, db *dialect.DB, name string, d time.Duration) {
+	t.Helper()
+	exec(t, db, fmt.Sprintf("UPDATE dblock_locks SET expires_at = %s WHERE name = %s",
+		shifted(db, 1), db.Dialect.Placeholder(2)), d.Microseconds(), name)
+}
+
+// age moves name's updated_at by d (negative: into the past).
+func age(t testing.TB, db *dialect.DB, name string, d time.Duration) {
+	t.Helper()
+	exec(t, db, fmt.Sprintf("UPDATE dblock_locks SET updated_at = %s WHERE name = %s",
+		shifted(db, 1), db.Dialect.Placeholder(2)), d.Microseconds(), name)
+}
+
+// addWaiter inserts a fair-queue waiter whose heartbeat deadline is d from now.
+func addWaiter(t testing.TB, db *dialect.DB, name, owner string, d time.Duration) {
+	t.Helper()
+	now := db.Dialect.Now()
+	exec(t, db, fmt.Sprintf(
+		"INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at) VALUES (%s, %s, %s, %s, %s)",
+		db.Dialect.Placeholder(1), db.Dialect.Placeholder(2), now, now, shifted(db, 3)), name, owner, d.Microseconds())
+}
+
+// waiters counts name's waiters.
+func waiters(t testing.TB, db *dialect.DB, name string) int {
+	t.Helper()
+	var n int
+	if err := db.GetContext(context.Background(), &n,
+		"SELECT count(*) FROM dblock_waiters WHERE name = "+db.Dialect.Placeholder(1), name); err != nil {
+		t.Fatalf("count waiters: %v", err)
+	}
+	return n
+}
+
+// holder reads name's row.
+func holder(t testing.TB, db *dialect.DB, name string) dialect.Holder {
+	t.Helper()
+	h, err := db.LeaseHolder(context.Background(), nil, name)
+	if err != nil {
+		t.Fatalf("holder %s: %v", name, err)
+	}
+	return h
+}
+
+// runOnce runs one pass under a hang guard, failing t on error.
+func runOnce(t testing.TB, r *Reaper) Stats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	return st
+}
