@@ -1,0 +1,699 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/dbtest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// goldenStatus is the golden shape of status --json.
+var goldenStatus = filepath.Join("..", "..", "testdata", "status.golden.json")
+
+// modes lists the exec flags of every lock mode the CLI offers.
+var modes = []struct {
+	name  string
+	flags []string
+}{
+	{"optimistic", nil},
+	{"pessimistic", []string{"--mode", "pessimistic"}},
+	{"fair", []string{"--fair"}},
+}
+
+// waitFile waits until path exists and is not empty, and returns its content.
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	var content string
+	eventually(t, "file "+filepath.Base(path), func() bool {
+		b, err := os.ReadFile(path)
+		content = strings.TrimSpace(string(b))
+		return err == nil && content != ""
+	})
+	return content
+}
+
+// TestExecNoOverlap runs several exec processes at once on one name: their
+// commands never overlap and see strictly increasing DBLOCK_TOKENs.
+func TestExecNoOverlap(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		for _, m := range modes {
+			t.Run(m.name, func(t *testing.T) {
+				dir := t.TempDir()
+				log := filepath.Join(dir, "log")
+				section := script(t, dir, "section.sh", `echo "start $DBLOCK_TOKEN $$" >> "$1"
+sleep 0.05
+echo "end $DBLOCK_TOKEN $$" >> "$1"
+`)
+				c := cli{dsn: iso.DSN}
+				const n = 4
+				procs := make([]*proc, n)
+				for i := range procs {
+					args := append([]string{"exec", "--lock", "overlap", "--ttl", "10s"}, m.flags...)
+					procs[i] = c.start(t, append(args, "--", "sh", section, log)...)
+				}
+				for i, p := range procs {
+					if r := p.wait(); r.code != 0 {
+						t.Fatalf("exec %d: exit %d, stderr %q", i, r.code, r.stderr)
+					}
+				}
+				lines := readLines(t, log)
+				if len(lines) != 2*n {
+					t.Fatalf("log has %d lines, want %d:\n%s", len(lines), 2*n, strings.Join(lines, "\n"))
+				}
+				last := int64(0)
+				for i := 0; i < len(lines); i += 2 {
+					start, end := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+					if len(start) != 3 || len(end) != 3 || start[0] != "start" || end[0] != "end" ||
+						start[1] != end[1] || start[2] != end[2] {
+						t.Fatalf("critical sections overlap or are malformed at line %d:\n%s", i, strings.Join(lines, "\n"))
+					}
+					token, err := strconv.ParseInt(start[1], 10, 64)
+					if err != nil || token <= last {
+						t.Fatalf("token %q after %d: want strictly increasing tokens:\n%s", start[1], last, strings.Join(lines, "\n"))
+					}
+					last = token
+				}
+			})
+		}
+	})
+}
+
+// processGone reports whether pid has exited (or is a zombie nobody reaped).
+func processGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return true
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return runtime.GOOS == "linux"
+	}
+	s := string(stat)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] == 'Z'
+	}
+	return false
+}
+
+// TestExecTakeoverAfterKill kills an exec holder with SIGKILL: its command
+// dies with it, and another exec takes the name over, after the lease
+// expired (optimistic) or as soon as the connection is gone (pessimistic).
+func TestExecTakeoverAfterKill(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		for _, m := range modes {
+			t.Run(m.name, func(t *testing.T) {
+				dir := t.TempDir()
+				pidFile := filepath.Join(dir, "pid")
+				c := cli{dsn: iso.DSN, env: []string{"DBLOCK_BIN=" + binary, "DBLOCK_TEST_DSN=" + iso.DSN}}
+				args := append([]string{"exec", "--lock", "takeover", "--ttl", "2s"}, m.flags...)
+				holder := c.start(t, append(args, "--", "sh", "-c", `echo $DBLOCK_TOKEN $$ > "$1"; exec sleep 60`, "sh", pidFile)...)
+				fields := strings.Fields(waitFile(t, pidFile))
+				if len(fields) != 2 {
+					t.Fatalf("pid file: %q", fields)
+				}
+				oldToken, _ := strconv.ParseInt(fields[0], 10, 64)
+				childPID, _ := strconv.Atoi(fields[1])
+				holder.signal(syscall.SIGKILL)
+				if r := holder.wait(); r.code != 128+int(syscall.SIGKILL) {
+					t.Fatalf("killed holder: exit %d", r.code)
+				}
+				if runtime.GOOS == "linux" {
+					eventually(t, "the killed holder's command to die with it", func() bool { return processGone(childPID) })
+				}
+				var expiry time.Time
+				lease := m.name != "pessimistic"
+				if lease {
+					rows, err := iso.DB.ListLocks(context.Background(), []string{"takeover"})
+					if err != nil || len(rows) != 1 {
+						t.Fatalf("ListLocks after kill: %v %v", rows, err)
+					}
+					expiry = rows[0].ExpiresAt
+				}
+				statusFile := filepath.Join(dir, "status.json")
+				args = append([]string{"exec", "--lock", "takeover"}, m.flags...)
+				c.expect(t, 0, append(args, "--", "sh", "-c",
+					`echo $DBLOCK_TOKEN > "$1.token"; "$DBLOCK_BIN" --dsn "$DBLOCK_TEST_DSN" status --json > "$1"`, "sh", statusFile)...)
+				newToken, err := strconv.ParseInt(strings.TrimSpace(string(must(os.ReadFile(statusFile+".token")))), 10, 64)
+				if err != nil || newToken <= oldToken {
+					t.Fatalf("taker's token %d (%v), want > %d", newToken, err, oldToken)
+				}
+				if !lease {
+					return
+				}
+				var st statusJSON
+				if err := json.Unmarshal(must(os.ReadFile(statusFile)), &st); err != nil {
+					t.Fatalf("status --json from inside exec: %v", err)
+				}
+				if len(st.Locks) != 1 || st.Locks[0].Token != newToken || st.Locks[0].AcquiredAt == nil {
+					t.Fatalf("status --json inside the taker: %+v", st)
+				}
+				acquired, err := time.Parse(time.RFC3339, *st.Locks[0].AcquiredAt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if acquired.Before(expiry) {
+					t.Errorf("taken over at %v, before the killed holder's lease expired at %v", acquired, expiry)
+				}
+			})
+		}
+	})
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestExecExitCodes provokes every exit code of exec that needs a database.
+func TestExecExitCodes(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		c := cli{dsn: iso.DSN}
+		t.Run("status passthrough", func(t *testing.T) {
+			c.expect(t, 0, "exec", "--lock", "x", "--", "true")
+			c.expect(t, 7, "exec", "--lock", "x", "--", "sh", "-c", "exit 7")
+			c.expect(t, 128+int(syscall.SIGTERM), "exec", "--lock", "x", "--", "sh", "-c", "kill -TERM $$")
+			for _, m := range modes {
+				c.expect(t, 3, append(append([]string{"exec", "--lock", "x"}, m.flags...), "--", "sh", "-c", "exit 3")...)
+			}
+			r := c.expect(t, 0, "exec", "--lock", "env", "--owner", "me", "--", "sh", "-c", `echo "$DBLOCK_NAME|$DBLOCK_OWNER|$DBLOCK_TOKEN"`)
+			if f := strings.Split(strings.TrimSpace(r.stdout), "|"); len(f) != 3 || f[0] != "env" || f[1] != "me" || f[2] == "" || f[2] == "0" {
+				t.Errorf("CMD environment: %q", r.stdout)
+			}
+		})
+		t.Run("pessimistic hold outlives its idle TTL", func(t *testing.T) {
+			// The server ends a transaction idle for its TTL; exec keeps
+			// the holding transaction busy while CMD runs past it.
+			c.expect(t, 0, "exec", "--lock", "long", "--mode", "pessimistic", "--ttl", "500ms", "--", "sleep", "2")
+		})
+		t.Run("command not found", func(t *testing.T) {
+			r := c.expect(t, 127, "exec", "--lock", "x", "--", "no-such-command-dblock-test")
+			assertOneLine(t, r.stderr, "no-such-command-dblock-test")
+		})
+		t.Run("75 not acquired", func(t *testing.T) {
+			dir := t.TempDir()
+			ready := filepath.Join(dir, "ready")
+			holder := c.start(t, "exec", "--lock", "busy", "--owner", "holder-1", "--", "sh", "-c", `echo ok > "$1"; exec sleep 60`, "sh", ready)
+			waitFile(t, ready)
+			r := c.expect(t, 75, "exec", "--lock", "busy", "--wait", "0", "--", "true")
+			assertOneLine(t, r.stderr, `"busy"`, `owner "holder-1"`, "until ", "(in ")
+			r = c.expect(t, 75, "exec", "--lock", "busy", "--wait", "200ms", "--", "true")
+			assertOneLine(t, r.stderr, `owner "holder-1"`, "gave up after waiting 200ms")
+			r = c.expect(t, 75, "exec", "--lock", "busy", "--mode", "pessimistic", "--wait", "0", "--", "true")
+			assertOneLine(t, r.stderr, `"busy"`)
+			holder.signal(syscall.SIGTERM)
+			if r := holder.wait(); r.code != 128+int(syscall.SIGTERM) {
+				t.Errorf("holder after SIGTERM: exit %d (stderr %q)", r.code, r.stderr)
+			}
+			c.expect(t, 0, "exec", "--lock", "busy", "--wait", "0", "--", "true")
+		})
+		t.Run("76 lost", func(t *testing.T) {
+			dir := t.TempDir()
+			ready := filepath.Join(dir, "ready")
+			term := filepath.Join(dir, "term")
+			holder := c.start(t, "exec", "--lock", "lose", "--ttl", "1s", "--", "sh", "-c",
+				`trap 'echo term > "$2"; exit 0' TERM; echo ok > "$1"; while :; do sleep 0.05; done`, "sh", ready, term)
+			waitFile(t, ready)
+			r := c.expect(t, 0, "release", "--lock", "lose", "--force")
+			if !strings.Contains(r.stdout, `released "lose"`) {
+				t.Errorf("release output %q", r.stdout)
+			}
+			res := holder.wait()
+			if res.code != 76 {
+				t.Fatalf("holder after force release: exit %d, want 76 (stderr %q)", res.code, res.stderr)
+			}
+			if !strings.Contains(res.stderr, `lock "lose" lost`) || !strings.Contains(res.stderr, "SIGTERM") {
+				t.Errorf("holder stderr %q does not explain the loss", res.stderr)
+			}
+			if got := waitFile(t, term); got != "term" {
+				t.Errorf("CMD did not get SIGTERM: %q", got)
+			}
+			r = c.expect(t, 0, "release", "--lock", "lose", "--force")
+			if !strings.Contains(r.stdout, "not held") {
+				t.Errorf("second release output %q", r.stdout)
+			}
+		})
+		t.Run("signals forwarded", func(t *testing.T) {
+			dir := t.TempDir()
+			ready := filepath.Join(dir, "ready")
+			term := filepath.Join(dir, "term")
+			p := c.start(t, "exec", "--lock", "sig", "--", "sh", "-c",
+				`trap 'echo term > "$2"; exit 3' TERM; echo ok > "$1"; while :; do sleep 0.05; done`, "sh", ready, term)
+			waitFile(t, ready)
+			p.signal(syscall.SIGTERM)
+			if r := p.wait(); r.code != 3 {
+				t.Fatalf("exec after SIGTERM: exit %d, want CMD's 3 (stderr %q)", r.code, r.stderr)
+			}
+			if got := waitFile(t, term); got != "term" {
+				t.Errorf("CMD did not get SIGTERM: %q", got)
+			}
+			c.expect(t, 0, "exec", "--lock", "sig", "--wait", "0", "--", "true")
+		})
+	})
+}
+
+// TestUsageErrors checks that bad usage exits 64 with one clear line.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	c := cli{}
+	long := strings.Repeat("n", 300)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"--bogus", "status"}, "flag provided but not defined: -bogus"},
+		{[]string{"exec", "--bogus", "--lock", "x", "--", "true"}, "flag provided but not defined: -bogus"},
+		{[]string{"exec", "--", "true"}, "--lock NAME is required"},
+		{[]string{"exec", "--lock", "x"}, "no command given"},
+		{[]string{"exec", "--lock", "x", "--mode", "sloppy", "--", "true"}, `unknown --mode "sloppy"`},
+		{[]string{"exec", "--lock", "x", "--mode", "pessimistic", "--fair", "--", "true"}, "--fair works with --mode optimistic only"},
+		{[]string{"exec", "--lock", "x", "--ttl", "soon", "--", "true"}, "invalid value \"soon\" for flag -ttl"},
+		{[]string{"exec", "--lock", "x", "--ttl", "1ns", "--", "true"}, "ttl 1ns out of range"},
+		{[]string{"exec", "--lock", "x", "--wait", "-1s", "--", "true"}, "must not be negative"},
+		{[]string{"exec", "--lock", long, "--", "true"}, "invalid lock name"},
+		{[]string{"status", long}, "invalid lock name"},
+		{[]string{"release", "--lock", "x"}, "refusing to free \"x\" without --force"},
+		{[]string{"release", "--force"}, "--lock NAME is required"},
+		{[]string{"migrate"}, "want exactly one of up, down or status"},
+		{[]string{"migrate", "sideways"}, `unknown subcommand "sideways"`},
+		{[]string{"--dsn", "oracle://scott@db/x", "status"}, "bad DSN"},
+		{[]string{"--dsn", "mysql://root@127.0.0.1:3306/test", "status"}, "bad DSN"},
+		{[]string{"--dsn", "sqlite://", "status"}, "bad DSN"},
+		{[]string{"reaper", "--schedule", "every tuesday"}, `bad --schedule "every tuesday"`},
+		{[]string{"reaper", "--metrics-addr", "9090"}, `bad --metrics-addr "9090"`},
+	}
+	for _, tc := range cases {
+		r := c.expect(t, 64, tc.args...)
+		assertOneLine(t, r.stderr, tc.want)
+		if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic") {
+			t.Errorf("dblock %v printed a stack trace: %s", tc.args, r.stderr)
+		}
+	}
+	r := c.expect(t, 64)
+	if !strings.Contains(r.stderr, "Usage:") {
+		t.Errorf("no command: stderr %q, want the usage", r.stderr)
+	}
+	r = c.run(t, "--dsn", "oracle://scott:tiger@db/x", "status")
+	if strings.Contains(r.stderr, "tiger") {
+		t.Errorf("a password leaked into the error: %q", r.stderr)
+	}
+}
+
+// TestUnavailable checks the exit code of an unreachable database.
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	r := cli{dsn: "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"}.expect(t, 69, "status")
+	assertOneLine(t, r.stderr, "database unavailable")
+}
+
+// TestHelp checks --help on every command: usage and examples on stdout, exit 0.
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	c := cli{}
+	for _, args := range [][]string{{"--help"}, {"help"}, {"migrate", "--help"}, {"exec", "--help"},
+		{"status", "--help"}, {"release", "--help"}, {"reaper", "--help"}} {
+		r := c.expect(t, 0, args...)
+		if !strings.Contains(r.stdout, "Usage:") || !strings.Contains(r.stdout, "Examples:") {
+			t.Errorf("dblock %v: help without usage or examples:\n%s", args, r.stdout)
+		}
+	}
+}
+
+// TestSchemaMissing checks that every command that needs the tables says
+// which migrate command to run, and exits 78.
+func TestSchemaMissing(t *testing.T) {
+	t.Parallel()
+	for _, kind := range dbtest.Kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.NewEmpty(t, kind)
+			c := cli{dsn: iso.DSN}
+			for _, args := range [][]string{{"status"}, {"exec", "--lock", "x", "--", "true"}, {"release", "--lock", "x", "--force"}, {"reaper", "--once"}} {
+				r := c.expect(t, 78, args...)
+				assertOneLine(t, r.stderr, "dblock migrate up")
+			}
+		})
+	}
+}
+
+// TestMigrateRoundTrip applies, inspects and rolls back the migrations.
+func TestMigrateRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, kind := range dbtest.Kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.NewEmpty(t, kind)
+			c := cli{dsn: iso.DSN}
+			r := c.expect(t, 0, "migrate", "status")
+			if !strings.Contains(r.stdout, "pending") || strings.Contains(r.stdout, "applied ") {
+				t.Fatalf("status before up:\n%s", r.stdout)
+			}
+			r = c.expect(t, 0, "migrate", "up")
+			applied := strings.Count(r.stdout, "applied ")
+			if applied < 2 || !strings.Contains(r.stdout, "00001_create_dblock_locks.sql") {
+				t.Fatalf("migrate up:\n%s", r.stdout)
+			}
+			r = c.expect(t, 0, "migrate", "up")
+			if !strings.Contains(r.stdout, "up to date") {
+				t.Errorf("second migrate up:\n%s", r.stdout)
+			}
+			r = c.expect(t, 0, "migrate", "status")
+			if strings.Contains(r.stdout, "pending") || strings.Count(r.stdout, "applied") != applied {
+				t.Errorf("status after up:\n%s", r.stdout)
+			}
+			c.expect(t, 0, "exec", "--lock", "m", "--", "true")
+
+			r = c.expect(t, 0, "migrate", "down")
+			if !strings.Contains(r.stdout, "rolled back ") {
+				t.Fatalf("migrate down:\n%s", r.stdout)
+			}
+			r = c.expect(t, 78, "exec", "--lock", "m", "--", "true")
+			assertOneLine(t, r.stderr, "dblock migrate up")
+			c.expect(t, 0, "migrate", "up")
+			c.expect(t, 0, "exec", "--lock", "m", "--", "true")
+
+			for i := 0; ; i++ {
+				if i > applied {
+					t.Fatalf("migrate down did not reach version 0 after %d steps", i)
+				}
+				r = c.expect(t, 0, "migrate", "down")
+				if strings.Contains(r.stdout, "nothing to roll back") {
+					break
+				}
+			}
+			r = c.expect(t, 0, "migrate", "status")
+			if strings.Count(r.stdout, "pending") != applied {
+				t.Errorf("status after rolling everything back:\n%s", r.stdout)
+			}
+			c.expect(t, 0, "migrate", "up")
+			c.expect(t, 0, "exec", "--lock", "m", "--", "true")
+		})
+	}
+}
+
+// TestFirstRunSQLiteDefault runs the README's first command in an empty
+// directory with no DSN: the SQLite default is created and migrated.
+func TestFirstRunSQLiteDefault(t *testing.T) {
+	t.Parallel()
+	c := cli{dir: t.TempDir()}
+	r := c.expect(t, 0, "exec", "--lock", "hello", "--", "echo", "I hold the lock")
+	if r.stdout != "I hold the lock\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	if _, err := os.Stat(filepath.Join(c.dir, "dblock.db")); err != nil {
+		t.Errorf("the default database was not created: %v", err)
+	}
+	r = c.expect(t, 0, "status", "--json", "hello")
+	var st statusJSON
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	if len(st.Locks) != 0 || len(st.Free) != 1 || st.Free[0] != "hello" {
+		t.Errorf("status after the run: %+v", st)
+	}
+	// Concurrent first runs in another empty directory all succeed.
+	c2 := cli{dir: t.TempDir()}
+	procs := make([]*proc, 3)
+	for i := range procs {
+		procs[i] = c2.start(t, "exec", "--lock", "hello", "--", "true")
+	}
+	for i, p := range procs {
+		if r := p.wait(); r.code != 0 {
+			t.Errorf("concurrent first run %d: exit %d: %s", i, r.code, r.stderr)
+		}
+	}
+}
+
+// addWaiter inserts a fair-queue waiter whose heartbeat deadline is ttl from
+// the database's now (negative: stale).
+func addWaiter(t *testing.T, db *dialect.DB, name, owner string, ttl time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	us := ttl.Microseconds()
+	var err error
+	switch db.Dialect.Kind() {
+	case dialect.Postgres:
+		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, expires_at)
+VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')`, name, owner, us)
+	case dialect.MySQL:
+		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
+VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`, name, owner, us)
+	default:
+		now := "CAST(unixepoch('subsec') * 1000000 AS INTEGER)"
+		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
+VALUES (?1, ?2, `+now+`, `+now+`, `+now+` + ?3)`, name, owner, us)
+	}
+	if err != nil {
+		t.Fatalf("insert waiter: %v", err)
+	}
+}
+
+var metadataRE = regexp.MustCompile(`^dblock exec on \S+ pid \d+: sh -c .+$`)
+
+// normalizeStatus replaces what differs between runs (times, durations,
+// tokens, ids, host and pid) with fixed values after checking its form.
+func normalizeStatus(t *testing.T, v any, key string) any {
+	t.Helper()
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = normalizeStatus(t, e, k)
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = normalizeStatus(t, e, key)
+		}
+		return x
+	case string:
+		switch {
+		case key == "now" || key == "waiting_since" || strings.HasSuffix(key, "_at"):
+			ts, err := time.Parse(time.RFC3339, x)
+			if err != nil || !strings.HasSuffix(x, "Z") || ts.Year() < 2000 {
+				t.Errorf("%s = %q: want an RFC 3339 UTC time", key, x)
+			}
+			return "TIME"
+		case key == "metadata":
+			if !metadataRE.MatchString(x) {
+				t.Errorf("metadata = %q, want %v", x, metadataRE)
+			}
+			return "METADATA"
+		}
+		return x
+	case float64:
+		switch key {
+		case "token", "id":
+			if x <= 0 || x != float64(int64(x)) {
+				t.Errorf("%s = %v, want a positive integer", key, x)
+			}
+			return 1
+		case "expires_in_seconds", "wait_seconds":
+			if x < 0 {
+				t.Errorf("%s = %v, want >= 0", key, x)
+			}
+			return 1.5
+		}
+		return x
+	}
+	return v
+}
+
+// TestStatusJSONGolden checks status --json against testdata/status.golden.json
+// (run with -update to rewrite it), and the table for people.
+func TestStatusJSONGolden(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		dir := t.TempDir()
+		ready := filepath.Join(dir, "ready")
+		c := cli{dsn: iso.DSN}
+		holder := c.start(t, "exec", "--lock", "golden-a", "--owner", "golden-owner", "--ttl", "1m", "--",
+			"sh", "-c", `echo ok > "$1"; exec sleep 60`, "sh", ready)
+		waitFile(t, ready)
+		addWaiter(t, iso.DB, "golden-a", "waiter-1", time.Minute)
+		addWaiter(t, iso.DB, "golden-a", "waiter-stale", -time.Second)
+		addWaiter(t, iso.DB, "golden-a", "waiter-2", time.Minute)
+		addWaiter(t, iso.DB, "golden-b", "waiter-3", time.Minute)
+
+		r := c.expect(t, 0, "status", "--json", "golden-a", "golden-b", "golden-free")
+		var doc any
+		if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+			t.Fatalf("status --json is not JSON: %v\n%s", err, r.stdout)
+		}
+		got := must(json.MarshalIndent(normalizeStatus(t, doc, ""), "", "  "))
+		got = append(got, '\n')
+		if *update && iso.Kind == dialect.Postgres {
+			if err := os.WriteFile(goldenStatus, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(goldenStatus)
+		if err != nil {
+			t.Fatalf("read golden file (go test -run TestStatusJSONGolden -update writes it): %v", err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("status --json (normalised) differs from %s:\n%s", goldenStatus, got)
+		}
+
+		r = c.expect(t, 0, "status", "golden-a", "golden-b", "golden-free")
+		for _, s := range []string{"LOCK", "golden-a", "golden-owner", "optimistic", "in ", "ago",
+			"WAITING FOR", "waiter-1", "waiter-2", "waiter-3", "free: golden-free"} {
+			if !strings.Contains(r.stdout, s) {
+				t.Errorf("status table lacks %q:\n%s", s, r.stdout)
+			}
+		}
+		if strings.Contains(r.stdout, "waiter-stale") {
+			t.Errorf("status lists a stale waiter:\n%s", r.stdout)
+		}
+		holder.signal(syscall.SIGTERM)
+		holder.wait()
+		r = c.expect(t, 0, "status", "--json")
+		var st statusJSON
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Locks) != 0 || len(st.Waiters) != 3 {
+			t.Errorf("status after release: %+v (%v)", st, err)
+		}
+	})
+}
+
+// TestReaper runs one pass that frees an expired lease and deletes a dead
+// waiter, then the scheduled reaper with metrics, stopped by SIGTERM.
+func TestReaper(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx := context.Background()
+		res, err := iso.DB.AcquireLease(ctx, nil, dialect.AcquireParams{Name: "reap-me", Owner: "gone", Mode: "optimistic", TTL: 10 * time.Millisecond})
+		if err != nil || !res.Acquired {
+			t.Fatalf("acquire: %+v %v", res, err)
+		}
+		addWaiter(t, iso.DB, "reap-me", "dead-waiter", -time.Minute)
+		eventually(t, "the lease to expire", func() bool {
+			rows, err := iso.DB.ListLocks(ctx, []string{"reap-me"})
+			return err == nil && len(rows) == 1 && rows[0].Expired()
+		})
+		c := cli{dsn: iso.DSN}
+		r := c.expect(t, 0, "reaper", "--once")
+		if !strings.Contains(r.stdout, "freed 1 expired leases, deleted 1 dead waiters") {
+			t.Errorf("reaper --once output %q", r.stdout)
+		}
+		rows, err := iso.DB.ListLocks(ctx, nil)
+		if err != nil || len(rows) != 0 {
+			t.Errorf("locks after the pass: %+v %v", rows, err)
+		}
+
+		p := c.start(t, "reaper", "--schedule", "@every 1s", "--metrics-addr", "127.0.0.1:0")
+		addrRE := regexp.MustCompile(`addr=http://(127\.0\.0\.1:\d+)`)
+		var addr string
+		eventually(t, "the metrics address in the log", func() bool {
+			b, _ := os.ReadFile(p.errOut)
+			if m := addrRE.FindSubmatch(b); m != nil {
+				addr = string(m[1])
+				return true
+			}
+			return false
+		})
+		client := &http.Client{Timeout: 10 * time.Second}
+		get := func(path string) (int, string) {
+			t.Helper()
+			resp, err := client.Get("http://" + addr + path)
+			if err != nil {
+				t.Fatalf("GET %s: %v", path, err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		if code, body := get("/healthz"); code != http.StatusOK || !strings.Contains(body, "ok") {
+			t.Errorf("/healthz: %d %q", code, body)
+		}
+		if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "dblock_reaper_rows_total") {
+			t.Errorf("/metrics: %d %q", code, body)
+		}
+		p.signal(syscall.SIGTERM)
+		if r := p.wait(); r.code != 0 {
+			t.Errorf("reaper after SIGTERM: exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+}
+
+// TestExecFairQueue queues fair exec waiters behind a holder: status shows
+// them in arrival order, an interrupted waiter leaves the queue (exit 130),
+// and the others run in arrival order once the holder ends.
+func TestExecFairQueue(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		ready, goFile, order := filepath.Join(dir, "ready"), filepath.Join(dir, "go"), filepath.Join(dir, "order")
+		c := cli{dsn: iso.DSN}
+		holder := c.start(t, "exec", "--lock", "fq", "--fair", "--", "sh", "-c",
+			`echo ok > "$1"; while [ ! -f "$2" ]; do sleep 0.05; done`, "sh", ready, goFile)
+		waitFile(t, ready)
+		queued := func(n int) {
+			t.Helper()
+			eventually(t, fmt.Sprintf("%d fair waiters", n), func() bool {
+				w, err := iso.DB.ListWaiters(ctx, []string{"fq"})
+				return err == nil && len(w) == n
+			})
+		}
+		var waiters []*proc
+		for i, owner := range []string{"w1", "w2", "w3"} {
+			waiters = append(waiters, c.start(t, "exec", "--lock", "fq", "--fair", "--owner", owner, "--",
+				"sh", "-c", `echo "$DBLOCK_OWNER" >> "$1"`, "sh", order))
+			queued(i + 1)
+		}
+		waiters[2].signal(syscall.SIGINT)
+		r := waiters[2].wait()
+		if r.code != 128+int(syscall.SIGINT) {
+			t.Fatalf("interrupted waiter: exit %d, want 130 (stderr %q)", r.code, r.stderr)
+		}
+		assertOneLine(t, r.stderr, "interrupted by SIGINT", `"fq"`)
+		queued(2)
+
+		r = c.expect(t, 0, "status", "--json", "fq")
+		var st statusJSON
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Locks) != 1 || st.Locks[0].Mode != "fair" || len(st.Waiters) != 2 ||
+			st.Waiters[0].Owner != "w1" || st.Waiters[0].Position != 1 ||
+			st.Waiters[1].Owner != "w2" || st.Waiters[1].Position != 2 {
+			t.Fatalf("status --json with two fair waiters: %s", r.stdout)
+		}
+
+		if err := os.WriteFile(goFile, []byte("go"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := holder.wait(); r.code != 0 {
+			t.Fatalf("holder: exit %d (%q)", r.code, r.stderr)
+		}
+		for i, w := range waiters[:2] {
+			if r := w.wait(); r.code != 0 {
+				t.Fatalf("waiter %d: exit %d (%q)", i+1, r.code, r.stderr)
+			}
+		}
+		if got := strings.Join(readLines(t, order), " "); got != "w1 w2" {
+			t.Errorf("fair waiters ran in order %q, want \"w1 w2\"", got)
+		}
+	})
+}

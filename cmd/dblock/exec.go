@@ -1,0 +1,408 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+)
+
+const execHelp = `Usage: dblock [--dsn DSN] exec --lock NAME [--mode optimistic|pessimistic] [--fair]
+                 [--ttl DUR] [--wait DUR] [--owner ID] -- CMD [ARGS...]
+
+Runs CMD while holding the lock NAME, like flock(1) but across hosts: every
+process on every machine that uses the same database and NAME takes turns.
+The lock is renewed while CMD runs and released when CMD ends; dblock then
+exits with CMD's status.
+
+CMD's environment also has:
+  DBLOCK_NAME    the lock name
+  DBLOCK_OWNER   the owner holding it
+  DBLOCK_TOKEN   the fencing token: greater than every earlier holder's, so a
+                 resource can reject writes from a holder that was superseded
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dblock are passed on to CMD (to
+its whole process group). If dblock is killed, CMD is killed with it (Linux)
+and the lock expires after its TTL.
+
+If the lock is lost while CMD runs (its lease could not be renewed in time,
+or an administrator ran dblock release --force), dblock sends SIGTERM to CMD,
+SIGKILL 10s later if it is still running, and exits 76.
+
+Flags:
+  --lock NAME     the lock to hold (required)
+  --mode MODE     optimistic (default): a lease row, renewed while CMD runs;
+                  pessimistic: a database transaction holds the row lock while
+                  CMD runs (freed at once if dblock dies; needs a connection
+                  for the whole run)
+  --fair          take the lock in arrival order (FIFO) among waiters
+  --ttl DUR       the lease length (default 30s); renewed every DUR/3 while
+                  CMD runs. A dead dblock's lock is free again after DUR.
+                  Pessimistic mode: the server ends the transaction if this
+                  client goes silent for DUR.
+  --wait DUR      give up after waiting DUR (exit 75); --wait 0 tries once;
+                  without --wait, wait as long as it takes
+                  (DUR: 30s, 5m, 1h30m; a bare number is seconds)
+  --owner ID      the owner to hold the lock as (default: host:pid:random).
+                  Reuse an owner to re-enter a lock it already holds.
+
+Exit status: CMD's status (128+N if a signal N killed it); 75 if the lock
+was not acquired (one line on stderr names the holder and its expiry); 76 if
+the lock was lost while CMD ran; 64 on bad usage; 127 if CMD was not found,
+126 if it could not be run; 69 database unreachable; 78 tables missing.
+
+Examples:
+  dblock exec --lock hello -- echo "I hold the lock"
+  dblock exec --lock nightly-report --wait 0 -- ./report.sh   # cron: skip if running
+  dblock exec --lock deploy --wait 10m --ttl 1m -- make deploy
+  dblock exec --lock queue --fair -- ./worker --once
+`
+
+const (
+	// killGrace is how long CMD has to stop after SIGTERM on a lost lock.
+	killGrace = 10 * time.Second
+	// execReleaseTimeout bounds the release after CMD ends.
+	execReleaseTimeout = 10 * time.Second
+	// holderTimeout bounds the look-up of the holder for the exit-75 line.
+	holderTimeout = 5 * time.Second
+)
+
+// optDuration is a duration flag that remembers whether it was given.
+type optDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (o *optDuration) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return o.d.String()
+}
+
+func (o *optDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		// A bare number of seconds is accepted too, for `--wait 0`.
+		n, nerr := strconv.ParseFloat(s, 64)
+		if nerr != nil {
+			return fmt.Errorf("want a duration like 30s, 5m or 1h30m")
+		}
+		d = time.Duration(n * float64(time.Second))
+	}
+	if d < 0 {
+		return fmt.Errorf("must not be negative")
+	}
+	o.d, o.set = d, true
+	return nil
+}
+
+// forwarded are the signals passed on to CMD.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// exec runs the exec command and returns the exit code.
+func (a *app) exec(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+	name := fs.String("lock", "", "lock name")
+	modeFlag := fs.String("mode", dblock.ModeOptimistic, "optimistic or pessimistic")
+	fair := fs.Bool("fair", false, "FIFO")
+	owner := fs.String("owner", "", "owner")
+	var ttl, wait optDuration
+	fs.Var(&ttl, "ttl", "lease length")
+	fs.Var(&wait, "wait", "how long to wait")
+	if done, err := a.parseFlags(fs, execHelp, args); done {
+		if err != nil {
+			return a.fail(err)
+		}
+		return exitOK
+	}
+	argv := fs.Args()
+	if *name == "" {
+		return a.fail(usageErrorf("exec: --lock NAME is required (see dblock exec --help)"))
+	}
+	if err := dblock.ValidateName(*name); err != nil {
+		return a.fail(withCode(exitUsage, fmt.Errorf("exec: --lock: %w", err)))
+	}
+	mode, err := modeOf(*modeFlag, *fair)
+	if err != nil {
+		return a.fail(err)
+	}
+	if ttl.set {
+		if err := dblock.ValidateTTL(ttl.d); err != nil {
+			return a.fail(withCode(exitUsage, fmt.Errorf("exec: --ttl: %w", err)))
+		}
+	}
+	if *owner != "" {
+		if err := dblock.ValidateOwner(*owner); err != nil {
+			return a.fail(withCode(exitUsage, fmt.Errorf("exec: --owner: %w", err)))
+		}
+	}
+	if len(argv) == 0 {
+		return a.fail(usageErrorf("exec: no command given: dblock exec --lock %s -- CMD [ARGS...]", *name))
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		code := exitNotFound
+		if errors.Is(err, os.ErrPermission) {
+			code = exitCannotRun
+		}
+		return a.fail(withCode(code, fmt.Errorf("exec: %w", err)))
+	}
+
+	db, err := a.open(ctx, schemaRequired)
+	if err != nil {
+		return a.fail(err)
+	}
+	defer db.Close()
+	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	locker, err := newLocker(db, mode, logger)
+	if err != nil {
+		return a.fail(err)
+	}
+	defer locker.Close()
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	opts := lockOptions(mode, *owner, ttl.d, ttl.set, wait.d, wait.set, metadata(argv))
+	lease, sig, err := acquire(ctx, locker, *name, wait.set && wait.d == 0, opts, sigs)
+	if sig != nil {
+		if lease != nil {
+			a.releaseAfter(ctx, lease)
+		}
+		a.errorLine(fmt.Errorf("exec: interrupted by %s while waiting for %q", signame(sig), *name))
+		return 128 + signum(sig)
+	}
+	if err != nil {
+		if errors.Is(err, dblock.ErrNotAcquired) {
+			a.errorLine(notAcquiredLine(*name, holderOf(ctx, db, *name, err), err, wait))
+			return exitNotAcquired
+		}
+		return a.fail(fmt.Errorf("exec: acquire %q: %w", *name, a.schemaError(err)))
+	}
+	stopKeepAlive := locker.keepAlive(lease, ttl.d)
+	return a.runHeld(ctx, lease, path, argv, sigs, stopKeepAlive)
+}
+
+// acquire takes the lock, giving up when one of the forwarded signals
+// arrives; it returns that signal. A lease acquired just as the signal
+// arrived is returned with it, to be released.
+func acquire(ctx context.Context, locker cliLocker, name string, try bool, opts []dblock.Option, sigs <-chan os.Signal) (*dblock.Lease, os.Signal, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		lease *dblock.Lease
+		err   error
+	}
+	res := make(chan result, 1)
+	go func() {
+		var r result
+		if try {
+			r.lease, r.err = locker.TryAcquire(ctx, name, opts...)
+		} else {
+			r.lease, r.err = locker.Acquire(ctx, name, opts...)
+		}
+		res <- r
+	}()
+	select {
+	case r := <-res:
+		return r.lease, nil, r.err
+	case sig := <-sigs:
+		cancel()
+		r := <-res
+		return r.lease, sig, r.err
+	}
+}
+
+// runHeld runs CMD while lease is held and returns dblock's exit code.
+// stopKeepAlive is called once CMD has ended, before the release.
+func (a *app) runHeld(ctx context.Context, lease *dblock.Lease, path string, argv []string, sigs <-chan os.Signal, stopKeepAlive func()) int {
+	cmd := exec.Command(path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, a.stdout, a.stderr
+	cmd.Env = append(os.Environ(),
+		"DBLOCK_NAME="+lease.Name(),
+		"DBLOCK_OWNER="+lease.Owner(),
+		"DBLOCK_TOKEN="+strconv.FormatInt(int64(lease.Token()), 10),
+	)
+	fg := prepareCmd(cmd)
+	if err := cmd.Start(); err != nil {
+		stopKeepAlive()
+		a.releaseAfter(ctx, lease)
+		return a.fail(withCode(exitCannotRun, fmt.Errorf("exec: start %s: %w", argv[0], err)))
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+
+	var (
+		lost    error
+		done    = lease.Done()
+		killNow <-chan time.Time
+	)
+wait:
+	for {
+		select {
+		case sig := <-sigs:
+			signalCmd(cmd, sig)
+		case <-done:
+			done = nil
+			lost = lease.Err()
+			a.errorLine(fmt.Errorf("exec: lock %q lost while %s ran (%v): sending SIGTERM", lease.Name(), argv[0], lost))
+			signalCmd(cmd, syscall.SIGTERM)
+			killNow = time.After(killGrace)
+		case <-killNow:
+			killNow = nil
+			a.errorLine(fmt.Errorf("exec: %s still running %v after SIGTERM: sending SIGKILL", argv[0], killGrace))
+			signalCmd(cmd, syscall.SIGKILL)
+		case <-waitErr:
+			break wait
+		}
+	}
+	if fg {
+		restoreForeground()
+	}
+	stopKeepAlive()
+
+	relErr := a.release1(ctx, lease)
+	switch {
+	case lost != nil:
+		return exitLost
+	case errors.Is(relErr, dblock.ErrLost):
+		a.errorLine(fmt.Errorf("exec: lock %q was lost before %s finished: %w", lease.Name(), argv[0], relErr))
+		return exitLost
+	case relErr != nil:
+		a.errorLine(fmt.Errorf("exec: release %q: %w (the lease ends by itself when it expires)", lease.Name(), relErr))
+	}
+	return exitStatus(cmd.ProcessState)
+}
+
+// release1 releases lease on a context that outlives ctx, bounded in time.
+func (a *app) release1(ctx context.Context, lease *dblock.Lease) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), execReleaseTimeout)
+	defer cancel()
+	return lease.Release(ctx)
+}
+
+// releaseAfter releases a lease that CMD never ran under, reporting failures.
+func (a *app) releaseAfter(ctx context.Context, lease *dblock.Lease) {
+	if err := a.release1(ctx, lease); err != nil {
+		a.errorLine(fmt.Errorf("exec: release %q: %w", lease.Name(), err))
+	}
+}
+
+// holderOf returns who holds name according to err, or else (when the wait
+// ended while a statement was under way, say) according to the database.
+func holderOf(ctx context.Context, db *dialect.DB, name string, err error) *dblock.HeldError {
+	var held *dblock.HeldError
+	if errors.As(err, &held) && (held.Owner != "" || held.Mode == dblock.ModePessimistic) {
+		return held
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holderTimeout)
+	defer cancel()
+	h, herr := db.LeaseHolder(ctx, nil, name)
+	if herr != nil || !h.Held() {
+		return held
+	}
+	return h.HeldError(name, nil)
+}
+
+// notAcquiredLine is the one stderr line of exit 75: who holds the lock and
+// until when.
+func notAcquiredLine(name string, held *dblock.HeldError, err error, wait optDuration) error {
+	var b strings.Builder
+	switch {
+	case held == nil:
+		fmt.Fprintf(&b, "%q not acquired", name)
+	case held.Owner != "":
+		fmt.Fprintf(&b, "%q is held by owner %q", name, held.Owner)
+		if held.Mode != "" {
+			fmt.Fprintf(&b, " (%s)", held.Mode)
+		}
+	case held.Mode == dblock.ModePessimistic:
+		fmt.Fprintf(&b, "%q is held by a pessimistic transaction", name)
+	default:
+		fmt.Fprintf(&b, "%q is held by another owner", name)
+	}
+	if held != nil && !held.ExpiresAt.IsZero() {
+		exp := held.ExpiresAt.UTC()
+		fmt.Fprintf(&b, " until %s", exp.Format(time.RFC3339))
+		if d := time.Until(exp); d > 0 {
+			fmt.Fprintf(&b, " (in %s)", human(d))
+		} else {
+			b.WriteString(" (expired)")
+		}
+	} else if held != nil && held.Mode == dblock.ModePessimistic {
+		b.WriteString(" (no lease: until its transaction ends)")
+	}
+	if wait.set && wait.d > 0 {
+		fmt.Fprintf(&b, "; gave up after waiting %v", wait.d)
+	}
+	if held == nil {
+		fmt.Fprintf(&b, ": %v", err)
+	}
+	return errors.New(b.String())
+}
+
+// metadata describes this exec for dblock status: host, pid and command.
+func metadata(argv []string) string {
+	host, _ := os.Hostname()
+	s := strings.ToValidUTF8(fmt.Sprintf("dblock exec on %s pid %d: %s", host, os.Getpid(), strings.Join(argv, " ")), "?")
+	if len(s) <= dblock.MaxMetadataLen {
+		return s
+	}
+	s = s[:dblock.MaxMetadataLen-3]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "..."
+}
+
+// exitStatus is CMD's exit status, or 128+N when signal N killed it.
+func exitStatus(ps *os.ProcessState) int {
+	if ps == nil {
+		return exitFailure
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	if code := ps.ExitCode(); code >= 0 {
+		return code
+	}
+	return exitFailure
+}
+
+// signame returns the conventional name of a forwarded signal.
+func signame(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	}
+	return sig.String()
+}
+
+// signum returns a signal's number (1 for signals without one).
+func signum(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return int(s)
+	}
+	return 1
+}

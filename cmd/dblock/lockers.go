@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/fairqueue"
+	"github.com/dblock-go/dblock/optimistic"
+	"github.com/dblock-go/dblock/pessimistic"
+)
+
+// cliLocker is a mode's Locker plus what exec needs while CMD runs.
+type cliLocker interface {
+	dblock.Locker
+	// keepAlive keeps a held lease alive while CMD runs, beyond what the
+	// mode does by itself, until the returned stop is called (before
+	// Release).
+	keepAlive(lease *dblock.Lease, ttl time.Duration) (stop func())
+}
+
+// newLocker returns the Locker of a mode: optimistic (lease), pessimistic
+// (a transaction held while CMD runs) or fair (optimistic leases taken in
+// FIFO order).
+func newLocker(db *dialect.DB, mode string, logger *slog.Logger) (cliLocker, error) {
+	switch mode {
+	case dblock.ModeOptimistic:
+		l, err := optimistic.New(db, &optimistic.Config{Logger: logger})
+		if err != nil {
+			return nil, err
+		}
+		return leaseLocker{l}, nil
+	case dblock.ModePessimistic:
+		l, err := pessimistic.New(db, &pessimistic.Config{Logger: logger})
+		if err != nil {
+			return nil, err
+		}
+		return &txLocker{Locker: l.AsLocker(), l: l, held: map[*dblock.Lease]*pessimistic.Lease{}}, nil
+	case dblock.ModeFair:
+		l, err := fairqueue.New(db, &fairqueue.Config{Logger: logger})
+		if err != nil {
+			return nil, err
+		}
+		return leaseLocker{l}, nil
+	}
+	return nil, usageErrorf("exec: unknown mode %q", mode)
+}
+
+// leaseLocker is a lease mode: its watchdog renews the lease by itself.
+type leaseLocker struct{ dblock.Locker }
+
+func (leaseLocker) keepAlive(*dblock.Lease, time.Duration) func() { return func() {} }
+
+// txLocker is the pessimistic mode. The server ends a holding transaction
+// left idle for its TTL (so that a frozen client cannot keep a name
+// forever), and the transaction is idle while CMD runs; keepAlive therefore
+// runs a trivial statement on it every TTL/3, which stops when dblock stops.
+type txLocker struct {
+	dblock.Locker
+	l *pessimistic.Locker
+
+	mu   sync.Mutex
+	held map[*dblock.Lease]*pessimistic.Lease
+}
+
+func (t *txLocker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
+	lease, err := t.l.Acquire(ctx, name, opts...)
+	return t.remember(lease, err)
+}
+
+func (t *txLocker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
+	lease, err := t.l.TryAcquire(ctx, name, opts...)
+	return t.remember(lease, err)
+}
+
+func (t *txLocker) remember(lease *pessimistic.Lease, err error) (*dblock.Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	t.held[lease.Lease] = lease
+	t.mu.Unlock()
+	return lease.Lease, nil
+}
+
+// keepAliveTimeout bounds one keep-alive statement.
+const keepAliveTimeout = 5 * time.Second
+
+func (t *txLocker) keepAlive(lease *dblock.Lease, ttl time.Duration) func() {
+	t.mu.Lock()
+	pl := t.held[lease]
+	t.mu.Unlock()
+	if pl == nil {
+		return func() {}
+	}
+	if ttl <= 0 {
+		ttl = dblock.TTLDefault
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(max(ttl/3, time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-lease.Done():
+				return
+			case <-tick.C:
+				qctx, qcancel := context.WithTimeout(ctx, keepAliveTimeout)
+				// A failure is left to the pessimistic locker, which
+				// notices a dead session and reports the loss.
+				_, _ = pl.Tx().ExecContext(qctx, "SELECT 1")
+				qcancel()
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// modeOf returns the mode named by the exec flags.
+func modeOf(mode string, fair bool) (string, error) {
+	switch mode {
+	case dblock.ModeOptimistic:
+		if fair {
+			return dblock.ModeFair, nil
+		}
+		return dblock.ModeOptimistic, nil
+	case dblock.ModePessimistic:
+		if fair {
+			return "", usageErrorf("exec: --fair works with --mode optimistic only (fair locks are leases taken in queue order)")
+		}
+		return dblock.ModePessimistic, nil
+	}
+	return "", usageErrorf("exec: unknown --mode %q: want optimistic or pessimistic (see dblock exec --help)", mode)
+}
+
+// lockOptions are the acquisition options of exec: the lease is always
+// renewed while CMD runs; with --ttl it is that long (and renewed every
+// third of it), else dblock.TTLDefault. A pessimistic hold asks for a fencing
+// token, so DBLOCK_TOKEN means the same in every mode.
+func lockOptions(mode, owner string, ttl time.Duration, hasTTL bool, wait time.Duration, hasWait bool, metadata string) []dblock.Option {
+	opts := []dblock.Option{dblock.WithMetadata(metadata)}
+	if owner != "" {
+		opts = append(opts, dblock.WithOwner(owner))
+	}
+	if hasTTL {
+		opts = append(opts, dblock.WithTTL(ttl))
+		if mode != dblock.ModePessimistic {
+			opts = append(opts, dblock.WithRenewal(true))
+		}
+	}
+	if hasWait && wait > 0 {
+		opts = append(opts, dblock.WithWait(wait))
+	}
+	if mode == dblock.ModePessimistic {
+		opts = append(opts, dblock.WithToken())
+	}
+	return opts
+}

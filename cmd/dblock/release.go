@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/dblock-go/dblock"
+)
+
+const releaseHelp = `Usage: dblock [--dsn DSN] release --lock NAME --force
+
+Frees the lock NAME whoever holds it: an administrator's way out when a
+holder is stuck. The holder is not asked: it learns that its lock is gone
+at its next renewal (dblock exec then stops its command and exits 76).
+Without --force nothing is done.
+
+A lock held by a pessimistic transaction has no lease to free: it ends with
+that transaction (end the session on the database server instead).
+
+Exit status: 0 when the lock was freed and when nobody held it (the output
+says which), 64 on bad usage or without --force.
+
+Flags:
+  --lock NAME   the lock to free (required)
+  --force       confirm that another owner's lock may be freed (required)
+
+Examples:
+  dblock release --lock nightly-report --force
+  DBLOCK_DSN='postgres://admin@db:5432/app' dblock release --lock invoice:42 --force
+`
+
+// releaseTimeout bounds the release statements.
+const releaseTimeout = 30 * time.Second
+
+func (a *app) release(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("release", flag.ContinueOnError)
+	name := fs.String("lock", "", "lock name")
+	force := fs.Bool("force", false, "confirm")
+	if done, err := a.parseFlags(fs, releaseHelp, args); done {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("release: unexpected argument %q (see dblock release --help)", fs.Arg(0))
+	}
+	if *name == "" {
+		return usageErrorf("release: --lock NAME is required (see dblock release --help)")
+	}
+	if err := dblock.ValidateName(*name); err != nil {
+		return withCode(exitUsage, fmt.Errorf("release: %w", err))
+	}
+	if !*force {
+		return usageErrorf("release: refusing to free %q without --force: it may be held by another owner, "+
+			"who would lose it (dblock release --lock %s --force)", *name, *name)
+	}
+	db, err := a.open(ctx, schemaRequired)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
+	before, err := db.LeaseHolder(ctx, nil, *name)
+	if err != nil {
+		return fmt.Errorf("release %q: %w", *name, a.schemaError(err))
+	}
+	freed, err := db.ForceRelease(ctx, nil, *name)
+	if err != nil {
+		return fmt.Errorf("release %q: %w", *name, a.schemaError(err))
+	}
+	if !freed {
+		fmt.Fprintf(a.stdout, "%q is not held: nothing to release\n", *name)
+		return nil
+	}
+	if before.Owner != "" {
+		state := ""
+		if !before.ExpiresAt.IsZero() && !before.ExpiresAt.After(before.Now) {
+			state = ", lease already expired"
+		}
+		fmt.Fprintf(a.stdout, "released %q (was held by owner %q, token %d%s)\n", *name, before.Owner, before.Version, state)
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "released %q\n", *name)
+	return nil
+}
