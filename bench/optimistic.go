@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/optimistic"
+)
+
+// leaseTTL is the explicit TTL of the "no renewal" variant.
+const leaseTTL = 30 * time.Second
+
+func init() {
+	open := func(try bool) func(context.Context, *env, bool) (*instance, error) {
+		return func(_ context.Context, e *env, contended bool) (*instance, error) {
+			l, err := optimistic.New(e.db, nil)
+			if err != nil {
+				return nil, err
+			}
+			return &instance{
+				worker: func(context.Context, int) (*worker, error) {
+					acq := l.Acquire
+					var opts []dblock.Option
+					if try {
+						opts = []dblock.Option{dblock.WithTTL(leaseTTL)}
+						if !contended {
+							acq = l.TryAcquire // contended cells wait: Acquire with the same TTL
+						}
+					}
+					return &worker{
+						acquire: func(ctx context.Context, name string) (releaseFunc, error) {
+							lease, err := acq(ctx, name, opts...)
+							if err != nil {
+								return nil, err
+							}
+							return lease.Release, nil
+						},
+						close: func() {},
+					}, nil
+				},
+				close: func() { _ = l.Close() },
+			}, nil
+		}
+	}
+	register(&scenario{
+		key: keyOptTry, order: 40, title: "dblock optimistic TryAcquire+Release (TTL 30s, no renewal)",
+		about: "optimistic.New(db, nil); TryAcquire with dblock.WithTTL(30s), so no watchdog, then Release. " +
+			"Contended cells call Acquire with the same TTL (TryAcquire would fail instead of waiting).",
+		setup: open(true),
+	})
+	register(&scenario{
+		key: keyOptAcquire, order: 50, title: "dblock optimistic Acquire+Release (defaults: 30s, renewed)",
+		about: "optimistic.New(db, nil); Acquire with no options (30 s lease renewed every 10 s by a " +
+			"watchdog; waiters woken by LISTEN/NOTIFY on PostgreSQL), then Release.",
+		setup: open(false),
+	})
+}
