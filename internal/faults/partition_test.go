@@ -1,0 +1,74 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/optimistic"
+	"github.com/dblock-go/dblock/pessimistic"
+)
+
+// TestFaultPartitionedPessimisticHolder blackholes (toxiproxy) the network
+// between a pessimistic holder and the database. The holder's connection does
+// not drop, so only the server can end its transaction: with a 2 s TTL the
+// server ends the idle transaction (idle_in_transaction_session_timeout,
+// MariaDB idle_transaction_timeout) and a rival on a direct connection gets
+// the name within TTL + 3 s. When the partition heals, the holder's Done()
+// closes and Err() wraps ErrLost.
+func TestFaultPartitionedPessimisticHolder(t *testing.T) {
+	for _, kind := range serverKinds() {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			px := newProxy(t, iso)
+			holder, err := pessimistic.New(px.open(t), &pessimistic.Config{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rival, err := optimistic.New(iso.DB, &optimistic.Config{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rival.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			const ttl = 2 * time.Second
+			lease, err := holder.Acquire(ctx, "partitioned", dblock.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			heal := px.partition(t)
+			partitionedAt := time.Now()
+			got, at := pollAcquire(t, rival, "partitioned", ttl+3*time.Second)
+			if got == nil {
+				heal()
+				t.Fatalf("the partitioned pessimistic holder still has the name %v later (TTL %v): the server did not end its transaction", ttl+3*time.Second, ttl)
+			}
+			freedAfter := at.Sub(partitionedAt)
+			heal()
+			select {
+			case <-lease.Done():
+			case <-time.After(15 * time.Second):
+				t.Fatal("the holder's Done() is still open 15 s after the partition healed")
+			}
+			if err := lease.Err(); !errors.Is(err, dblock.ErrLost) {
+				t.Fatalf("Err() = %v, want ErrLost", err)
+			}
+			if err := got.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- holder.Close() }()
+			select {
+			case <-closed:
+			case <-time.After(15 * time.Second):
+				t.Fatal("holder.Close hangs after the partition")
+			}
+			t.Logf("the server freed the name %v after the partition began (TTL %v)", freedAfter.Round(time.Millisecond), ttl)
+		})
+	}
+}
