@@ -127,3 +127,15 @@ func TestListLocksAndWaiters(t *testing.T) {
 		}
 	})
 }
+
+// TestRowLocksExclusive: the test servers are single nodes, where a row
+// lock excludes every client (on MariaDB: wsrep_on is off).
+func TestRowLocksExclusive(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ok, err := iso.DB.RowLocksExclusive(context.Background())
+		if err != nil || !ok {
+			t.Fatalf("RowLocksExclusive on a single %s server = %v, %v; want true", iso.Kind, ok, err)
+		}
+	})
+}

@@ -3,6 +3,9 @@ package dialect_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -252,3 +255,111 @@ func TestParseDSN(t *testing.T) {
 }
 
 func containsSecret(err error) bool { return err != nil && contains(err.Error(), "secret") }
+
+// cutProxy forwards one loopback listener to target and can cut every
+// connection it carries, so a statement's answer is lost mid-flight.
+type cutProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // Closed at cleanup.
+			}
+			up, err := net.DialTimeout("tcp", target, 5*time.Second)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// cut closes every connection carried so far.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+var hostPort = regexp.MustCompile(`(@|tcp\()([^/()@]+:[0-9]+)`)
+
+// TestClassifyConnectionCut cuts the connection while a statement runs: the
+// driver's error (EOF, reset, bad connection) must be classified as
+// dblock.ErrUnavailable, the outcome-unknown class that callers retry and
+// resolve, and never as "not acquired".
+func TestClassifyConnectionCut(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			m := hostPort.FindStringSubmatchIndex(iso.DSN)
+			if m == nil {
+				t.Fatalf("no host:port in the test DSN %s", dialect.Redact(iso.DSN))
+			}
+			px := newCutProxy(t, iso.DSN[m[4]:m[5]])
+			dsn := iso.DSN[:m[4]] + px.ln.Addr().String() + iso.DSN[m[5]:]
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			db, err := dialect.Open(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			sleep := "SELECT pg_sleep($1)"
+			if kind == dialect.MySQL {
+				sleep = "SELECT SLEEP(?)"
+			}
+			// Through the pool, with an argument, like every dblock statement:
+			// the driver must not report the cut as "never sent" (ErrBadConn),
+			// or database/sql would run the statement again on another
+			// connection. (pgx's simple protocol, default_query_exec_mode=
+			// simple_protocol, does so for statements without arguments.)
+			res := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				_, err := db.ExecContext(ctx, sleep, 5)
+				res <- err
+			}()
+			time.Sleep(300 * time.Millisecond) // The statement is on the server.
+			px.cut()
+			err = db.Classify(<-res)
+			if err == nil {
+				t.Fatalf("a statement whose connection was cut returned no error after %v (run again?)", time.Since(start))
+			}
+			if !errors.Is(err, dblock.ErrUnavailable) || errors.Is(err, dblock.ErrNotAcquired) {
+				t.Fatalf("cut connection classified as %v", err)
+			}
+		})
+	}
+}

@@ -9,9 +9,13 @@ package dialect
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -253,6 +257,24 @@ func IsRetryable(err error) bool {
 	return errors.Is(err, dblock.ErrDeadlock) || errors.Is(err, dblock.ErrSerialization) ||
 		errors.Is(err, dblock.ErrNotAcquired)
 }
+
+// connectionLost reports whether err says the connection to the server broke
+// (reset, closed, refused, cut mid-answer) rather than that the server
+// refused the statement. A statement whose connection broke may or may not
+// have run: callers treat the outcome as unknown. A context's end is not a
+// lost connection, although the driver may close the connection for it.
+func connectionLost(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var opErr *net.OpError
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) || errors.As(err, &opErr)
+}
+
+// unavailable wraps err as dblock.ErrUnavailable.
+func unavailable(err error) error { return fmt.Errorf("%w: %w", dblock.ErrUnavailable, err) }
 
 // schemaMissing wraps err as dblock.ErrSchemaMissing with the migrate hint.
 func schemaMissing(d Dialect, err error) error {

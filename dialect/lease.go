@@ -106,7 +106,7 @@ RETURNING (CASE WHEN l.reentry = 0 THEN pg_notify('` + NotifyChannel + `', l.nam
 WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()
 RETURNING true`,
 
-	Holder: `SELECT coalesce(owner, ''), version, coalesce(mode, ''), coalesce(` + pgUs("expires_at") + `, 0), ` + pgUs("now()") + `
+	Holder: `SELECT coalesce(owner, ''), version, coalesce(mode, ''), coalesce(` + pgUs("expires_at") + `, 0), ` + pgUs("now()") + `, reentry
 FROM dblock_locks WHERE name = $1`,
 
 	// FOR SHARE blocks every update of the row (a takeover, a release) until
@@ -163,7 +163,7 @@ const mysqlRenew = `UPDATE dblock_locks SET
     updated_at = UTC_TIMESTAMP(6)
 WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)`
 
-var mysqlHolder = `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `
+var mysqlHolder = `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `, reentry
 FROM dblock_locks WHERE name = ?`
 
 const mysqlGuard = `SELECT 1 FROM dblock_locks
@@ -221,7 +221,7 @@ WHERE name = ?1 AND owner = ?2 AND version = ?3`,
     updated_at = ` + sqliteNow + `
 WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
 
-	Holder: `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `
+	Holder: `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, reentry
 FROM dblock_locks WHERE name = ?1`,
 
 	// SQLite has one writer: inside the caller's write transaction nobody
@@ -265,6 +265,7 @@ type Holder struct {
 	Owner     string // Empty when free (or held by a pessimistic transaction, which writes no owner).
 	Version   int64
 	Mode      string
+	Reentry   int       // The owner's acquisition count (0 when free; as read by LeaseHolder only).
 	ExpiresAt time.Time // Zero when there is no lease.
 	Now       time.Time // The database clock when read.
 }
@@ -452,7 +453,7 @@ func (db *DB) LeaseHolder(ctx context.Context, q Querier, name string) (Holder, 
 	q = db.q(q)
 	var h Holder
 	var expUs, nowUs int64
-	err := q.QueryRowxContext(ctx, db.Dialect.Lease().Holder, name).Scan(&h.Owner, &h.Version, &h.Mode, &expUs, &nowUs)
+	err := q.QueryRowxContext(ctx, db.Dialect.Lease().Holder, name).Scan(&h.Owner, &h.Version, &h.Mode, &expUs, &nowUs, &h.Reentry)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Holder{}, nil
 	}

@@ -3,7 +3,6 @@ package dialect
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -80,7 +79,8 @@ func (d mysqlDialect) Reap() *ReapSQL {
 //	1205 lock wait timeout, 3572 NOWAIT             -> ErrNotAcquired
 //	1213 deadlock (and Galera certification failure) -> ErrDeadlock
 //	1146 no such table                              -> ErrSchemaMissing
-//	1047 WSREP not ready (Galera without quorum)    -> ErrUnavailable
+//	1047 WSREP not ready, 1180 commit failed for
+//	want of a primary component (Galera quorum lost) -> ErrUnavailable
 //	invalid/closed connection                       -> ErrUnavailable
 func (d mysqlDialect) Classify(err error) error {
 	if err == nil {
@@ -96,12 +96,19 @@ func (d mysqlDialect) Classify(err error) error {
 		case 1146:
 			return schemaMissing(d, err)
 		case 1047, 1053, 2006, 2013, 4031:
-			return fmt.Errorf("%w: %w", dblock.ErrUnavailable, err)
+			return unavailable(err)
+		case 1180:
+			// "Got error during COMMIT": on Galera, a node that lost the
+			// primary component fails commits so ("Not connected to Primary
+			// Component"); the cluster, not the statement, is at fault.
+			if m := strings.ToLower(myErr.Message); strings.Contains(m, "primary component") || strings.Contains(m, "wsrep") {
+				return unavailable(err)
+			}
 		}
 		return err
 	}
-	if errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) {
-		return fmt.Errorf("%w: %w", dblock.ErrUnavailable, err)
+	if errors.Is(err, mysql.ErrInvalidConn) || connectionLost(err) {
+		return unavailable(err)
 	}
 	return err
 }
@@ -146,4 +153,29 @@ func detectMySQL(ctx context.Context, db *sql.DB) (Dialect, error) {
 		return nil, fmt.Errorf("%w: mysql: read server version: %w", dblock.ErrUnavailable, err)
 	}
 	return MySQLDialect(strings.Contains(strings.ToLower(version), "mariadb")), nil
+}
+
+// ErrMultiPrimary is returned (wrapped) where a row lock would not exclude
+// clients of other nodes: a Galera cluster certifies writes at commit, so
+// SELECT ... FOR UPDATE locks the row on the node that ran it only.
+var ErrMultiPrimary = errors.New("row locks are local to one node of a multi-primary (Galera) cluster")
+
+// RowLocksExclusive reports whether a row lock on this database excludes
+// every client: false on a MariaDB/MySQL node with Galera replication on
+// (wsrep_on with a provider), true elsewhere.
+func (db *DB) RowLocksExclusive(ctx context.Context) (bool, error) {
+	if db.Dialect.Kind() != MySQL {
+		return true, nil
+	}
+	var on, provider sql.NullString
+	err := db.QueryRowxContext(ctx, "SELECT @@GLOBAL.wsrep_on, @@GLOBAL.wsrep_provider").Scan(&on, &provider)
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) && myErr.Number == 1193 { // Unknown system variable: no Galera (MySQL).
+		return true, nil
+	}
+	if err != nil {
+		return false, db.Classify(err)
+	}
+	enabled := on.String == "1" || strings.EqualFold(on.String, "ON")
+	return !(enabled && provider.String != "" && !strings.EqualFold(provider.String, "none")), nil
 }

@@ -47,6 +47,7 @@ func (postgres) Reap() *ReapSQL   { return &pgReap }
 //	42P01 undefined_table, 3F000 invalid_schema_name        -> ErrSchemaMissing
 //	25P03 idle_in_transaction_session_timeout               -> ErrConnLost
 //	57P01-57P03 shutdown/terminated, 08xxx connection       -> ErrUnavailable
+//	connection reset, closed or cut mid-answer              -> ErrUnavailable
 func (d postgres) Classify(err error) error {
 	if err == nil {
 		return nil
@@ -70,8 +71,8 @@ func (d postgres) Classify(err error) error {
 		return err
 	}
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || errors.Is(err, pgconn.ErrConnClosed) {
-		return fmt.Errorf("%w: %w", dblock.ErrUnavailable, err)
+	if errors.As(err, &connErr) || errors.Is(err, pgconn.ErrConnClosed) || connectionLost(err) {
+		return unavailable(err)
 	}
 	return err
 }

@@ -42,13 +42,7 @@ func (l *Locker) Guard(ctx context.Context, tx Tx, lease *dblock.Lease) error {
 	if !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("optimistic: guard %q: %w", name, l.db.Classify(err))
 	}
-	var reason error
-	if h := l.lookup(lease); h != nil {
-		reason = h.classify(ctx)
-		h.lose(reason)
-	} else {
-		reason = dblock.ErrExpired
-	}
+	reason := l.keeper.Lost(ctx, lease)
 	if err := lease.Err(); err != nil && !errors.Is(err, dblock.ErrReleased) {
 		return fmt.Errorf("optimistic: guard %q: %w: %w", name, dblock.ErrNotHeld, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/wake"
 )
 
@@ -66,12 +67,11 @@ type Locker struct {
 	logger  *slog.Logger
 	hooks   dblock.Hooks
 	hub     *wake.Hub // nil when notifications are off or unsupported.
+	keeper  *leasekeeper.Keeper
 	closing chan struct{}
 
 	mu     sync.Mutex
-	held   map[*dblock.Lease]*held
 	closed bool
-	wg     sync.WaitGroup // watchdogs
 }
 
 var _ dblock.Locker = (*Locker)(nil)
@@ -105,13 +105,13 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 	if c.ReleaseTimeout == 0 {
 		c.ReleaseTimeout = ReleaseTimeoutDefault
 	}
-	l := &Locker{
-		db: db, cfg: c, logger: dblock.LoggerOrDefault(c.Logger), closing: make(chan struct{}),
-		held: map[*dblock.Lease]*held{},
-	}
+	l := &Locker{db: db, cfg: c, logger: dblock.LoggerOrDefault(c.Logger), closing: make(chan struct{})}
 	if c.Hooks != nil {
 		l.hooks = *c.Hooks
 	}
+	l.keeper = leasekeeper.New(leasekeeper.Config{
+		DB: db, Prefix: "optimistic", Logger: l.logger, Hooks: l.hooks, RetryMin: c.PollMin, ReleaseTimeout: c.ReleaseTimeout,
+	})
 	if !c.DisableNotify && db.Dialect.Caps().Notify {
 		l.hub = wake.New(db, l.logger)
 	}
@@ -159,22 +159,9 @@ func (l *Locker) Close() error {
 	}
 	l.closed = true
 	close(l.closing)
-	leases := make([]*dblock.Lease, 0, len(l.held))
-	for lease := range l.held {
-		leases = append(leases, lease)
-	}
 	l.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ReleaseTimeout)
-	defer cancel()
-	var errs []error
-	for _, lease := range leases {
-		err := lease.Release(ctx)
-		if err != nil && !errors.Is(err, dblock.ErrReleased) && !errors.Is(err, dblock.ErrLost) {
-			errs = append(errs, err)
-		}
-	}
-	l.wg.Wait()
+	errs := []error{l.keeper.Close()}
 	if l.hub != nil {
 		errs = append(errs, l.hub.Close())
 	}
@@ -211,11 +198,25 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	params := dialect.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.TTL, Metadata: o.Metadata}
 	polled := false // The last wake-up came from a timer, not a notification.
 	var res dialect.AcquireResult
+	// unknown is the error of an acquire whose outcome is not known yet: its
+	// connection broke, so it may have committed. No acquire is sent again
+	// before a read of the row settles it (else a retry would re-enter a
+	// hold taken by the lost one, and a release would leave the name held).
+	var unknown *pending
 	for attempt := 1; ; attempt++ {
-		if waitCtx.Err() != nil {
-			return nil, fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, context.Cause(waitCtx))
+		if unknown != nil {
+			lease, settled, err := l.settle(ctx, unknown, o, start)
+			if lease != nil || err != nil {
+				return lease, err
+			}
+			if settled {
+				unknown = nil
+			}
 		}
-		if polled {
+		if waitCtx.Err() != nil {
+			return nil, l.waitEnded(name, unknown, nil, context.Cause(waitCtx))
+		}
+		if polled && unknown == nil {
 			// A timer wake-up reads first: a read takes no write lock, so
 			// pollers never compete with the holder's release (SQLite has
 			// one writer) and cost one round trip while the name stays held.
@@ -225,17 +226,33 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 				goto wait
 			}
 		}
-		{
+		if unknown == nil {
 			reqStart := time.Now()
 			stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.StatementTimeout)
 			var err error
 			res, err = l.db.AcquireLease(stmtCtx, nil, params)
 			cancel()
 			if err != nil {
+				if outcomeUnknown(err) {
+					// Settle it now: the connection is likely fine again. (The
+					// handles are counted after the statement: the same as
+					// before it, unless the owner acquires concurrently.)
+					unknown = &pending{name: name, owner: o.Owner, handles: l.handles(name, o.Owner), reqStart: reqStart, err: err}
+					lease, settled, serr := l.settle(ctx, unknown, o, start)
+					if lease != nil || serr != nil {
+						return lease, serr
+					}
+					if settled {
+						unknown = nil
+					}
+				}
 				if waitCtx.Err() != nil {
-					return nil, fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, context.Cause(waitCtx))
+					return nil, l.waitEnded(name, unknown, err, context.Cause(waitCtx))
 				}
 				if !wait || !transient(err) {
+					if unknown != nil {
+						return nil, l.unresolved(unknown)
+					}
 					return nil, fmt.Errorf("optimistic: acquire %q: %w", name, err)
 				}
 				l.logger.LogAttrs(ctx, slog.LevelWarn, "optimistic: acquire failed, retrying",
@@ -275,20 +292,101 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 			timer.Stop()
 		case <-waitCtx.Done():
 			timer.Stop()
+			if unknown != nil {
+				return nil, l.waitEnded(name, unknown, nil, context.Cause(waitCtx))
+			}
 			held.Cause = context.Cause(waitCtx)
 			return nil, fmt.Errorf("optimistic: acquire %q: %w", name, held)
 		case <-l.closing:
 			timer.Stop()
+			if unknown != nil {
+				return nil, l.waitEnded(name, unknown, nil, ErrClosed)
+			}
 			held.Cause = ErrClosed
 			return nil, fmt.Errorf("optimistic: acquire %q: %w", name, held)
 		}
 	}
 }
 
-// transient reports whether an acquire error is worth retrying while waiting.
-func transient(err error) bool {
-	return errors.Is(err, dblock.ErrUnavailable) || dialect.IsRetryable(err) || errors.Is(err, driver.ErrBadConn)
+// pending is an acquire whose connection broke: it may have committed.
+type pending struct {
+	name, owner string
+	handles     map[dblock.Token]int // This Locker's live handles on the name for the owner, before it.
+	reqStart    time.Time
+	err         error
 }
+
+// outcomeUnknown reports whether a failed acquire may have committed: its
+// connection broke or its statement timed out. A statement the server
+// refused (a deadlock, a missing table) changed nothing.
+func outcomeUnknown(err error) bool {
+	return errors.Is(err, dblock.ErrUnavailable) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// settle reads the row of an acquire with an unknown outcome, on a fresh
+// connection, bounded by StatementTimeout. If the row names the owner with
+// one more entry than this Locker's handles on it, the lost statement took
+// the lock and settle returns its lease, which the caller returns. If not,
+// the acquire did not take effect (settled). If the row cannot be read,
+// neither.
+func (l *Locker) settle(ctx context.Context, p *pending, o dblock.Options, start time.Time) (*dblock.Lease, bool, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.StatementTimeout)
+	defer cancel()
+	backoff := l.cfg.PollMin
+	for {
+		h, err := l.db.LeaseHolder(rctx, nil, p.name)
+		if err == nil {
+			token := dblock.Token(h.Version)
+			if h.Held() && h.Owner == p.owner && h.Reentry > p.handles[token] {
+				l.logger.LogAttrs(ctx, slog.LevelInfo, "optimistic: acquire with a lost answer had taken the lock; keeping it",
+					slog.String("lock_key", p.name), slog.String("owner", p.owner), slog.Int64("token", h.Version), slog.String("error", p.err.Error()))
+				res := dialect.AcquireResult{Acquired: true, Token: token, Reentry: h.Reentry}
+				lease, err := l.newLease(p.name, o, res, p.reqStart, time.Since(start))
+				return lease, true, err
+			}
+			return nil, true, nil
+		}
+		if !transient(err) || rctx.Err() != nil {
+			return nil, false, nil
+		}
+		t := time.NewTimer(jitter(backoff))
+		select {
+		case <-t.C:
+		case <-rctx.Done():
+			t.Stop()
+			return nil, false, nil
+		}
+		backoff = min(backoff*2, l.cfg.PollMax)
+	}
+}
+
+// unresolved is the error of an acquire whose outcome could not be settled.
+func (l *Locker) unresolved(p *pending) error {
+	return fmt.Errorf("optimistic: acquire %q: outcome unknown, the name may be held by owner %q until its lease expires: %w",
+		p.name, p.owner, p.err)
+}
+
+// waitEnded is the error of a wait that ended (cause) while an acquire's
+// outcome was unknown (p), or after the last attempt failed (lastErr): not
+// "not acquired", since the database could not say.
+func (l *Locker) waitEnded(name string, p *pending, lastErr, cause error) error {
+	if p != nil {
+		return fmt.Errorf("%w (wait ended: %w)", l.unresolved(p), cause)
+	}
+	if lastErr != nil && errors.Is(lastErr, dblock.ErrUnavailable) {
+		return fmt.Errorf("optimistic: acquire %q: %w (wait ended: %w)", name, lastErr, cause)
+	}
+	return fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, cause)
+}
+
+// handles counts this Locker's live handles on name for owner, per token.
+func (l *Locker) handles(name, owner string) map[dblock.Token]int {
+	return l.keeper.HandlesOf(name, owner)
+}
+
+// transient reports whether an acquire error is worth retrying while waiting.
+func transient(err error) bool { return leasekeeper.Transient(err) }
 
 func (l *Locker) isClosed() bool {
 	l.mu.Lock()
@@ -297,223 +395,19 @@ func (l *Locker) isClosed() bool {
 }
 
 func (l *Locker) newLease(name string, o dblock.Options, res dialect.AcquireResult, reqStart time.Time, waited time.Duration) (*dblock.Lease, error) {
-	token := res.Token
-	ctx, cancel := context.WithCancel(context.Background())
-	h := &held{
-		l: l, name: name, owner: o.Owner, token: token, ttl: o.TTL, renew: o.Renew,
-		ctx: ctx, stop: cancel, watchDone: make(chan struct{}), deadline: reqStart.Add(o.TTL), acquired: time.Now(),
-	}
-	h.lease, h.ctl = dblock.NewLease(dblock.LeaseParams{
-		Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, Token: token, Reentry: res.Reentry,
-		Deadline: h.deadline, Release: h.release,
+	lease, err := l.keeper.Start(leasekeeper.Params{
+		Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, Token: res.Token, TTL: o.TTL, Renew: o.Renew,
+		ReqStart: reqStart, Reentry: res.Reentry,
 	})
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		cancel()
-		close(h.watchDone)
-		relCtx, relCancel := context.WithTimeout(context.Background(), l.cfg.ReleaseTimeout)
-		defer relCancel()
-		_, _ = l.db.ReleaseLease(relCtx, nil, name, o.Owner, token)
+	if err != nil {
 		return nil, fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, ErrClosed)
 	}
-	l.held[h.lease] = h
-	l.wg.Add(1)
-	l.mu.Unlock()
-	go h.watch()
-
-	l.logger.LogAttrs(ctx, slog.LevelDebug, "optimistic: acquired",
-		slog.String("lock_key", name), slog.String("owner", o.Owner), slog.Int64("token", int64(token)))
+	l.logger.LogAttrs(context.Background(), slog.LevelDebug, "optimistic: acquired",
+		slog.String("lock_key", name), slog.String("owner", o.Owner), slog.Int64("token", int64(res.Token)))
 	if f := l.hooks.OnAcquired; f != nil {
-		f(name, o.Owner, token, waited)
+		f(name, o.Owner, res.Token, waited)
 	}
-	return h.lease, nil
-}
-
-func (l *Locker) forget(lease *dblock.Lease) {
-	l.mu.Lock()
-	delete(l.held, lease)
-	l.mu.Unlock()
-}
-
-func (l *Locker) lookup(lease *dblock.Lease) *held {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.held[lease]
-}
-
-// held is the state of one lease: its watchdog and its release.
-type held struct {
-	l         *Locker
-	lease     *dblock.Lease
-	ctl       dblock.LeaseControl
-	name      string
-	owner     string
-	token     dblock.Token
-	ttl       time.Duration
-	renew     bool
-	acquired  time.Time
-	ctx       context.Context // Cancelled when Release begins; belongs to the lease, not to any caller.
-	stop      context.CancelFunc
-	watchDone chan struct{}
-
-	mu       sync.Mutex
-	deadline time.Time // Local monotonic time until which the lease can be trusted.
-}
-
-func (h *held) currentDeadline() time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.deadline
-}
-
-// watch renews the lease every TTL/3 when asked to, and declares it expired
-// when the local deadline passes without a successful renewal. A failed
-// renewal statement is retried until the deadline; only a renewal that finds
-// the row no longer ours, or the deadline, ends the lease.
-func (h *held) watch() {
-	defer h.l.wg.Done()
-	defer close(h.watchDone)
-	deadline := h.currentDeadline()
-	expiry := time.NewTimer(time.Until(deadline))
-	defer expiry.Stop()
-	interval := h.ttl / 3
-	var renewC <-chan time.Time
-	var renewTimer *time.Timer
-	if h.renew {
-		renewTimer = time.NewTimer(interval)
-		defer renewTimer.Stop()
-		renewC = renewTimer.C
-	}
-	retry := min(max(interval/4, h.l.cfg.PollMin), 2*time.Second)
-	for attempt := 1; ; attempt++ {
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-expiry.C:
-			if h.ctx.Err() == nil {
-				h.lose(dblock.ErrExpired)
-			}
-			return
-		case <-renewC:
-		}
-		reqStart := time.Now()
-		ctx, cancel := context.WithDeadline(h.ctx, deadline)
-		ok, err := h.l.db.RenewLease(ctx, nil, h.name, h.owner, h.token, h.ttl)
-		cancel()
-		if h.ctx.Err() != nil {
-			return // Release began; it owns the row from here.
-		}
-		if err != nil {
-			h.l.logger.LogAttrs(h.ctx, slog.LevelWarn, "optimistic: renewal failed, retrying until the lease deadline",
-				slog.String("lock_key", h.name), slog.String("owner", h.owner), slog.Int64("token", int64(h.token)),
-				slog.Int("attempt", attempt), slog.String("error", err.Error()))
-			renewTimer.Reset(jitter(retry))
-			continue
-		}
-		if !ok {
-			h.lose(h.classify(h.ctx))
-			return
-		}
-		attempt = 0
-		deadline = reqStart.Add(h.ttl)
-		h.mu.Lock()
-		h.deadline = deadline
-		h.mu.Unlock()
-		h.ctl.SetDeadline(deadline)
-		expiry.Reset(time.Until(deadline))
-		renewTimer.Reset(interval)
-	}
-}
-
-// lose ends the lease with reason, once, and reports it.
-func (h *held) lose(reason error) {
-	if !h.ctl.Lose(reason) {
-		return
-	}
-	if !h.ctl.Releasing() {
-		h.l.forget(h.lease)
-	}
-	h.l.logger.LogAttrs(context.Background(), slog.LevelWarn, "optimistic: lease lost",
-		slog.String("lock_key", h.name), slog.String("owner", h.owner), slog.Int64("token", int64(h.token)),
-		slog.String("error", reason.Error()))
-	if f := h.l.hooks.OnLost; f != nil {
-		f(h.name, h.owner, h.token, &dblock.LostError{Name: h.name, Reason: reason})
-	}
-}
-
-// classify reads the row to say why a CAS on (name, owner, token) found
-// nothing: the lease ran out, another owner or a newer token holds the row,
-// or an administrator freed it.
-func (h *held) classify(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.l.cfg.ReleaseTimeout)
-	defer cancel()
-	expiredLocally := !time.Now().Before(h.currentDeadline())
-	row, err := h.l.db.LeaseHolder(ctx, nil, h.name)
-	switch {
-	case err != nil:
-		if expiredLocally {
-			return fmt.Errorf("%w (row unreadable: %w)", dblock.ErrExpired, err)
-		}
-		return fmt.Errorf("%w (row unreadable: %w)", dblock.ErrTakenOver, err)
-	case row.Owner == h.owner && row.Version == int64(h.token):
-		return dblock.ErrExpired
-	case !row.Exists || row.Owner == "" && row.Mode != dblock.ModePessimistic:
-		// The database never ends a lease before the local deadline, so a
-		// row freed earlier was freed by an administrator.
-		if expiredLocally {
-			return dblock.ErrExpired
-		}
-		return dblock.ErrForceReleased
-	default:
-		return dblock.ErrTakenOver
-	}
-}
-
-// release is the Lease's release: it stops renewal first, then runs the CAS.
-func (h *held) release(ctx context.Context) error {
-	h.stop()
-	<-h.watchDone
-	defer h.l.forget(h.lease)
-	// A transient failure (a busy SQLite file, a dropped connection) is
-	// retried while ctx allows and the lease can still be ours: otherwise
-	// the name would stay held until its lease expires.
-	backoff := h.l.cfg.PollMin
-	uncertain := false // An earlier attempt may have been applied.
-	for attempt := 1; ; attempt++ {
-		ok, err := h.l.db.ReleaseLease(ctx, nil, h.name, h.owner, h.token)
-		if err == nil && ok {
-			break
-		}
-		if err == nil {
-			if uncertain {
-				break // The earlier attempt most likely freed the row.
-			}
-			h.lose(h.classify(ctx))
-			return nil // The Lease reports the loss.
-		}
-		if !transient(err) || ctx.Err() != nil || !time.Now().Before(h.currentDeadline()) {
-			return err
-		}
-		uncertain = true
-		h.l.logger.LogAttrs(ctx, slog.LevelWarn, "optimistic: release failed, retrying",
-			slog.String("lock_key", h.name), slog.String("owner", h.owner), slog.Int64("token", int64(h.token)),
-			slog.Int("attempt", attempt), slog.String("error", err.Error()))
-		t := time.NewTimer(jitter(backoff))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		}
-		backoff = min(backoff*2, h.l.cfg.PollMax)
-	}
-	h.l.logger.LogAttrs(ctx, slog.LevelDebug, "optimistic: released",
-		slog.String("lock_key", h.name), slog.String("owner", h.owner), slog.Int64("token", int64(h.token)))
-	if f := h.l.hooks.OnReleased; f != nil {
-		f(h.name, h.owner, h.token, time.Since(h.acquired))
-	}
-	return nil
+	return lease, nil
 }
 
 // jitter returns a duration in [d/2, d].

@@ -61,6 +61,14 @@ type Config struct {
 	// on another pooled connection, whether the holding sessions still
 	// exist. Defaults to WatchIntervalDefault.
 	WatchInterval time.Duration
+	// AllowMultiPrimary lets pessimistic locks run on a node of a Galera
+	// cluster. By default the first acquisition there fails with
+	// dialect.ErrMultiPrimary: a row lock holds on one node only, so two
+	// clients writing through different nodes would both get the lock. Set
+	// it only when every client of these locks writes through the same node
+	// (a proxy that sends all writes to one primary); otherwise use the
+	// optimistic or fairqueue mode, whose leases are certified cluster-wide.
+	AllowMultiPrimary bool
 }
 
 // Locker takes pessimistic locks: a row lock (SELECT ... FOR UPDATE) on a
@@ -90,6 +98,9 @@ type Locker struct {
 
 	idleMu  sync.Mutex
 	idleSet map[any]time.Duration // MariaDB: driver connection -> idle_transaction_timeout set on it
+
+	allowMultiPrimary bool
+	exclusive         atomic.Bool // The database's row locks were found to exclude every client.
 }
 
 type holdKey struct{ name, owner string }
@@ -113,6 +124,8 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 		gates:    make(map[string]*gate),
 		stop:     make(chan struct{}),
 		idleSet:  make(map[any]time.Duration),
+
+		allowMultiPrimary: cfg.AllowMultiPrimary,
 	}
 	if cfg.Hooks != nil {
 		l.hooks = *cfg.Hooks
@@ -287,6 +300,9 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	label = labelOf(sorted)
+	if err := l.checkExclusive(ctx); err != nil {
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+	}
 	ttl := l.ttl
 	if len(opts) > 0 && explicitTTL(opts) {
 		ttl = o.TTL
@@ -443,6 +459,24 @@ func explicitTTL(opts []dblock.Option) bool {
 		}
 	}
 	return o.TTL != 0
+}
+
+// checkExclusive makes sure, once, that a row lock on the database excludes
+// every client (see Config.AllowMultiPrimary).
+func (l *Locker) checkExclusive(ctx context.Context) error {
+	if l.allowMultiPrimary || l.exclusive.Load() {
+		return nil
+	}
+	ok, err := l.db.RowLocksExclusive(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("check for a multi-primary cluster: %w", err)
+	case !ok:
+		return fmt.Errorf("%w: use the optimistic or fairqueue mode, or set pessimistic.Config.AllowMultiPrimary if every client writes through one node",
+			dialect.ErrMultiPrimary)
+	}
+	l.exclusive.Store(true)
+	return nil
 }
 
 func labelOf(names []string) string {

@@ -204,8 +204,10 @@ func TestExecExitCodes(t *testing.T) {
 		})
 		t.Run("pessimistic hold outlives its idle TTL", func(t *testing.T) {
 			// The server ends a transaction idle for its TTL; exec keeps
-			// the holding transaction busy while CMD runs past it.
-			c.expect(t, 0, "exec", "--lock", "long", "--mode", "pessimistic", "--ttl", "500ms", "--", "sleep", "2")
+			// the holding transaction busy (every TTL/3) while CMD runs for
+			// twice the TTL. (A TTL far below a second would make a loaded
+			// machine's scheduling pauses, not exec, decide the outcome.)
+			c.expect(t, 0, "exec", "--lock", "long", "--mode", "pessimistic", "--ttl", "1500ms", "--", "sleep", "3")
 		})
 		t.Run("command not found", func(t *testing.T) {
 			r := c.expect(t, 127, "exec", "--lock", "x", "--", "no-such-command-dblock-test")

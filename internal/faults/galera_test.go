@@ -188,8 +188,8 @@ func galeraStatus(n *galeraNode, size int) bool {
 // Galera cluster: three clients, one per node, acquire and release one name
 // for 5 s (certification failures, 1213, must read as "not acquired" or be
 // retried, never as a hold); the history must pass the overlap, token and
-// porcupine checks. It then records how pessimistic mode behaves across
-// writers (FOR UPDATE is node-local in Galera), and checks that after two
+// porcupine checks. It then checks that pessimistic mode refuses a Galera
+// node (FOR UPDATE is node-local there) unless told otherwise, and that after two
 // nodes are killed the survivor, without quorum, reports ErrUnavailable.
 func TestFaultGalera(t *testing.T) {
 	nodes := newGalera(t)
@@ -250,26 +250,40 @@ func TestFaultGalera(t *testing.T) {
 	})
 
 	t.Run("pessimistic across writers", func(t *testing.T) {
+		// By default pessimistic mode refuses a Galera node: FOR UPDATE
+		// locks the row on the node that ran it only.
 		p1, err := pessimistic.New(dbs[0], &pessimistic.Config{Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer p1.Close()
-		p2, err := pessimistic.New(dbs[1], &pessimistic.Config{Logger: quiet})
+		if l, err := p1.Acquire(ctx, "galera-tx"); !errors.Is(err, dialect.ErrMultiPrimary) {
+			if l != nil {
+				_ = l.Release(ctx)
+			}
+			t.Fatalf("pessimistic Acquire on a Galera node = %v, want an error wrapping dialect.ErrMultiPrimary", err)
+		}
+		// With AllowMultiPrimary it runs, and is exclusive on one node only:
+		// what the refusal protects against, recorded.
+		a1, err := pessimistic.New(dbs[0], &pessimistic.Config{Logger: quiet, AllowMultiPrimary: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer p2.Close()
-		l1, err := p1.Acquire(ctx, "galera-tx")
+		defer a1.Close()
+		a2, err := pessimistic.New(dbs[1], &pessimistic.Config{Logger: quiet, AllowMultiPrimary: true})
 		if err != nil {
-			t.Logf("pessimistic Acquire on a Galera node: %v (refused)", err)
-			return
+			t.Fatal(err)
+		}
+		defer a2.Close()
+		l1, err := a1.Acquire(ctx, "galera-tx")
+		if err != nil {
+			t.Fatalf("pessimistic Acquire with AllowMultiPrimary: %v", err)
 		}
 		defer func() { _ = l1.Release(ctx) }()
-		l2, err := p2.TryAcquire(ctx, "galera-tx")
+		l2, err := a2.TryAcquire(ctx, "galera-tx")
 		if err == nil {
 			_ = l2.Release(ctx)
-			t.Logf("pessimistic mode is NOT exclusive across Galera writers: node2 acquired a name node1 holds (FOR UPDATE is node-local)")
+			t.Logf("with AllowMultiPrimary, node2 acquired a name node1 holds (FOR UPDATE is node-local), as documented")
 			return
 		}
 		t.Logf("pessimistic TryAcquire on node2 while node1 holds the name: %v", err)

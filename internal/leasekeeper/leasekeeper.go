@@ -58,7 +58,7 @@ type Keeper struct {
 
 	mu      sync.Mutex
 	held    map[*dblock.Lease]*held
-	reentry map[holdKey]int // Live handles per hold, for Lease.Reentry.
+	reentry map[nameOwner]map[dblock.Token]int // Live handles per hold, for Lease.Reentry.
 	closed  bool
 	wg      sync.WaitGroup // Watchdogs.
 }
@@ -67,6 +67,8 @@ type holdKey struct {
 	name, owner string
 	token       dblock.Token
 }
+
+type nameOwner struct{ name, owner string }
 
 // New returns a Keeper.
 func New(cfg Config) *Keeper {
@@ -77,7 +79,7 @@ func New(cfg Config) *Keeper {
 		cfg.ReleaseTimeout = 5 * time.Second
 	}
 	return &Keeper{cfg: cfg, logger: dblock.LoggerOrDefault(cfg.Logger),
-		held: map[*dblock.Lease]*held{}, reentry: map[holdKey]int{}}
+		held: map[*dblock.Lease]*held{}, reentry: map[nameOwner]map[dblock.Token]int{}}
 }
 
 // Params describe a lease just acquired.
@@ -90,6 +92,9 @@ type Params struct {
 	// ReqStart is when the acquiring statement was sent (monotonic clock):
 	// the lease can be trusted until ReqStart + TTL.
 	ReqStart time.Time
+	// Reentry is the owner's acquisition count the database reported, or 0
+	// to count the handles live in this Keeper instead.
+	Reentry int
 	// OnReleased, when set, runs after a release statement succeeded.
 	OnReleased func()
 }
@@ -112,8 +117,15 @@ func (k *Keeper) Start(p Params) (*dblock.Lease, error) {
 		_, _ = k.cfg.DB.ReleaseLease(relCtx, nil, p.Name, p.Owner, p.Token)
 		return nil, ErrClosed
 	}
-	k.reentry[h.key]++
-	reentry := k.reentry[h.key]
+	no := nameOwner{p.Name, p.Owner}
+	if k.reentry[no] == nil {
+		k.reentry[no] = map[dblock.Token]int{}
+	}
+	k.reentry[no][p.Token]++
+	reentry := k.reentry[no][p.Token]
+	if p.Reentry > 0 {
+		reentry = p.Reentry
+	}
 	h.lease, h.ctl = dblock.NewLease(dblock.LeaseParams{
 		Name: p.Name, Owner: p.Owner, Mode: p.Mode, Token: p.Token, Reentry: reentry,
 		Deadline: h.deadline, Release: h.release,
@@ -123,6 +135,41 @@ func (k *Keeper) Start(p Params) (*dblock.Lease, error) {
 	k.mu.Unlock()
 	go h.watch()
 	return h.lease, nil
+}
+
+// Handles returns the number of live handles of k on (name, owner, token):
+// the reentry count the database should show when every acquisition of
+// that hold went through k.
+func (k *Keeper) Handles(name, owner string, token dblock.Token) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.reentry[nameOwner{name, owner}][token]
+}
+
+// HandlesOf returns, per token, the number of live handles of k on name for owner.
+func (k *Keeper) HandlesOf(name, owner string) map[dblock.Token]int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m := map[dblock.Token]int{}
+	for token, n := range k.reentry[nameOwner{name, owner}] {
+		m[token] = n
+	}
+	return m
+}
+
+// Lost is for a mode that found, in a statement of its own, that lease no
+// longer holds: it reads the row to say why, marks the lease lost (once)
+// and returns the reason.
+func (k *Keeper) Lost(ctx context.Context, lease *dblock.Lease) error {
+	k.mu.Lock()
+	h := k.held[lease]
+	k.mu.Unlock()
+	if h == nil {
+		return dblock.ErrExpired
+	}
+	reason := h.classify(ctx)
+	h.lose(reason)
+	return reason
 }
 
 // Held returns the number of leases held through k.
@@ -175,8 +222,12 @@ func (k *Keeper) forget(h *held) {
 	k.mu.Lock()
 	if _, ok := k.held[h.lease]; ok {
 		delete(k.held, h.lease)
-		if k.reentry[h.key]--; k.reentry[h.key] <= 0 {
-			delete(k.reentry, h.key)
+		no := nameOwner{h.key.name, h.key.owner}
+		if k.reentry[no][h.key.token]--; k.reentry[no][h.key.token] <= 0 {
+			delete(k.reentry[no], h.key.token)
+			if len(k.reentry[no]) == 0 {
+				delete(k.reentry, no)
+			}
 		}
 	}
 	k.mu.Unlock()
@@ -226,6 +277,7 @@ func (h *held) watch() {
 		renewC = renewTimer.C
 	}
 	retry := min(max(interval/4, h.k.cfg.RetryMin), 2*time.Second)
+	quick := 0 // Renewals retried at once since the last success.
 	for attempt := 1; ; attempt++ {
 		select {
 		case <-h.ctx.Done():
@@ -250,6 +302,14 @@ func (h *held) watch() {
 		if err != nil {
 			h.k.logger.LogAttrs(h.ctx, slog.LevelWarn, h.k.cfg.Prefix+": renewal failed, retrying until the lease deadline",
 				h.attrs(slog.Int("attempt", attempt), slog.String("error", err.Error()))...)
+			if errors.Is(err, dblock.ErrUnavailable) && quick < quickRetries {
+				// A broken connection: the pool hands out the next one (or
+				// opens one) at once, and a server that killed every session
+				// of this process must not cost a whole retry interval each.
+				quick++
+				renewTimer.Reset(jitter(h.k.cfg.RetryMin))
+				continue
+			}
 			renewTimer.Reset(jitter(retry))
 			continue
 		}
@@ -257,7 +317,7 @@ func (h *held) watch() {
 			h.lose(h.classify(h.ctx))
 			return
 		}
-		attempt = 0
+		attempt, quick = 0, 0
 		deadline = reqStart.Add(h.p.TTL)
 		h.mu.Lock()
 		h.deadline = deadline
@@ -267,6 +327,10 @@ func (h *held) watch() {
 		renewTimer.Reset(interval)
 	}
 }
+
+// quickRetries is how many renewals after a broken connection are retried
+// at once, before the usual retry interval applies.
+const quickRetries = 3
 
 // lose ends the lease with reason, once, and reports it.
 func (h *held) lose(reason error) {
@@ -338,26 +402,48 @@ func (h *held) release(ctx context.Context) error {
 // releaseRow runs the release CAS, retrying transient failures until ctx
 // ends: a statement that may not wait for a row lock (MariaDB's NOWAIT
 // variant, SQLite's busy timeout) fails while another transaction briefly
-// holds the row, and a release given up on would leave the name held until
-// the lease expires.
+// holds the row, a connection breaks, and a release given up on would leave
+// the name held until the lease expires.
+//
+// A statement whose connection broke may have committed. Before sending it
+// again, the row is read: if it no longer names (owner, token), or its
+// reentry count is already below this Keeper's handles on the hold, the
+// earlier attempt was applied, and a second decrement would release an outer
+// handle's hold. (The count is only this Keeper's: an owner that re-enters
+// one hold from several processes, and loses a release's answer, can
+// release one entry too many.)
 func (h *held) releaseRow(ctx context.Context) (bool, error) {
 	backoff := h.k.cfg.RetryMin
+	uncertain := false // An earlier attempt may have been applied.
 	for attempt := 1; ; attempt++ {
-		h.k.count()
-		unlock := h.k.lockWrites()
-		ok, err := h.k.cfg.DB.ReleaseLease(ctx, nil, h.p.Name, h.p.Owner, h.p.Token)
-		unlock()
-		if err == nil || !Transient(err) || ctx.Err() != nil {
-			return ok, err
+		if uncertain {
+			h.k.count()
+			row, err := h.k.cfg.DB.LeaseHolder(ctx, nil, h.p.Name)
+			if err == nil {
+				if row.Owner != h.p.Owner || row.Version != int64(h.p.Token) || row.Reentry < h.k.Handles(h.p.Name, h.p.Owner, h.p.Token) {
+					return true, nil
+				}
+				uncertain = false
+			}
 		}
-		h.k.logger.LogAttrs(ctx, slog.LevelDebug, h.k.cfg.Prefix+": release failed, retrying",
-			h.attrs(slog.Int("attempt", attempt), slog.String("error", err.Error()))...)
+		if !uncertain {
+			h.k.count()
+			unlock := h.k.lockWrites()
+			ok, err := h.k.cfg.DB.ReleaseLease(ctx, nil, h.p.Name, h.p.Owner, h.p.Token)
+			unlock()
+			if err == nil || !Transient(err) || ctx.Err() != nil {
+				return ok, err
+			}
+			uncertain = errors.Is(err, dblock.ErrUnavailable)
+			h.k.logger.LogAttrs(ctx, slog.LevelDebug, h.k.cfg.Prefix+": release failed, retrying",
+				h.attrs(slog.Int("attempt", attempt), slog.String("error", err.Error()))...)
+		}
 		t := time.NewTimer(jitter(backoff))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return false, err
+			return false, fmt.Errorf("%w: release not confirmed: %w", dblock.ErrUnavailable, context.Cause(ctx))
 		}
 		backoff = min(backoff*2, 250*time.Millisecond)
 	}
