@@ -121,7 +121,7 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := sdb.PingContext(pingCtx); err != nil {
+	if err := ping(pingCtx, sdb, kind); err != nil {
 		_ = sdb.Close()
 		return nil, fmt.Errorf("%w: connect to %s: %w", dblock.ErrUnavailable, Redact(dsn), err)
 	}
@@ -132,6 +132,26 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		}
 	}
 	return &DB{DB: sqlx.NewDb(sdb, driver), Dialect: d, owned: true, closer: sdb.Close}, nil
+}
+
+// ping checks the first connection. On SQLite it tries again while the file
+// is busy: switching a new file to WAL takes an exclusive lock without
+// calling the busy handler, so processes opening a fresh file at the same
+// moment get SQLITE_BUSY from the connection's set-up.
+func ping(ctx context.Context, sdb *sql.DB, kind Kind) error {
+	for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
+		err := sdb.PingContext(ctx)
+		if err == nil || kind != SQLite || !errors.Is(sqliteDialectV.Classify(err), dblock.ErrNotAcquired) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
 }
 
 // New wraps a *sql.DB the caller opened (and keeps: Close does not close it).

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,7 +17,10 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/locktest"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -43,6 +47,8 @@ func startPgBouncer(t *testing.T, pg *pgInstance) string {
 	ini := filepath.Join(dir, "pgbouncer.ini")
 	conf := fmt.Sprintf(`[databases]
 postgres = host=127.0.0.1 port=%d dbname=postgres user=postgres
+; Any other database name: the same server, that database.
+* = host=127.0.0.1 port=%[1]d user=postgres
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -216,5 +222,48 @@ func TestFaultPgBouncer(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// TestFaultPgBouncerConformance runs the conformance suite of the optimistic
+// and fair modes through PgBouncer in transaction pooling mode: every check
+// on a fresh database of a private PostgreSQL, migrated directly and used
+// only through PgBouncer (DSN with default_query_exec_mode=exec). LISTEN
+// cannot deliver there, so every wait relies on polling and expiry.
+func TestFaultPgBouncerConformance(t *testing.T) {
+	pg := newPrimary(t)
+	admin := openPG(t, pg.DSN())
+	bouncer := startPgBouncer(t, pg)
+	var seq atomic.Int64
+	newIso := func(t *testing.T) *dbtest.Isolated {
+		t.Helper()
+		name := fmt.Sprintf("conf_%d", seq.Add(1))
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+			t.Fatalf("create database %s: %v", name, err)
+		}
+		direct := strings.Replace(pg.DSN(), "/postgres?", "/"+name+"?", 1)
+		migrate(t, openPG(t, direct))
+		dsn := strings.Replace(bouncer, "/postgres?", "/"+name+"?", 1) + "&default_query_exec_mode=exec"
+		return &dbtest.Isolated{Kind: dialect.Postgres, DSN: dsn, DB: openPG(t, dsn)}
+	}
+	t.Run("optimistic", func(t *testing.T) {
+		locktest.RunOn(t, newIso, func(t *testing.T, iso *dbtest.Isolated) dblock.Locker {
+			l, err := optimistic.New(iso.DB, &optimistic.Config{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}, locktest.Caps{Lease: true, Reentrant: true, Fencing: true})
+	})
+	t.Run("fair", func(t *testing.T) {
+		locktest.RunOn(t, newIso, func(t *testing.T, iso *dbtest.Isolated) dblock.Locker {
+			l, err := fairqueue.New(iso.DB, &fairqueue.Config{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}, locktest.Caps{Lease: true, Reentrant: true, Fencing: true})
 	})
 }

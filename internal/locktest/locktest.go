@@ -52,6 +52,14 @@ const hangGuard = 2 * time.Minute
 // Run runs every check as a parallel subtest on every dialect.
 func Run(t *testing.T, newLocker Factory, caps Caps) {
 	t.Helper()
+	RunOn(t, nil, newLocker, caps)
+}
+
+// RunOn runs every check as a parallel subtest on a database from newIso,
+// one per check (a PostgreSQL behind a pooler, say); nil means every
+// dialect's test database, as Run does.
+func RunOn(t *testing.T, newIso func(t *testing.T) *dbtest.Isolated, newLocker Factory, caps Caps) {
+	t.Helper()
 	checks := []struct {
 		name string
 		fn   func(t *testing.T, s *suite)
@@ -80,10 +88,15 @@ func Run(t *testing.T, newLocker Factory, caps Caps) {
 		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+			run := func(t *testing.T, iso *dbtest.Isolated) {
 				s := &suite{t: t, iso: iso, factory: newLocker, caps: caps}
 				c.fn(t, s)
-			})
+			}
+			if newIso != nil {
+				run(t, newIso(t))
+				return
+			}
+			dbtest.ForEach(t, run)
 		})
 	}
 }
