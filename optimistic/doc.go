@@ -42,6 +42,21 @@
 // holder, and context.Cause(ctx). A waiter writes nothing while it waits, so
 // it leaves nothing behind when it gives up.
 //
+// # Unknown outcomes
+//
+// A statement whose connection breaks (a reset, a killed session, a
+// failover) may have committed before its answer was lost; such errors wrap
+// dblock.ErrUnavailable. An acquire in that state reads the row on a fresh
+// connection before doing anything else: if the lost statement took the
+// lock, Acquire returns that lease (it never re-enters its own hold by
+// trying again); if not, it goes on as if the attempt had found the name
+// held. When the row cannot be read within Config.StatementTimeout, the
+// error says the outcome is unknown and the name may stay held by the
+// caller's owner until the TTL ends. A release whose connection broke reads
+// the row before trying again, so a nested handle is never released twice.
+// These checks count the handles of one Locker: an owner shared by several
+// processes is outside them.
+//
 // # What a lease does not guarantee
 //
 // A lease is exclusive only while it is held: a process that stalls (a long
