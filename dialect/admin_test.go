@@ -10,30 +10,6 @@ import (
 	"github.com/dblock-go/dblock/internal/dbtest"
 )
 
-// addWaiter inserts a fair-queue waiter row whose heartbeat deadline is ttl
-// from the database's now (negative: already stale).
-func addWaiter(t *testing.T, db *dialect.DB, name, owner string, ttl time.Duration) {
-	t.Helper()
-	ctx := context.Background()
-	us := ttl.Microseconds()
-	var err error
-	switch db.Dialect.Kind() {
-	case dialect.Postgres:
-		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, expires_at)
-VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')`, name, owner, us)
-	case dialect.MySQL:
-		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
-VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`, name, owner, us)
-	default:
-		now := "CAST(unixepoch('subsec') * 1000000 AS INTEGER)"
-		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
-VALUES (?1, ?2, `+now+`, `+now+`, `+now+` + ?3)`, name, owner, us)
-	}
-	if err != nil {
-		t.Fatalf("insert waiter %s/%s: %v", name, owner, err)
-	}
-}
-
 func TestListLocksAndWaiters(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
@@ -94,10 +70,10 @@ func TestListLocksAndWaiters(t *testing.T) {
 			t.Fatalf("ListLocks(b, d, missing) = %+v, want only b", only)
 		}
 
-		addWaiter(t, db, "q", "w1", time.Minute)
-		addWaiter(t, db, "q", "stale", -time.Second)
-		addWaiter(t, db, "q", "w2", time.Minute)
-		addWaiter(t, db, "r", "w3", time.Minute)
+		dbtest.AddWaiter(t, db, "q", "w1", time.Minute)
+		dbtest.AddWaiter(t, db, "q", "stale", -time.Second)
+		dbtest.AddWaiter(t, db, "q", "w2", time.Minute)
+		dbtest.AddWaiter(t, db, "r", "w3", time.Minute)
 		waiters, err := db.ListWaiters(ctx, nil)
 		if err != nil {
 			t.Fatalf("ListWaiters: %v", err)

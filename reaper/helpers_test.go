@@ -115,15 +115,6 @@ func age(t testing.TB, db *dialect.DB, name string, d time.Duration) {
 		shifted(db, 1), db.Dialect.Placeholder(2)), d.Microseconds(), name)
 }
 
-// addWaiter inserts a fair-queue waiter whose heartbeat deadline is d from now.
-func addWaiter(t testing.TB, db *dialect.DB, name, owner string, d time.Duration) {
-	t.Helper()
-	now := db.Dialect.Now()
-	exec(t, db, fmt.Sprintf(
-		"INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at) VALUES (%s, %s, %s, %s, %s)",
-		db.Dialect.Placeholder(1), db.Dialect.Placeholder(2), now, now, shifted(db, 3)), name, owner, d.Microseconds())
-}
-
 // waiters counts name's waiters.
 func waiters(t testing.TB, db *dialect.DB, name string) int {
 	t.Helper()

@@ -26,9 +26,9 @@ func TestPassFreesStaleKeepsLive(t *testing.T) {
 		before := holder(t, db, live)
 
 		q := randomName("queue")
-		addWaiter(t, db, q, "w-live", time.Hour)
-		addWaiter(t, db, q, "w-dead", -time.Hour)
-		addWaiter(t, db, q, "w-late", -time.Second) // Within WaiterGrace: kept.
+		dbtest.AddWaiter(t, db, q, "w-live", time.Hour)
+		dbtest.AddWaiter(t, db, q, "w-dead", -time.Hour)
+		dbtest.AddWaiter(t, db, q, "w-late", -time.Second) // Within WaiterGrace: kept.
 
 		var notified chan string
 		if db.Dialect.Caps().Notify {
@@ -121,7 +121,7 @@ func TestPassBatchesUntilShort(t *testing.T) {
 			name := randomName("batch")
 			acquire(t, db, name, "o", time.Hour)
 			expire(t, db, name, -time.Minute)
-			addWaiter(t, db, name, "w", -time.Hour)
+			dbtest.AddWaiter(t, db, name, "w", -time.Hour)
 		}
 		r := newReaper(t, db, &Config{BatchSize: 5})
 		st := runOnce(t, r)

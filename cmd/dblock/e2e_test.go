@@ -448,30 +448,6 @@ func TestFirstRunSQLiteDefault(t *testing.T) {
 	}
 }
 
-// addWaiter inserts a fair-queue waiter whose heartbeat deadline is ttl from
-// the database's now (negative: stale).
-func addWaiter(t *testing.T, db *dialect.DB, name, owner string, ttl time.Duration) {
-	t.Helper()
-	ctx := context.Background()
-	us := ttl.Microseconds()
-	var err error
-	switch db.Dialect.Kind() {
-	case dialect.Postgres:
-		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, expires_at)
-VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')`, name, owner, us)
-	case dialect.MySQL:
-		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
-VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`, name, owner, us)
-	default:
-		now := "CAST(unixepoch('subsec') * 1000000 AS INTEGER)"
-		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
-VALUES (?1, ?2, `+now+`, `+now+`, `+now+` + ?3)`, name, owner, us)
-	}
-	if err != nil {
-		t.Fatalf("insert waiter: %v", err)
-	}
-}
-
 var metadataRE = regexp.MustCompile(`^dblock exec on \S+ pid \d+: sh -c .+$`)
 
 // normalizeStatus replaces what differs between runs (times, durations,
@@ -533,10 +509,10 @@ func TestStatusJSONGolden(t *testing.T) {
 		holder := c.start(t, "exec", "--lock", "golden-a", "--owner", "golden-owner", "--ttl", "1m", "--",
 			"sh", "-c", `echo ok > "$1"; exec sleep 60`, "sh", ready)
 		waitFile(t, ready)
-		addWaiter(t, iso.DB, "golden-a", "waiter-1", time.Minute)
-		addWaiter(t, iso.DB, "golden-a", "waiter-stale", -time.Second)
-		addWaiter(t, iso.DB, "golden-a", "waiter-2", time.Minute)
-		addWaiter(t, iso.DB, "golden-b", "waiter-3", time.Minute)
+		dbtest.AddWaiter(t, iso.DB, "golden-a", "waiter-1", time.Minute)
+		dbtest.AddWaiter(t, iso.DB, "golden-a", "waiter-stale", -time.Second)
+		dbtest.AddWaiter(t, iso.DB, "golden-a", "waiter-2", time.Minute)
+		dbtest.AddWaiter(t, iso.DB, "golden-b", "waiter-3", time.Minute)
 
 		r := c.expect(t, 0, "status", "--json", "golden-a", "golden-b", "golden-free")
 		var doc any
@@ -588,7 +564,7 @@ func TestReaper(t *testing.T) {
 		if err != nil || !res.Acquired {
 			t.Fatalf("acquire: %+v %v", res, err)
 		}
-		addWaiter(t, iso.DB, "reap-me", "dead-waiter", -time.Minute)
+		dbtest.AddWaiter(t, iso.DB, "reap-me", "dead-waiter", -time.Minute)
 		eventually(t, "the lease to expire", func() bool {
 			rows, err := iso.DB.ListLocks(ctx, []string{"reap-me"})
 			return err == nil && len(rows) == 1 && rows[0].Expired()

@@ -205,3 +205,29 @@ func mysqlWithDB(dsn, db string) string {
 	}
 	return "mysql://" + rest + "/" + db + query
 }
+
+// AddWaiter inserts a fair-queue waiter row for name whose heartbeat
+// deadline is ttl from the database's now (negative: already stale), as a
+// waiter of another process would have left it.
+func AddWaiter(t testing.TB, db *dialect.DB, name, owner string, ttl time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	us := ttl.Microseconds()
+	var err error
+	switch db.Dialect.Kind() {
+	case dialect.Postgres:
+		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, expires_at)
+VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')`, name, owner, us)
+	case dialect.MySQL:
+		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
+VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`, name, owner, us)
+	default:
+		now := "CAST(unixepoch('subsec') * 1000000 AS INTEGER)"
+		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
+VALUES (?1, ?2, `+now+`, `+now+`, `+now+` + ?3)`, name, owner, us)
+	}
+	if err != nil {
+		t.Fatalf("dbtest: insert waiter %s/%s: %v", name, owner, err)
+	}
+}
