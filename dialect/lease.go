@@ -507,3 +507,57 @@ func (db *DB) execOne(ctx context.Context, q Querier, query string, args ...any)
 	}
 	return n > 0, nil
 }
+
+// AcquireLeases takes every name of ps or none, in one transaction, in the
+// order given (callers sort the names, so that two callers asking for
+// overlapping sets meet in the same order). It returns the results, all
+// acquired, after the commit; or, after a rollback, blocked: the index of
+// the first name that could not be taken, whose result names its holder.
+// No statement waits for a row lock (as AcquireLease); on SQLite the
+// transaction's write lock is waited for sqliteLeaseBusyTimeout at most.
+// An error from the commit leaves the outcome unknown: every name or none
+// was taken.
+func (db *DB) AcquireLeases(ctx context.Context, ps []AcquireParams) (results []AcquireResult, blocked int, err error) {
+	run := func(tx *sqlx.Tx) error {
+		results = make([]AcquireResult, 0, len(ps))
+		for i, p := range ps {
+			res, err := db.AcquireLease(ctx, tx, p)
+			if err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			results = append(results, res)
+			if !res.Acquired {
+				blocked = i
+				return db.Classify(tx.Rollback())
+			}
+		}
+		return db.Classify(tx.Commit())
+	}
+	blocked = -1
+	if db.Dialect.Kind() == SQLite {
+		err = db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error {
+			tx, err := c.BeginTxx(ctx, nil)
+			if err != nil {
+				return db.Classify(err)
+			}
+			return run(tx)
+		})
+	} else {
+		var tx *sqlx.Tx
+		if tx, err = db.BeginTxx(ctx, nil); err != nil {
+			err = db.Classify(err)
+		} else {
+			err = run(tx)
+		}
+	}
+	if err != nil {
+		if blocked < 0 && errors.Is(err, dblock.ErrNotAcquired) {
+			// SQLite: another transaction holds the database's write lock
+			// (a pessimistic holder), as AcquireLease reports it.
+			return []AcquireResult{{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}}, 0, nil
+		}
+		return nil, -1, err
+	}
+	return results, blocked, nil
+}

@@ -42,6 +42,13 @@
 // holder, and context.Cause(ctx). A waiter writes nothing while it waits, so
 // it leaves nothing behind when it gives up.
 //
+// # Several names at once
+//
+// AcquireMany and TryAcquireMany take a set of names in one transaction, in
+// name order, all or none: a caller never holds part of a set while waiting
+// for the rest, so callers asking for overlapping sets cannot deadlock. Each
+// name gets its own lease (token, renewal, Release).
+//
 // # Unknown outcomes
 //
 // A statement whose connection breaks (a reset, a killed session, a

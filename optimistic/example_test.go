@@ -175,3 +175,30 @@ INSERT INTO account VALUES (7, 100, 1)`); err != nil {
 	// version: 2 <nil>
 	// conflict: want 1 found 2
 }
+
+// A transfer locks both accounts or neither: no caller ever holds one while
+// waiting for the other, so two opposite transfers cannot deadlock.
+func ExampleLocker_AcquireMany() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := optimistic.New(db, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+
+	leases, err := locker.AcquireMany(ctx, []string{"account:7", "account:3"}, dblock.WithWait(5*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	for _, lease := range leases {
+		fmt.Println("holding", lease.Name())
+	}
+	for _, lease := range leases {
+		_ = lease.Release(ctx)
+	}
+	// Output:
+	// holding account:3
+	// holding account:7
+}

@@ -104,6 +104,14 @@ func TestRowLockedByTransaction(t *testing.T) {
 		if _, err := l.Acquire(ctx, name, dblock.WithWait(100*time.Millisecond)); !errors.Is(err, dblock.ErrNotAcquired) {
 			t.Fatalf("Acquire with a wait of a row-locked name: %v, want ErrNotAcquired", err)
 		}
+		// A set containing it is refused whole, and its other name stays free.
+		free := locktest.RandomName("forupdate-free")
+		if _, err := l.TryAcquireMany(ctx, []string{free, name}); !errors.Is(err, dblock.ErrNotAcquired) || !errors.As(err, &held) {
+			t.Fatalf("TryAcquireMany with a row-locked name: %v, want a *HeldError", err)
+		}
+		if h, err := iso.DB.LeaseHolder(ctx, nil, free); err != nil || h.Held() {
+			t.Fatalf("%s after a refused set: %+v, %v; want free", free, h, err)
+		}
 		if err := tx.Rollback(); err != nil {
 			t.Fatalf("rollback: %v", err)
 		}
