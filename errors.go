@@ -100,18 +100,27 @@ func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 // Unwrap returns the underlying cause, if any.
 func (e *HeldError) Unwrap() error { return e.Cause }
 
-// ConflictError is returned by compare-and-swap helpers on users' own rows when
-// the row's version is not the expected one. Found is -1 when the row is missing.
+// ConflictError is returned by the helpers that guard writes to users' own
+// rows: a compare-and-swap that found another version than Want, or (Fence
+// true) a fenced write whose token Want is older than the fence Found that a
+// newer lock holder already wrote. Found is -1 when the row is missing.
 type ConflictError struct {
 	Table string
 	Key   any
 	Want  int64
 	Found int64
+	Fence bool
 }
 
 func (e *ConflictError) Error() string {
-	if e.Found < 0 {
+	switch {
+	case e.Found < 0 && e.Fence:
+		return fmt.Sprintf("dblock: fenced write to %s %v with token %d: row not found", e.Table, e.Key, e.Want)
+	case e.Found < 0:
 		return fmt.Sprintf("dblock: version conflict on %s %v: expected version %d, row not found", e.Table, e.Key, e.Want)
+	case e.Fence:
+		return fmt.Sprintf("dblock: fenced write to %s %v refused: token %d is older than the fence %d (a newer lock holder wrote)",
+			e.Table, e.Key, e.Want, e.Found)
 	}
 	return fmt.Sprintf("dblock: version conflict on %s %v: expected version %d, found %d", e.Table, e.Key, e.Want, e.Found)
 }

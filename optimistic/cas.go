@@ -116,44 +116,54 @@ func CASRetry(ctx context.Context, db *dialect.DB, q Execer, attempts int, read 
 }
 
 func casSQL(d dialect.Dialect, p CASParams) (update, read string, args []any, err error) {
-	table, err := quoteTable(d, p.Table)
+	return guardedUpdateSQL(d, p.Table, p.KeyColumn, p.VersionColumn, "version", p.Set, p.Key,
+		p.Expected+1, func(col, ph string) string { return col + " = " + ph }, p.Expected)
+}
+
+// guardedUpdateSQL builds UPDATE table SET <set>, ctl = ctlValue WHERE key =
+// Key AND cond(ctl, condValue), and the read of ctl by key that explains a
+// refusal. Identifiers are validated and quoted; every value is a bind
+// parameter. what names ctl's role in errors ("version", "fence").
+func guardedUpdateSQL(d dialect.Dialect, tableName, keyColumn, ctlColumn, what string, set map[string]any, keyValue, ctlValue any,
+	cond func(col, placeholder string) string, condValue any) (update, read string, args []any, err error) {
+	table, err := quoteTable(d, tableName)
 	if err != nil {
 		return "", "", nil, err
 	}
-	key, err := quoteIdent(d, p.KeyColumn)
+	key, err := quoteIdent(d, keyColumn)
 	if err != nil {
 		return "", "", nil, err
 	}
-	version, err := quoteIdent(d, p.VersionColumn)
+	ctl, err := quoteIdent(d, ctlColumn)
 	if err != nil {
 		return "", "", nil, err
 	}
-	if p.KeyColumn == p.VersionColumn {
-		return "", "", nil, fmt.Errorf("%w: key and version column are both %q", dblock.ErrInvalidOption, p.KeyColumn)
+	if keyColumn == ctlColumn {
+		return "", "", nil, fmt.Errorf("%w: key and %s column are both %q", dblock.ErrInvalidOption, what, keyColumn)
 	}
-	cols := make([]string, 0, len(p.Set))
-	for c := range p.Set {
+	cols := make([]string, 0, len(set))
+	for c := range set {
 		cols = append(cols, c)
 	}
 	slices.Sort(cols) // A stable statement text, so the database can reuse its plan.
 	var b strings.Builder
 	b.WriteString("UPDATE " + table + " SET ")
 	for _, c := range cols {
-		if c == p.KeyColumn || c == p.VersionColumn {
-			return "", "", nil, fmt.Errorf("%w: Set names the key or version column %q", dblock.ErrInvalidOption, c)
+		if c == keyColumn || c == ctlColumn {
+			return "", "", nil, fmt.Errorf("%w: Set names the key or %s column %q", dblock.ErrInvalidOption, what, c)
 		}
 		qc, err := quoteIdent(d, c)
 		if err != nil {
 			return "", "", nil, err
 		}
-		args = append(args, p.Set[c])
+		args = append(args, set[c])
 		b.WriteString(qc + " = " + d.Placeholder(len(args)) + ", ")
 	}
-	args = append(args, p.Expected+1, p.Key, p.Expected)
+	args = append(args, ctlValue, keyValue, condValue)
 	n := len(args)
-	b.WriteString(version + " = " + d.Placeholder(n-2) + " WHERE " + key + " = " + d.Placeholder(n-1) +
-		" AND " + version + " = " + d.Placeholder(n))
-	read = "SELECT " + version + " FROM " + table + " WHERE " + key + " = " + d.Placeholder(1)
+	b.WriteString(ctl + " = " + d.Placeholder(n-2) + " WHERE " + key + " = " + d.Placeholder(n-1) +
+		" AND " + cond(ctl, d.Placeholder(n)))
+	read = "SELECT " + ctl + " FROM " + table + " WHERE " + key + " = " + d.Placeholder(1)
 	return b.String(), read, args, nil
 }
 
