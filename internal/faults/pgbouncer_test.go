@@ -57,8 +57,13 @@ unix_socket_dir =
 auth_type = trust
 auth_file = %s
 pool_mode = transaction
-max_client_conn = 200
+max_client_conn = 400
 default_pool_size = 10
+; Many databases (one per conformance check) share the server: cap the
+; server connections of the user across them (clients queue instead of
+; failing), and close idle ones of finished checks soon.
+max_user_connections = 60
+server_idle_timeout = 5
 ; dblock asks PostgreSQL for TCP keepalives in the startup packet; PgBouncer
 ; refuses startup parameters it does not know unless told to ignore them.
 ignore_startup_parameters = extra_float_digits,tcp_keepalives_idle,tcp_keepalives_interval,tcp_keepalives_count
@@ -231,7 +236,8 @@ func TestFaultPgBouncer(t *testing.T) {
 // only through PgBouncer (DSN with default_query_exec_mode=exec). LISTEN
 // cannot deliver there, so every wait relies on polling and expiry.
 func TestFaultPgBouncerConformance(t *testing.T) {
-	pg := newPrimary(t)
+	// Room for PgBouncer's 60 and the direct pools that migrate each database.
+	pg := newPrimary(t, "max_connections = 200")
 	admin := openPG(t, pg.DSN())
 	bouncer := startPgBouncer(t, pg)
 	var seq atomic.Int64
