@@ -363,3 +363,34 @@ func TestClassifyConnectionCut(t *testing.T) {
 		})
 	}
 }
+
+// TestMySQLOneRoundTrip: on MySQL/MariaDB a statement with arguments is sent
+// as one query (arguments interpolated by the driver), not prepared,
+// executed and closed on the server: the session's prepare count stays put.
+func TestMySQLOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.MySQL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := iso.DB.Connx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	prepares := func() int64 {
+		var name string
+		var n int64
+		if err := conn.QueryRowxContext(ctx, "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'").Scan(&name, &n); err != nil {
+			t.Fatalf("read Com_stmt_prepare: %v", err)
+		}
+		return n
+	}
+	before := prepares()
+	var got int64
+	if err := conn.QueryRowxContext(ctx, "SELECT ? + 1", 41).Scan(&got); err != nil || got != 42 {
+		t.Fatalf("SELECT ? + 1 with 41: %d, %v", got, err)
+	}
+	if after := prepares(); after != before {
+		t.Fatalf("a statement with arguments was prepared on the server (%d prepares, was %d)", after, before)
+	}
+}

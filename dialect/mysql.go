@@ -127,6 +127,13 @@ func openMySQL(dsn string) (*sql.DB, error) {
 	cfg.Loc = time.UTC
 	cfg.ClientFoundRows = false
 	cfg.MultiStatements = false
+	if !strings.Contains(dsn, "interpolateParams=") {
+		// One round trip per statement: without it the driver prepares,
+		// executes and closes a server-side statement for every call with
+		// arguments. (The driver refuses to interpolate for the few
+		// multibyte character sets where it would be unsafe.)
+		cfg.InterpolateParams = true
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}
