@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
@@ -291,6 +292,16 @@ func connectionLost(err error) bool {
 	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) || errors.As(err, &opErr)
+}
+
+// NotSent reports whether err says a statement never reached the server:
+// the connection to it could not be made (refused, unreachable, failed
+// start-up). Such a statement certainly did not run, unlike one whose
+// established connection broke.
+func NotSent(err error) bool {
+	var connErr *pgconn.ConnectError
+	var opErr *net.OpError
+	return errors.As(err, &connErr) || errors.As(err, &opErr) && opErr.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // unavailable wraps err as dblock.ErrUnavailable.

@@ -203,6 +203,9 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	// before a read of the row settles it (else a retry would re-enter a
 	// hold taken by the lost one, and a release would leave the name held).
 	var unknown *pending
+	// lastErr is the error of the last attempt, nil once a statement answers:
+	// a wait that ends while the database fails says so, not "held".
+	var lastErr error
 	for attempt := 1; ; attempt++ {
 		if unknown != nil {
 			lease, settled, err := l.settle(ctx, unknown, o, start)
@@ -214,7 +217,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 			}
 		}
 		if waitCtx.Err() != nil {
-			return nil, l.waitEnded(name, unknown, nil, context.Cause(waitCtx))
+			return nil, l.waitEnded(name, unknown, lastErr, context.Cause(waitCtx))
 		}
 		if polled && unknown == nil {
 			// A timer wake-up reads first: a read takes no write lock, so
@@ -222,7 +225,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 			// one writer) and cost one round trip while the name stays held.
 			h, err := l.db.LeaseHolder(waitCtx, nil, name)
 			if err == nil && h.Held() && h.Owner != o.Owner {
-				res = dialect.AcquireResult{Holder: h}
+				res, lastErr = dialect.AcquireResult{Holder: h}, nil
 				goto wait
 			}
 		}
@@ -257,9 +260,12 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 				}
 				l.logger.LogAttrs(ctx, slog.LevelWarn, "optimistic: acquire failed, retrying",
 					slog.String("lock_key", name), slog.String("owner", o.Owner), slog.Int("attempt", attempt), slog.String("error", err.Error()))
-				res = dialect.AcquireResult{}
+				res, lastErr = dialect.AcquireResult{}, err
 			} else if res.Acquired {
 				return l.newLease(name, o, res, reqStart, time.Since(start))
+			}
+			if err == nil {
+				lastErr = nil
 			}
 			if !wait {
 				return nil, fmt.Errorf("optimistic: acquire %q: %w", name, res.Holder.HeldError(name, nil))
@@ -292,15 +298,15 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 			timer.Stop()
 		case <-waitCtx.Done():
 			timer.Stop()
-			if unknown != nil {
-				return nil, l.waitEnded(name, unknown, nil, context.Cause(waitCtx))
+			if unknown != nil || lastErr != nil {
+				return nil, l.waitEnded(name, unknown, lastErr, context.Cause(waitCtx))
 			}
 			held.Cause = context.Cause(waitCtx)
 			return nil, fmt.Errorf("optimistic: acquire %q: %w", name, held)
 		case <-l.closing:
 			timer.Stop()
-			if unknown != nil {
-				return nil, l.waitEnded(name, unknown, nil, ErrClosed)
+			if unknown != nil || lastErr != nil {
+				return nil, l.waitEnded(name, unknown, lastErr, ErrClosed)
 			}
 			held.Cause = ErrClosed
 			return nil, fmt.Errorf("optimistic: acquire %q: %w", name, held)
@@ -318,8 +324,12 @@ type pending struct {
 
 // outcomeUnknown reports whether a failed acquire may have committed: its
 // connection broke or its statement timed out. A statement the server
-// refused (a deadlock, a missing table) changed nothing.
+// refused (a deadlock, a missing table), or that never reached it (no
+// connection could be made), changed nothing.
 func outcomeUnknown(err error) bool {
+	if dialect.NotSent(err) {
+		return false
+	}
 	return errors.Is(err, dblock.ErrUnavailable) || errors.Is(err, driver.ErrBadConn) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
@@ -374,8 +384,8 @@ func (l *Locker) waitEnded(name string, p *pending, lastErr, cause error) error 
 	if p != nil {
 		return fmt.Errorf("%w (wait ended: %w)", l.unresolved(p), cause)
 	}
-	if lastErr != nil && errors.Is(lastErr, dblock.ErrUnavailable) {
-		return fmt.Errorf("optimistic: acquire %q: %w (wait ended: %w)", name, lastErr, cause)
+	if lastErr != nil {
+		return fmt.Errorf("optimistic: acquire %q: the last attempt failed: %w (wait ended: %w)", name, lastErr, cause)
 	}
 	return fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, cause)
 }

@@ -274,3 +274,33 @@ func TestFaultResetDuringRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestFaultAcquireWhileDown: a waiting Acquire whose every attempt fails (the
+// database cannot be reached: the proxy in front of it is stopped) ends its
+// wait with an error that says so (ErrUnavailable), never with "not
+// acquired", which would claim another owner holds the name.
+func TestFaultAcquireWhileDown(t *testing.T) {
+	for _, kind := range serverKinds() {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			px := newProxy(t, iso)
+			client, err := optimistic.New(px.open(t), &optimistic.Config{Logger: quiet, DisableNotify: true, StatementTimeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			px.px.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			lease, err := client.Acquire(ctx, "down", dblock.WithWait(2*time.Second))
+			if lease != nil {
+				t.Fatalf("acquired %q while the database was unreachable", lease.Name())
+			}
+			if !errors.Is(err, dblock.ErrUnavailable) || errors.Is(err, dblock.ErrNotAcquired) {
+				t.Fatalf("Acquire while the database is unreachable = %v, want ErrUnavailable and not ErrNotAcquired", err)
+			}
+			t.Logf("while down: %v", err)
+		})
+	}
+}
