@@ -290,7 +290,10 @@ func (h *held) watch() {
 		case <-renewC:
 		}
 		reqStart := time.Now()
-		ctx, cancel := context.WithDeadline(h.ctx, deadline)
+		// One attempt may use two thirds of the time left: a connection
+		// that hangs (a server that stalls a new session) is given up while
+		// there is still time to renew on another.
+		ctx, cancel := context.WithDeadline(h.ctx, reqStart.Add(time.Until(deadline)*2/3))
 		h.k.count()
 		unlock := h.k.lockWrites()
 		ok, err := h.k.cfg.DB.RenewLease(ctx, nil, h.p.Name, h.p.Owner, h.p.Token, h.p.TTL)
