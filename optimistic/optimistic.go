@@ -67,6 +67,7 @@ type Locker struct {
 	logger  *slog.Logger
 	hooks   dblock.Hooks
 	hub     *wake.Hub // nil when notifications are off or unsupported.
+	gates   *gates    // This Locker's waiters, in line per name.
 	keeper  *leasekeeper.Keeper
 	closing chan struct{}
 
@@ -105,7 +106,7 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 	if c.ReleaseTimeout == 0 {
 		c.ReleaseTimeout = ReleaseTimeoutDefault
 	}
-	l := &Locker{db: db, cfg: c, logger: dblock.LoggerOrDefault(c.Logger), closing: make(chan struct{})}
+	l := &Locker{db: db, cfg: c, logger: dblock.LoggerOrDefault(c.Logger), gates: newGates(), closing: make(chan struct{})}
 	if c.Hooks != nil {
 		l.hooks = *c.Hooks
 	}
@@ -171,7 +172,7 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
+func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dblock.Option) (lease *dblock.Lease, err error) {
 	if err := dblock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("optimistic: acquire: %w", err)
 	}
@@ -206,6 +207,63 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	// lastErr is the error of the last attempt, nil once a statement answers:
 	// a wait that ends while the database fails says so, not "held".
 	var lastErr error
+
+	// w is this call's place in the Locker's line for the name once it
+	// waits; kickCh wakes it when a release through this Locker may have
+	// freed the name. Only the head of the line asks the database.
+	var (
+		w      *waiter
+		kickCh <-chan struct{}
+	)
+	defer func() {
+		if w != nil {
+			var taken *dialect.Holder
+			if lease != nil {
+				taken = &dialect.Holder{Exists: true, Owner: o.Owner, Mode: dblock.ModeOptimistic, Version: int64(lease.Token())}
+			}
+			l.gates.leave(name, w, taken)
+		}
+	}()
+	// queue joins the line and waits for this call's turn. It returns
+	// whether to ask the database at once: the head asks at once when it
+	// has not asked yet, or when it just subscribed (a release announced
+	// before the subscription would be missed); a later head asks at once
+	// unless the head before it left holding the name.
+	unsubscribe := func() {}
+	defer func() { unsubscribe() }()
+	queue := func(asked bool) (bool, error) {
+		var head bool
+		w, head = l.gates.join(name, res.Holder)
+		kickCh = w.kick
+		subscribed := false
+		if wakeCh == nil && l.hub != nil {
+			wakeCh, unsubscribe = l.hub.Subscribe(name)
+			subscribed = true
+		}
+		if head {
+			return !asked || subscribed, nil
+		}
+		select {
+		case free := <-w.turn:
+			if !free {
+				res = dialect.AcquireResult{Holder: l.gates.holder(name)}
+			}
+			return free, nil
+		case <-waitCtx.Done():
+			return false, l.gaveUp(name, unknown, lastErr, context.Cause(waitCtx))
+		case <-l.closing:
+			return false, l.gaveUp(name, unknown, lastErr, ErrClosed)
+		}
+	}
+	ask := true // Ask the database this round (else wait first).
+	if wait && l.gates.busy(name) && !l.keeper.Holds(name, o.Owner) {
+		// Others of this Locker already wait for the name: queue behind
+		// them rather than race them. (An owner that holds the name
+		// re-enters at once; queueing would wait for itself.)
+		if ask, err = queue(false); err != nil {
+			return nil, err
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		if unknown != nil {
 			lease, settled, err := l.settle(ctx, unknown, o, start)
@@ -219,17 +277,17 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 		if waitCtx.Err() != nil {
 			return nil, l.waitEnded(name, unknown, lastErr, context.Cause(waitCtx))
 		}
-		if polled && unknown == nil {
+		if ask && polled && unknown == nil {
 			// A timer wake-up reads first: a read takes no write lock, so
 			// pollers never compete with the holder's release (SQLite has
 			// one writer) and cost one round trip while the name stays held.
 			h, err := l.db.LeaseHolder(waitCtx, nil, name)
 			if err == nil && h.Held() && h.Owner != o.Owner {
-				res, lastErr = dialect.AcquireResult{Holder: h}, nil
-				goto wait
+				res, lastErr, ask = dialect.AcquireResult{Holder: h}, nil, false
+				l.gates.note(name, h)
 			}
 		}
-		if unknown == nil {
+		if ask && unknown == nil {
 			reqStart := time.Now()
 			stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.StatementTimeout)
 			var err error
@@ -270,16 +328,18 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 			if !wait {
 				return nil, fmt.Errorf("optimistic: acquire %q: %w", name, res.Holder.HeldError(name, nil))
 			}
-			if wakeCh == nil && l.hub != nil {
-				// Subscribe, then try again at once: a release announced between
-				// the failed attempt and the subscription would be missed.
-				var unsubscribe func()
-				wakeCh, unsubscribe = l.hub.Subscribe(name)
-				defer unsubscribe()
-				continue
+			if w == nil {
+				if ask, err = queue(true); err != nil {
+					return nil, err
+				}
+				if ask {
+					continue
+				}
+			} else {
+				l.gates.note(name, res.Holder)
 			}
 		}
-	wait:
+		ask = true
 		held := res.Holder.HeldError(name, nil)
 		d := jitter(backoff)
 		backoff = min(backoff*2, l.cfg.PollMax)
@@ -295,6 +355,8 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 		case <-timer.C:
 			polled = true
 		case <-wakeCh:
+			timer.Stop()
+		case <-kickCh:
 			timer.Stop()
 		case <-waitCtx.Done():
 			timer.Stop()
@@ -312,6 +374,15 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 			return nil, fmt.Errorf("optimistic: acquire %q: %w", name, held)
 		}
 	}
+}
+
+// gaveUp is the error of a wait that ended (cause) while the call waited
+// for its turn in the Locker's line: the holder is the one the head last saw.
+func (l *Locker) gaveUp(name string, p *pending, lastErr, cause error) error {
+	if p != nil || lastErr != nil {
+		return l.waitEnded(name, p, lastErr, cause)
+	}
+	return fmt.Errorf("optimistic: acquire %q: %w", name, l.gates.holder(name).HeldError(name, cause))
 }
 
 // pending is an acquire whose connection broke: it may have committed.
@@ -408,6 +479,9 @@ func (l *Locker) newLease(name string, o dblock.Options, res dialect.AcquireResu
 	lease, err := l.keeper.Start(leasekeeper.Params{
 		Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, Token: res.Token, TTL: o.TTL, Renew: o.Renew,
 		ReqStart: reqStart, Reentry: res.Reentry,
+		// The next in this Locker's line asks at once, without waiting for
+		// the notification (or, without one, its backoff).
+		OnReleased: func() { l.gates.kick(name) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, ErrClosed)

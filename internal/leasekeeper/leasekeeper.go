@@ -146,6 +146,13 @@ func (k *Keeper) Handles(name, owner string, token dblock.Token) int {
 	return k.reentry[nameOwner{name, owner}][token]
 }
 
+// Holds reports whether k has a live handle on name for owner.
+func (k *Keeper) Holds(name, owner string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.reentry[nameOwner{name, owner}]) > 0
+}
+
 // HandlesOf returns, per token, the number of live handles of k on name for owner.
 func (k *Keeper) HandlesOf(name, owner string) map[dblock.Token]int {
 	k.mu.Lock()

@@ -1,0 +1,126 @@
+package optimistic
+
+import (
+	"sync"
+
+	"github.com/dblock-go/dblock/dialect"
+)
+
+// gates line up one Locker's waiters on a name in arrival order. Only the
+// first in line (the head) talks to the database; the others wait for their
+// turn without sending anything. A release made through this Locker kicks
+// the head at once, and an Acquire that finds others of this Locker already
+// waiting queues behind them instead of racing them, so a goroutine that
+// releases and acquires again in a loop cannot keep the name from the
+// goroutines waiting beside it.
+//
+// The order is local: waiters in other processes (or on other Lockers) still
+// compete with the head through the database, as in any unfair lock. Mutual
+// exclusion never depends on the gate; it only decides who asks next.
+type gates struct {
+	mu sync.Mutex
+	m  map[string]*line
+}
+
+// line is the queue of one name; q[0] is the head.
+type line struct {
+	q []*waiter
+	// holder is the holder the head last saw, for the error of a waiter
+	// that gives up before its turn.
+	holder dialect.Holder
+}
+
+// waiter is one Acquire call waiting in a line.
+type waiter struct {
+	// turn receives once when the waiter becomes the head; the value says
+	// whether the name may be free (false: the previous head took it).
+	turn chan bool
+	// kick receives when a release through this Locker may have freed the
+	// name. Buffered one deep; sends never block.
+	kick chan struct{}
+}
+
+func newGates() *gates { return &gates{m: map[string]*line{}} }
+
+// busy reports whether some waiters of this Locker are in name's line.
+func (g *gates) busy(name string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.m[name] != nil
+}
+
+// join puts a new waiter at the end of name's line and reports whether it is
+// the head (the line was empty); a head records seen, the holder it found.
+func (g *gates) join(name string, seen dialect.Holder) (*waiter, bool) {
+	w := &waiter{turn: make(chan bool, 1), kick: make(chan struct{}, 1)}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ln := g.m[name]
+	if ln == nil {
+		ln = &line{}
+		g.m[name] = ln
+	}
+	ln.q = append(ln.q, w)
+	if len(ln.q) == 1 {
+		ln.holder = seen
+	}
+	return w, len(ln.q) == 1
+}
+
+// note records the holder the head found.
+func (g *gates) note(name string, h dialect.Holder) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ln := g.m[name]; ln != nil {
+		ln.holder = h
+	}
+}
+
+// holder returns the holder the head of name's line last found.
+func (g *gates) holder(name string) dialect.Holder {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ln := g.m[name]; ln != nil {
+		return ln.holder
+	}
+	return dialect.Holder{}
+}
+
+// leave takes w out of name's line. When w was the head, the next waiter
+// becomes the head; taken, when not nil, is the hold w leaves with (then
+// the next head waits for a release before it asks).
+func (g *gates) leave(name string, w *waiter, taken *dialect.Holder) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ln := g.m[name]
+	if ln == nil {
+		return
+	}
+	for i, x := range ln.q {
+		if x != w {
+			continue
+		}
+		ln.q = append(ln.q[:i], ln.q[i+1:]...)
+		if len(ln.q) == 0 {
+			delete(g.m, name)
+		} else if i == 0 {
+			if taken != nil {
+				ln.holder = *taken
+			}
+			ln.q[0].turn <- taken == nil
+		}
+		return
+	}
+}
+
+// kick tells the head of name's line that a release may have freed it.
+func (g *gates) kick(name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ln := g.m[name]; ln != nil {
+		select {
+		case ln.q[0].kick <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,212 @@
+package optimistic
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/locktest"
+)
+
+// lineLen is the number of this Locker's waiters in name's line.
+func (l *Locker) lineLen(name string) int {
+	l.gates.mu.Lock()
+	defer l.gates.mu.Unlock()
+	if ln := l.gates.m[name]; ln != nil {
+		return len(ln.q)
+	}
+	return 0
+}
+
+// waitLine waits (bounded) until name's line holds n waiters.
+func waitLine(t *testing.T, l *Locker, name string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); l.lineLen(name) != n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("line of %q: %d waiters, want %d", name, l.lineLen(name), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func newGateLocker(t *testing.T, iso *dbtest.Isolated) *Locker {
+	t.Helper()
+	l, err := New(iso.DB, nil)
+	if err != nil {
+		t.Fatalf("new: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return l
+}
+
+// TestLineOrder: the waiters of one Locker get the name in the order they
+// asked for it, and a goroutine that releases and asks again goes to the
+// back of the line instead of taking the name straight back.
+func TestLineOrder(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		l := newGateLocker(t, iso)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		name := locktest.RandomName("line")
+		holder, err := l.Acquire(ctx, name)
+		if err != nil {
+			t.Fatalf("holder: %v", err)
+		}
+		const waiters = 5
+		var (
+			mu    sync.Mutex
+			order []int
+			wg    sync.WaitGroup
+		)
+		take := func(i int) error {
+			lease, err := l.Acquire(ctx, name)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			return lease.Release(ctx)
+		}
+		errs := make(chan error, waiters+1)
+		for i := range waiters {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := take(i); err != nil {
+					errs <- err
+					return
+				}
+				if i == 0 {
+					// Straight back in: behind everyone who was waiting.
+					errs <- take(waiters)
+				}
+			}()
+			waitLine(t, l, name, i+1)
+		}
+		if err := holder.Release(ctx); err != nil {
+			t.Fatalf("release holder: %v", err)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("waiter: %v", err)
+			}
+		}
+		want := []int{0, 1, 2, 3, 4, waiters}
+		if len(order) != len(want) {
+			t.Fatalf("acquisition order %v, want %v", order, want)
+		}
+		for i := range want {
+			if order[i] != want[i] {
+				t.Fatalf("acquisition order %v, want %v", order, want)
+			}
+		}
+		if n := l.lineLen(name); n != 0 {
+			t.Fatalf("%d waiters left in line after every acquisition", n)
+		}
+	})
+}
+
+// TestLineReentry: an owner that holds the name re-enters at once, even
+// with other waiters of the same Locker in line (queueing behind them would
+// wait for itself).
+func TestLineReentry(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		l := newGateLocker(t, iso)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		name, owner := locktest.RandomName("line-reentry"), dblock.NewOwner()
+		outer, err := l.Acquire(ctx, name, dblock.WithOwner(owner))
+		if err != nil {
+			t.Fatalf("outer: %v", err)
+		}
+		waited := make(chan error, 1)
+		go func() {
+			lease, err := l.Acquire(ctx, name)
+			if err == nil {
+				err = lease.Release(ctx)
+			}
+			waited <- err
+		}()
+		waitLine(t, l, name, 1)
+		inner, err := l.Acquire(ctx, name, dblock.WithOwner(owner), dblock.WithWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("re-entry with a waiter in line: %v", err)
+		}
+		if inner.Token() != outer.Token() || inner.Reentry() != 2 {
+			t.Fatalf("re-entry: token %d reentry %d, want token %d reentry 2", inner.Token(), inner.Reentry(), outer.Token())
+		}
+		if err := inner.Release(ctx); err != nil {
+			t.Fatalf("release inner: %v", err)
+		}
+		if err := outer.Release(ctx); err != nil {
+			t.Fatalf("release outer: %v", err)
+		}
+		if err := <-waited; err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	})
+}
+
+// TestLineGiveUp: a waiter that gives up before its turn leaves the line
+// (the waiters behind it move up), and its error names the holder.
+func TestLineGiveUp(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		l := newGateLocker(t, iso)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		name, owner := locktest.RandomName("line-giveup"), dblock.NewOwner()
+		holder, err := l.Acquire(ctx, name, dblock.WithOwner(owner))
+		if err != nil {
+			t.Fatalf("holder: %v", err)
+		}
+		first := make(chan error, 1)
+		go func() {
+			lease, err := l.Acquire(ctx, name)
+			if err == nil {
+				err = lease.Release(ctx)
+			}
+			first <- err
+		}()
+		waitLine(t, l, name, 1)
+		giveUp, stop := context.WithCancel(ctx)
+		second := make(chan error, 1)
+		go func() {
+			_, err := l.Acquire(giveUp, name)
+			second <- err
+		}()
+		waitLine(t, l, name, 2)
+		stop()
+		err = <-second
+		var held *dblock.HeldError
+		if !errors.Is(err, dblock.ErrNotAcquired) || !errors.Is(err, context.Canceled) || !errors.As(err, &held) {
+			t.Fatalf("waiter that gave up: %v, want ErrNotAcquired, context.Canceled and a *dblock.HeldError", err)
+		}
+		if held.Owner != owner {
+			t.Fatalf("waiter that gave up names holder %q, want %q", held.Owner, owner)
+		}
+		waitLine(t, l, name, 1)
+		if err := holder.Release(ctx); err != nil {
+			t.Fatalf("release holder: %v", err)
+		}
+		if err := <-first; err != nil {
+			t.Fatalf("first waiter: %v", err)
+		}
+		if n := l.lineLen(name); n != 0 {
+			t.Fatalf("%d waiters left in line", n)
+		}
+	})
+}
