@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,12 +246,116 @@ func TestParseDSN(t *testing.T) {
 			t.Errorf("ParseDSN(%q) error = %v, want ErrInvalidOption", bad, err)
 		}
 	}
-	if got := dialect.Redact("postgres://u:secret@h/db"); got != "postgres://u:xxxxx@h/db" {
-		t.Errorf("Redact = %q", got)
-	}
 	_, err := dialect.Open(context.Background(), "mysql://u:secret@tcp(h:1/db")
 	if !errors.Is(err, dblock.ErrInvalidOption) || containsSecret(err) {
 		t.Errorf("bad mysql DSN: %v", err)
+	}
+	// Schemes in any case; the driver gets a DSN it recognises.
+	for dsn, want := range map[string]string{
+		"POSTGRES://u@h/db":          "postgres://u@h/db",
+		"PostgreSQL://u@h/db":        "postgresql://u@h/db",
+		"MYSQL://root@tcp(h:3306)/t": "root@tcp(h:3306)/t",
+		"SQLITE://dblock.db":         "dblock.db",
+		"FILE:dblock.db":             "dblock.db",
+	} {
+		if _, rest, err := dialect.ParseDSN(dsn); err != nil || rest != want {
+			t.Errorf("ParseDSN(%q) rest = %q, %v; want %q", dsn, rest, err, want)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	cases := map[string]string{
+		// URL user information; net/url splits at the authority's last '@'.
+		"postgres://u:secret@h/db":           "postgres://u:xxxxx@h/db",
+		"postgresql://u:se@cret@h:5432/db":   "postgresql://u:xxxxx@h:5432/db",
+		"postgres://u:secret@h1,h2/db?x=a@b": "postgres://u:xxxxx@h1,h2/db?x=a@b",
+		"postgres://u@h/db":                  "postgres://u@h/db",
+		"redis://:secret@h":                  "redis://:xxxxx@h",
+		// URL query parameters.
+		"postgres://u@h/db?password=secret":                   "postgres://u@h/db?password=xxxxx",
+		"postgres://u@h/db?sslmode=disable&password=secret&x": "postgres://u@h/db?sslmode=disable&password=xxxxx&x",
+		"postgres://u@h/db?sslpassword=secret#frag":           "postgres://u@h/db?sslpassword=xxxxx#frag",
+		"postgres://u@h/db?PASSWORD=secret":                   "postgres://u@h/db?PASSWORD=xxxxx",
+		// Keyword/value DSNs, bare and quoted values.
+		"host=h user=u password=secret dbname=d":    "host=h user=u password=xxxxx dbname=d",
+		"host=h password = 'se cret\\' x' dbname=d": "host=h password=xxxxx dbname=d",
+		"password=secret host=h sslpassword=secret": "password=xxxxx host=h sslpassword=xxxxx",
+		"host=h user=u": "host=h user=u",
+		// go-sql-driver DSNs, with and without the scheme: the password may
+		// hold '@', ':' and '/' (the driver splits at the last '/', the last
+		// '@' before it and the first ':').
+		"mysql://u:secret@tcp(h:3306)/db":                   "mysql://u:xxxxx@tcp(h:3306)/db",
+		"MYSQL://u:se:c@r/et@tcp(h:3306)/db?parseTime=true": "MYSQL://u:xxxxx@tcp(h:3306)/db?parseTime=true",
+		"u:secret@unix(/run/mysqld/mysqld.sock)/db":         "u:xxxxx@unix(/run/mysqld/mysqld.sock)/db",
+		"mysql://u@tcp(h:3306)/db":                          "mysql://u@tcp(h:3306)/db",
+		// No password at all.
+		"sqlite://dblock.db":                 "sqlite://dblock.db",
+		"file:x.db?_pragma=busy_timeout(50)": "file:x.db?_pragma=busy_timeout(50)",
+	}
+	for dsn, want := range cases {
+		got := dialect.Redact(dsn)
+		if got != want {
+			t.Errorf("Redact(%q) = %q, want %q", dsn, got, want)
+		}
+		if strings.Contains(got, "cret") || strings.Contains(got, "r/et") {
+			t.Errorf("Redact(%q) = %q shows (part of) the password", dsn, got)
+		}
+	}
+}
+
+// TestOpenErrorsHideThePassword: every error Open returns for a DSN that
+// carries a password, wherever in the DSN, leaves the password out.
+func TestOpenErrorsHideThePassword(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, dsn := range []string{
+		"postgres://u:secret@127.0.0.1:1/db?sslmode=disable&connect_timeout=5", // refused
+		"postgres://u@127.0.0.1:1/db?sslmode=disable&password=secret",          // refused
+		"postgres://u:secret@127.0.0.1:1/db?sslmode=bogus",                     // pgx refuses the DSN
+		"host=127.0.0.1 port=1 user=u password=secret",                         // no scheme
+		"mysql://u:secret@tcp(127.0.0.1:1)/db",                                 // refused
+		"mysql://u:secret@tcp(127.0.0.1:1)/db?parseTime=maybe",                 // the driver refuses the DSN
+		"redis://u:secret@127.0.0.1:1",                                         // unknown scheme
+	} {
+		_, err := dialect.Open(ctx, dsn)
+		if err == nil {
+			t.Errorf("Open(%q): no error", dialect.Redact(dsn))
+			continue
+		}
+		if !errors.Is(err, dblock.ErrInvalidOption) && !errors.Is(err, dblock.ErrUnavailable) {
+			t.Errorf("Open(%q) = %v, want ErrInvalidOption or ErrUnavailable", dialect.Redact(dsn), err)
+		}
+		if containsSecret(err) {
+			t.Errorf("Open(%q) error shows the password: %v", dialect.Redact(dsn), err)
+		}
+	}
+}
+
+// TestOpenUppercaseScheme: POSTGRES:// reaches the server like postgres://.
+func TestOpenUppercaseScheme(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			scheme, rest, _ := strings.Cut(iso.DSN, "://")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			db, err := dialect.Open(ctx, strings.ToUpper(scheme)+"://"+rest)
+			if err != nil {
+				t.Fatalf("Open with the scheme in upper case: %v", err)
+			}
+			defer db.Close()
+			if db.Dialect.Kind() != kind {
+				t.Fatalf("dialect %s, want %s", db.Dialect.Kind(), kind)
+			}
+			if _, err := db.LeaseHolder(ctx, nil, "x"); err != nil {
+				t.Fatalf("a statement through the upper-case DSN: %v", err)
+			}
+		})
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -212,15 +213,19 @@ var (
 )
 
 // ParseDSN splits a dblock DSN into its dialect and the driver's own DSN.
-// Errors wrap dblock.ErrInvalidOption and never echo a password.
+// Schemes are matched in any case (POSTGRES://, MySQL://). Errors wrap
+// dblock.ErrInvalidOption and never echo a password.
 func ParseDSN(dsn string) (Kind, string, error) {
 	dsn = strings.TrimSpace(dsn)
 	lower := strings.ToLower(dsn)
 	switch {
 	case dsn == "":
 		return "", "", fmt.Errorf("%w: empty DSN", dblock.ErrInvalidOption)
-	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
-		return Postgres, dsn, nil
+	case strings.HasPrefix(lower, "postgres://"):
+		// The scheme in lower case: pgx recognises a URL by it.
+		return Postgres, "postgres://" + dsn[len("postgres://"):], nil
+	case strings.HasPrefix(lower, "postgresql://"):
+		return Postgres, "postgresql://" + dsn[len("postgresql://"):], nil
 	case strings.HasPrefix(lower, "mysql://"):
 		return MySQL, dsn[len("mysql://"):], nil
 	case strings.HasPrefix(lower, "sqlite://"):
@@ -250,26 +255,89 @@ func ParseDSN(dsn string) (Kind, string, error) {
 		dblock.ErrInvalidOption, Redact(dsn), scheme)
 }
 
-// Redact hides the password of a DSN for messages.
+// Redact hides the passwords of a DSN for messages: the password of the
+// user information (URL user:pass@host, and the go-sql-driver form
+// user:pass@tcp(host)/db, split where the driver splits it), and the value
+// of every parameter whose name ends in "password" (password, sslpassword),
+// in a URL query (?password=...) or a keyword/value DSN (password='...').
+// Anything else is kept, so the message still says which server was meant.
 func Redact(dsn string) string {
-	at := strings.LastIndex(dsn, "@")
+	lower := strings.ToLower(strings.TrimSpace(dsn))
+	switch {
+	case strings.HasPrefix(lower, "mysql://"):
+		i := strings.Index(dsn, "://") + 3
+		return dsn[:i] + redactQuery(redactMySQLUser(dsn[i:]))
+	case strings.Contains(dsn, "://"):
+		return redactQuery(redactURLUser(dsn))
+	case kvDSN.MatchString(dsn):
+		return kvPassword.ReplaceAllString(dsn, "${1}${2}=xxxxx")
+	case strings.Contains(dsn, "@"):
+		return redactQuery(redactMySQLUser(dsn))
+	}
+	return redactQuery(dsn)
+}
+
+const redacted = "xxxxx"
+
+var (
+	// kvDSN: a libpq keyword/value DSN (host=h user=u ...), which has no
+	// scheme and starts with a keyword.
+	kvDSN = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
+	// kvPassword: a password keyword and its value, bare or single-quoted
+	// (with backslash escapes), in a keyword/value DSN.
+	kvPassword = regexp.MustCompile(`(?i)(^|\s)([a-z_]*password)\s*=\s*(?:'(?:[^'\\]|\\.)*'?|\S*)`)
+	// queryPassword: a password parameter and its value in a URL query.
+	queryPassword = regexp.MustCompile(`(?i)([?&;])([a-z_]*password)=[^&#]*`)
+)
+
+// redactQuery hides password parameters in the query of a URL-like DSN.
+func redactQuery(dsn string) string {
+	q := strings.IndexByte(dsn, '?')
+	if q < 0 {
+		return dsn
+	}
+	return dsn[:q] + queryPassword.ReplaceAllString(dsn[q:], "${1}${2}="+redacted)
+}
+
+// redactURLUser hides the password of scheme://user:pass@host/...: the
+// authority ends at the first '/', '?' or '#', and the user information at
+// its last '@' (as net/url reads it).
+func redactURLUser(dsn string) string {
+	start := strings.Index(dsn, "://") + 3
+	end := len(dsn)
+	if i := strings.IndexAny(dsn[start:], "/?#"); i >= 0 {
+		end = start + i
+	}
+	at := strings.LastIndex(dsn[start:end], "@")
 	if at < 0 {
 		return dsn
 	}
-	start := strings.Index(dsn, "://")
-	if start < 0 {
-		start = 0
-	} else {
-		start += 3
-	}
-	if start > at {
+	at += start
+	colon := strings.IndexByte(dsn[start:at], ':')
+	if colon < 0 || start+colon+1 == at {
 		return dsn
 	}
-	userinfo := dsn[start:at]
-	if i := strings.Index(userinfo, ":"); i >= 0 {
-		return dsn[:start] + userinfo[:i] + ":xxxxx" + dsn[at:]
+	return dsn[:start+colon+1] + redacted + dsn[at:]
+}
+
+// redactMySQLUser hides the password of a go-sql-driver DSN
+// (user:pass@net(addr)/db?params), found as the driver finds it: the last
+// '/', the last '@' before it, and the first ':' before that, so a password
+// may hold '@', ':' or '/'.
+func redactMySQLUser(dsn string) string {
+	slash := strings.LastIndexByte(dsn, '/')
+	if slash < 0 {
+		slash = len(dsn)
 	}
-	return dsn
+	at := strings.LastIndexByte(dsn[:slash], '@')
+	if at < 0 {
+		return dsn
+	}
+	colon := strings.IndexByte(dsn[:at], ':')
+	if colon < 0 || colon+1 == at {
+		return dsn
+	}
+	return dsn[:colon+1] + redacted + dsn[at:]
 }
 
 // IsRetryable reports whether err is worth retrying as it is: a deadlock, a
