@@ -11,9 +11,9 @@ import (
 // Lease is a held lock, whatever the mode. It is safe for concurrent use.
 //
 // Done is closed when the lease ends: when it is lost (expired, taken over,
-// released by an administrator, its connection died) or released. Err is nil
-// while the lease is held, a *LostError (matching ErrLost and the reason) after
-// a loss, and ErrReleased after a normal Release.
+// released by an administrator, its connection died, its Locker closed) or
+// released. Err is nil while the lease is held, a *LostError (matching ErrLost
+// and the reason) after a loss, and ErrReleased after a normal Release.
 type Lease struct {
 	name     string
 	owner    string
@@ -76,6 +76,14 @@ func (l *Lease) Token() Token { return l.token }
 
 // Reentry returns how many acquisitions by this owner the lock counted when this
 // one succeeded (1 for a first acquisition).
+//
+// On PostgreSQL and SQLite the count is the database's, so it includes
+// acquisitions of the same owner made in other processes. On MySQL and
+// MariaDB the acquiring statement reports the count only when it inserts the
+// row; otherwise the count is this process's live handles on the hold
+// (including this one), which is lower than the database's when the owner
+// also holds the name from another process. The database's count is what
+// decides when the row is freed, whatever Reentry says.
 func (l *Lease) Reentry() int { return l.reentry }
 
 // Done returns a channel closed when the lease ends (lost or released).
@@ -99,14 +107,18 @@ func (l *Lease) Deadline() (time.Time, bool) {
 }
 
 // Release ends the hold. It returns an error wrapping ErrReleased when called
-// again, and a *LostError (errors.Is(err, ErrLost)) when the lock had already
-// been lost; the database is still asked to free the row when it can tell
+// again (and the loss too, if the lock was lost), and a *LostError
+// (errors.Is(err, ErrLost)) when the lock had already been lost; the database is still asked to free the row when it can tell
 // the row is ours. Cleanup contexts: pass context.WithoutCancel(ctx) when the
 // caller's context may already be done.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {
+		lost := l.lost
 		l.mu.Unlock()
+		if lost != nil {
+			return fmt.Errorf("release %q: %w: %w", l.name, ErrReleased, lost)
+		}
 		return fmt.Errorf("release %q: %w", l.name, ErrReleased)
 	}
 	l.released = true
@@ -178,6 +190,23 @@ func (c LeaseControl) Lose(reason error) bool {
 	return true
 }
 
+// LoseIfHeld marks the lease lost with reason only while it is held and its
+// Release has not begun (Lose, by contrast, also marks a lease whose Release
+// is under way). It reports whether this call ended the lease. A Locker's
+// Close uses it to end the leases still held before it frees their rows.
+func (c LeaseControl) LoseIfHeld(reason error) bool {
+	l := c.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil || l.lost != nil || l.released {
+		return false
+	}
+	lostErr := &LostError{Name: l.name, Reason: reason}
+	l.lost, l.err = lostErr, lostErr
+	close(l.done)
+	return true
+}
+
 // SetDeadline moves the local trust deadline after a successful renewal.
 func (c LeaseControl) SetDeadline(t time.Time) {
 	c.l.mu.Lock()
@@ -200,13 +229,31 @@ func (c LeaseControl) Releasing() bool {
 // bounded by releaseTimeout. It returns fn's error; when the lock was lost
 // while fn ran, the *LostError is returned too (joined), because fn's work was
 // not exclusive to the end.
+//
+// If fn panics (or calls runtime.Goexit), fn's context is cancelled and the
+// lease released before the panic goes on up the stack: a panic recovered
+// further up never leaves the name held, nor its renewal running.
 func Run(ctx context.Context, lease *Lease, releaseTimeout time.Duration, fn func(ctx context.Context) error) error {
 	fnCtx, cancel := lease.Context(ctx)
+	defer cancel()
+	release := func() error {
+		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer relCancel()
+		return lease.Release(relCtx)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked: no recover, so the panic resumes, with its
+			// own stack, once this has released.
+			cancel()
+			_ = release()
+		}
+	}()
 	fnErr := fn(fnCtx)
+	returned = true
 	cancel()
-	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	relErr := lease.Release(relCtx)
-	relCancel()
+	relErr := release()
 	if relErr != nil {
 		if errors.Is(relErr, ErrLost) {
 			return errors.Join(fnErr, relErr)

@@ -111,6 +111,80 @@ func TestRunReleasesAfterFn(t *testing.T) {
 	}
 }
 
+// TestRunPanics: a panic in fn cancels fn's context and releases the lease
+// before it goes on up the stack, unchanged.
+func TestRunPanics(t *testing.T) {
+	t.Parallel()
+	var releases atomic.Int32
+	l, _ := newLease(t, func(context.Context) error { releases.Add(1); return nil })
+	var fnCtx context.Context
+	boom := errors.New("boom")
+	got := func() (r any) {
+		defer func() { r = recover() }()
+		_ = dblock.Run(context.Background(), l, time.Second, func(ctx context.Context) error {
+			fnCtx = ctx
+			panic(boom)
+		})
+		return nil
+	}()
+	if got != boom {
+		t.Fatalf("recovered %v, want fn's panic value", got)
+	}
+	if releases.Load() != 1 {
+		t.Fatalf("release ran %d times after a panic, want 1", releases.Load())
+	}
+	if !errors.Is(l.Err(), dblock.ErrReleased) {
+		t.Fatalf("Err after a panic = %v, want ErrReleased", l.Err())
+	}
+	if fnCtx.Err() == nil {
+		t.Fatal("fn's context not cancelled after a panic")
+	}
+}
+
+// TestLoseIfHeld: it ends a held lease as lost, and leaves alone a lease
+// that is lost already or whose Release has begun.
+func TestLoseIfHeld(t *testing.T) {
+	t.Parallel()
+	closed := errors.New("closed")
+	l, ctl := newLease(t, func(context.Context) error { return nil })
+	ctx, cancel := l.Context(context.Background())
+	defer cancel()
+	if !ctl.LoseIfHeld(closed) {
+		t.Fatal("LoseIfHeld did not end a held lease")
+	}
+	<-l.Done()
+	<-ctx.Done()
+	if cause := context.Cause(ctx); !errors.Is(cause, dblock.ErrLost) || !errors.Is(cause, closed) {
+		t.Fatalf("context cause = %v, want ErrLost and the reason", cause)
+	}
+	if ctl.LoseIfHeld(closed) || ctl.Lose(dblock.ErrExpired) {
+		t.Fatal("a lost lease was ended again")
+	}
+	if err := l.Release(context.Background()); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, closed) {
+		t.Fatalf("release after LoseIfHeld = %v, want ErrLost and the reason", err)
+	}
+	// A second Release says both: released already, and lost.
+	if err := l.Release(context.Background()); !errors.Is(err, dblock.ErrReleased) || !errors.Is(err, dblock.ErrLost) {
+		t.Fatalf("second release = %v, want ErrReleased and ErrLost", err)
+	}
+
+	// Release under way: LoseIfHeld leaves the lease to it.
+	var ctl2 dblock.LeaseControl
+	var l2 *dblock.Lease
+	l2, ctl2 = newLease(t, func(context.Context) error {
+		if ctl2.LoseIfHeld(closed) {
+			t.Error("LoseIfHeld ended a lease whose Release had begun")
+		}
+		return nil
+	})
+	if err := l2.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if !errors.Is(l2.Err(), dblock.ErrReleased) {
+		t.Fatalf("Err = %v, want ErrReleased", l2.Err())
+	}
+}
+
 func TestValidateName(t *testing.T) {
 	t.Parallel()
 	for _, bad := range []string{"", strings.Repeat("x", 256), "a\x00b", string([]byte{0xff, 0xfe})} {
