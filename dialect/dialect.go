@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
 
@@ -338,6 +339,70 @@ func redactMySQLUser(dsn string) string {
 		return dsn
 	}
 	return dsn[:colon+1] + redacted + dsn[at:]
+}
+
+// PermissionDenied reports whether err is the server refusing the statement
+// for want of a privilege (PostgreSQL 42501; MySQL/MariaDB 1142 table, 1143
+// column, 1044 database access denied).
+func PermissionDenied(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "42501"
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		return myErr.Number == 1142 || myErr.Number == 1143 || myErr.Number == 1044
+	}
+	return false
+}
+
+// Probe statements: each reads no row (or the one fence row) but names every
+// column the lock statements use, so it fails as they would.
+const (
+	probeLocks   = `SELECT name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata FROM dblock_locks WHERE 1 = 0`
+	probeWaiters = `SELECT id, name, owner, created_at, heartbeat_at, expires_at FROM dblock_waiters WHERE 1 = 0`
+	probeFence   = `SELECT floor FROM dblock_fence WHERE id = 1`
+	probeSeq     = `SELECT has_sequence_privilege('dblock_token_seq', 'USAGE')
+    AND has_sequence_privilege(pg_get_serial_sequence('dblock_waiters', 'id'), 'USAGE')`
+)
+
+// ProbeSchema checks, with reads only, that the objects dblock's statements
+// use are there and readable by this connection's role: every column of
+// dblock_locks and dblock_waiters, and the source of fencing tokens
+// (PostgreSQL: the sequences of tokens and waiter ids, usable; MySQL and
+// SQLite: the row of dblock_fence). It needs none of the goose version table. A missing
+// object is an error wrapping dblock.ErrSchemaMissing with the migrate hint;
+// a missing privilege is the server's error, which PermissionDenied
+// recognises. It cannot tell whether a migration that adds only an index is
+// applied.
+func (db *DB) ProbeSchema(ctx context.Context) error {
+	for _, q := range []string{probeLocks, probeWaiters} {
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			return db.Classify(err)
+		}
+		_ = rows.Close()
+	}
+	switch db.Dialect.Kind() {
+	case Postgres:
+		var usable bool
+		if err := db.QueryRowxContext(ctx, probeSeq).Scan(&usable); err != nil {
+			return db.Classify(err)
+		}
+		if !usable {
+			return errors.New("dblock: permission denied for the sequences dblock_token_seq and dblock_waiters_id_seq: grant USAGE on them to this role")
+		}
+	default:
+		var floor int64
+		err := db.QueryRowxContext(ctx, probeFence).Scan(&floor)
+		if errors.Is(err, sql.ErrNoRows) {
+			return schemaMissing(db.Dialect, errors.New("dblock_fence has no row with id 1"))
+		}
+		if err != nil {
+			return db.Classify(err)
+		}
+	}
+	return nil
 }
 
 // IsRetryable reports whether err is worth retrying as it is: a deadlock, a

@@ -14,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/dblock-go/dblock"
@@ -33,9 +35,42 @@ const VersionTable = "dblock_db_version"
 // Dir returns the directory of FS holding kind's migrations.
 func Dir(kind dialect.Kind) string { return string(kind) }
 
+// LockID is the PostgreSQL advisory lock that serialises dblock's migration
+// runs: crc32("dblock"), so they never queue behind (or block) an
+// application's own goose runs, which use goose's default lock id.
+const LockID int64 = 0x679e8cd0
+
+// Lock retries: goose's defaults retry every 5 s, which makes the second of
+// two concurrent runs wait 5 s for a lock the first holds for milliseconds.
+// goose's shortest period is 1 s; 300 tries keep its 5-minute bound.
+const (
+	lockRetryPeriod   = 1   // seconds
+	lockRetries       = 300 // tries
+	unlockRetryPeriod = 1
+	unlockRetries     = 60
+)
+
+// gooseDialect maps a dblock dialect to goose's.
+func gooseDialect(kind dialect.Kind) (goose.Dialect, error) {
+	switch kind {
+	case dialect.Postgres:
+		return goose.DialectPostgres, nil
+	case dialect.MySQL:
+		return goose.DialectMySQL, nil
+	case dialect.SQLite:
+		return goose.DialectSQLite3, nil
+	}
+	return "", fmt.Errorf("%w: no migrations for dialect %q", dblock.ErrInvalidOption, kind)
+}
+
 // NewProvider returns a goose Provider for db's dialect on VersionTable. On
-// PostgreSQL concurrent runs are serialised by a session advisory lock.
+// PostgreSQL concurrent runs are serialised by a session advisory lock
+// (LockID), tried every second.
 func NewProvider(db *dialect.DB) (*goose.Provider, error) {
+	gd, err := gooseDialect(db.Dialect.Kind())
+	if err != nil {
+		return nil, err
+	}
 	sub, err := fs.Sub(FS, Dir(db.Dialect.Kind()))
 	if err != nil {
 		return nil, err
@@ -44,21 +79,16 @@ func NewProvider(db *dialect.DB) (*goose.Provider, error) {
 		goose.WithTableName(VersionTable),
 		goose.WithDisableGlobalRegistry(true),
 	}
-	var gd goose.Dialect
-	switch db.Dialect.Kind() {
-	case dialect.Postgres:
-		gd = goose.DialectPostgres
-		locker, err := lock.NewPostgresSessionLocker()
+	if db.Dialect.Kind() == dialect.Postgres {
+		locker, err := lock.NewPostgresSessionLocker(
+			lock.WithLockID(LockID),
+			lock.WithLockTimeout(lockRetryPeriod, lockRetries),
+			lock.WithUnlockTimeout(unlockRetryPeriod, unlockRetries),
+		)
 		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, goose.WithSessionLocker(locker))
-	case dialect.MySQL:
-		gd = goose.DialectMySQL
-	case dialect.SQLite:
-		gd = goose.DialectSQLite3
-	default:
-		return nil, fmt.Errorf("%w: no migrations for dialect %q", dblock.ErrInvalidOption, db.Dialect.Kind())
 	}
 	return goose.NewProvider(gd, db.DB.DB, sub, opts...)
 }
@@ -106,18 +136,54 @@ func Status(ctx context.Context, db *dialect.DB) ([]*goose.MigrationStatus, erro
 }
 
 // Check returns an error wrapping dblock.ErrSchemaMissing, saying which
-// command to run, unless every migration is applied.
+// command to run, unless every migration is applied. It only reads: unlike
+// goose's Provider, it never creates the version table.
+//
+// A role that may not read the version table (the least-privilege grants of
+// an application that does not migrate) cannot see which migrations are
+// applied. Check then probes the dblock tables instead (dialect.ProbeSchema:
+// zero-row reads of every column the lock statements use, and the source of
+// fencing tokens) and returns nil when they are all there and readable; a
+// migration that adds only an index goes unseen there. A missing table is
+// still ErrSchemaMissing; a missing privilege on the tables themselves is
+// the server's permission error (dialect.PermissionDenied).
 func Check(ctx context.Context, db *dialect.DB) error {
 	p, err := NewProvider(db)
 	if err != nil {
 		return err
 	}
-	pending, err := p.HasPending(ctx)
+	gd, err := gooseDialect(db.Dialect.Kind())
 	if err != nil {
+		return err
+	}
+	store, err := database.NewStore(gd, VersionTable)
+	if err != nil {
+		return err
+	}
+	rows, err := store.ListMigrations(ctx, db.DB.DB)
+	if err != nil {
+		if dialect.PermissionDenied(err) {
+			return db.ProbeSchema(ctx)
+		}
 		return db.Classify(err)
 	}
-	if pending {
-		return fmt.Errorf("%w: migrations pending: run %s", dblock.ErrSchemaMissing, db.Dialect.MigrateHint())
+	// Rows come newest first; a version's newest row says whether it is
+	// applied (goose records a down as a row with is_applied false).
+	applied := map[int64]bool{}
+	for _, r := range rows {
+		if _, seen := applied[r.Version]; !seen {
+			applied[r.Version] = r.IsApplied
+		}
+	}
+	var pending []string
+	for _, src := range p.ListSources() {
+		if !applied[src.Version] {
+			pending = append(pending, fmt.Sprint(src.Version))
+		}
+	}
+	if len(pending) > 0 {
+		return fmt.Errorf("%w: migrations pending (%s): run %s", dblock.ErrSchemaMissing,
+			strings.Join(pending, ", "), db.Dialect.MigrateHint())
 	}
 	return nil
 }

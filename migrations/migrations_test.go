@@ -2,7 +2,10 @@ package migrations_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
@@ -74,6 +79,9 @@ func TestProgrammaticRoundTrip(t *testing.T) {
 			iso := dbtest.NewEmpty(t, kind)
 			if err := migrations.Check(ctx, iso.DB); !errors.Is(err, dblock.ErrSchemaMissing) {
 				t.Fatalf("Check on empty database = %v, want ErrSchemaMissing", err)
+			}
+			if got := columns(t, iso.DB, migrations.VersionTable); len(got) != 0 {
+				t.Fatalf("Check created %s: %v", migrations.VersionTable, got)
 			}
 			for round := 0; round < 2; round++ {
 				if err := migrations.Up(ctx, iso.DB); err != nil {
@@ -220,3 +228,197 @@ var logTime = regexp.MustCompile(`(?m)^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d `)
 // withoutLogTime drops the logger's time stamps, which change from one run
 // to the next, from goose's output, keeping what it reports.
 func withoutLogTime(s string) string { return logTime.ReplaceAllString(s, "") }
+
+// appRole creates a role (PostgreSQL) or user (MySQL) for iso's database
+// with the least-privilege grants of the README, except SELECT on the goose
+// version table unless withVersion, and returns a pool connected as it and a
+// function running admin SQL on iso's database. Dropped at cleanup.
+func appRole(t *testing.T, iso *dbtest.Isolated, withVersion bool) (*dialect.DB, func(string)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := func(q string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := iso.DB.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	role := "dblock_app_" + hex.EncodeToString(b[:])
+	var dsn string
+	switch iso.Kind {
+	case dialect.Postgres:
+		var schema string
+		if err := iso.DB.GetContext(ctx, &schema, "SELECT current_schema()"); err != nil {
+			t.Fatal(err)
+		}
+		admin("CREATE ROLE " + role + " NOLOGIN")
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, _ = iso.DB.ExecContext(ctx, "DROP OWNED BY "+role)
+			if _, err := iso.DB.ExecContext(ctx, "DROP ROLE "+role); err != nil {
+				t.Errorf("drop role %s: %v", role, err)
+			}
+		})
+		admin("GRANT USAGE ON SCHEMA " + schema + " TO " + role)
+		admin("GRANT SELECT, INSERT, UPDATE, DELETE ON dblock_locks, dblock_waiters TO " + role)
+		admin("GRANT USAGE ON SEQUENCE dblock_token_seq, dblock_waiters_id_seq TO " + role)
+		if withVersion {
+			admin("GRANT SELECT ON " + migrations.VersionTable + " TO " + role)
+		}
+		// The test server trusts only its superuser over TCP: connect as it
+		// and take the role at session start (role is a settable parameter).
+		dsn = iso.DSN + "&role=" + role
+	case dialect.MySQL:
+		var db string
+		if err := iso.DB.GetContext(ctx, &db, "SELECT DATABASE()"); err != nil {
+			t.Fatal(err)
+		}
+		const password = "app-pw"
+		admin("CREATE USER '" + role + "'@'%' IDENTIFIED BY '" + password + "'")
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := iso.DB.ExecContext(ctx, "DROP USER '"+role+"'@'%'"); err != nil {
+				t.Errorf("drop user %s: %v", role, err)
+			}
+		})
+		for _, table := range []string{"dblock_locks", "dblock_waiters", "dblock_fence"} {
+			admin("GRANT SELECT, INSERT, UPDATE, DELETE ON " + db + "." + table + " TO '" + role + "'@'%'")
+		}
+		if withVersion {
+			admin("GRANT SELECT ON " + db + "." + migrations.VersionTable + " TO '" + role + "'@'%'")
+		}
+		rest := strings.TrimPrefix(iso.DSN, "mysql://")
+		slash := strings.LastIndex(rest, "/")
+		if at := strings.LastIndex(rest[:slash], "@"); at >= 0 {
+			rest = rest[at+1:]
+		}
+		dsn = "mysql://" + role + ":" + password + "@" + rest
+	default:
+		t.Fatalf("no roles on %s", iso.Kind)
+	}
+	db, err := dialect.Open(ctx, dsn)
+	if err != nil {
+		t.Fatalf("open as %s: %v", role, err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db, admin
+}
+
+// TestCheckLeastPrivilege: a role with the README's grants passes Check,
+// through the version table when it may read it, and by probing the dblock
+// tables when it may not; it can take and release a lock. A role that may
+// not read a dblock table gets the permission error, never "schema missing"
+// or a silent pass; a missing table is still "schema missing".
+func TestCheckLeastPrivilege(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+		for _, withVersion := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/version_table_readable=%v", kind, withVersion), func(t *testing.T) {
+				t.Parallel()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				iso := dbtest.New(t, kind)
+				app, admin := appRole(t, iso, withVersion)
+				if err := migrations.Check(ctx, app); err != nil {
+					t.Fatalf("Check as the application role: %v", err)
+				}
+				r, err := app.AcquireLease(ctx, nil, dialect.AcquireParams{Name: "job", Owner: "app", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+				if err != nil || !r.Acquired {
+					t.Fatalf("acquire as the application role: %+v, %v", r, err)
+				}
+				if ok, err := app.ReleaseLease(ctx, nil, "job", "app", r.Token); err != nil || !ok {
+					t.Fatalf("release as the application role: %v, %v", ok, err)
+				}
+				if withVersion {
+					return
+				}
+				// No SELECT on dblock_waiters: the probe must not pass.
+				admin("REVOKE SELECT ON dblock_waiters FROM " + roleOf(t, app))
+				err = migrations.Check(ctx, app)
+				if err == nil || errors.Is(err, dblock.ErrSchemaMissing) || !dialect.PermissionDenied(err) {
+					t.Fatalf("Check without SELECT on dblock_waiters = %v, want the permission error", err)
+				}
+				// A table that is gone is "schema missing". (MySQL keeps the
+				// grants of a dropped table, and answers "denied" rather
+				// than "no such table" to a user without them.)
+				admin("GRANT SELECT ON dblock_waiters TO " + roleOf(t, app))
+				admin("DROP TABLE dblock_waiters")
+				if err := migrations.Check(ctx, app); !errors.Is(err, dblock.ErrSchemaMissing) {
+					t.Fatalf("Check with dblock_waiters dropped = %v, want ErrSchemaMissing", err)
+				}
+			})
+		}
+	}
+}
+
+// roleOf names the connected role or user as REVOKE ... FROM takes it.
+func roleOf(t *testing.T, db *dialect.DB) string {
+	t.Helper()
+	var who string
+	q := "SELECT current_user"
+	if db.Dialect.Kind() == dialect.MySQL {
+		q = "SELECT CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')"
+	}
+	if err := db.GetContext(context.Background(), &who, q); err != nil {
+		t.Fatal(err)
+	}
+	return who
+}
+
+// TestMigrateLock: dblock's migration runs on PostgreSQL take their own
+// advisory lock (migrations.LockID), not goose's default one, so an
+// application's goose run holding its lock does not hold dblock's up, and a
+// dblock run holding LockID does.
+func TestMigrateLock(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	iso := dbtest.NewEmpty(t, dialect.Postgres)
+	holder, err := iso.Open(t).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	advisory := func(fn string, id int64) {
+		t.Helper()
+		if _, err := holder.ExecContext(ctx, "SELECT "+fn+"($1)", id); err != nil {
+			t.Fatalf("%s(%d): %v", fn, id, err)
+		}
+	}
+
+	// goose's default lock held (by an application's migration run): dblock's
+	// run does not wait for it. (It would wait up to 5 minutes on the same id.)
+	advisory("pg_advisory_lock", lock.DefaultLockID)
+	upCtx, upCancel := context.WithTimeout(ctx, 30*time.Second)
+	err = migrations.Up(upCtx, iso.DB)
+	upCancel()
+	if err != nil {
+		t.Fatalf("Up while goose's default lock is held: %v", err)
+	}
+	advisory("pg_advisory_unlock", lock.DefaultLockID)
+	if err := migrations.DownTo(ctx, iso.DB, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// dblock's own lock held: a run cannot start until it is free.
+	advisory("pg_advisory_lock", migrations.LockID)
+	upCtx, upCancel = context.WithTimeout(ctx, 1200*time.Millisecond)
+	err = migrations.Up(upCtx, iso.DB)
+	upCancel()
+	if err == nil {
+		t.Fatal("Up ran while another run held migrations.LockID")
+	}
+	if got := columns(t, iso.DB, "dblock_locks"); len(got) != 0 {
+		t.Fatalf("Up without the lock created dblock_locks")
+	}
+	advisory("pg_advisory_unlock", migrations.LockID)
+	if err := migrations.Up(ctx, iso.DB); err != nil {
+		t.Fatalf("Up once the lock is free: %v", err)
+	}
+}
