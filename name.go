@@ -35,6 +35,20 @@ func ValidateOwner(owner string) error {
 	return nil
 }
 
+// ValidateMetadata returns an error wrapping ErrInvalidOption when metadata
+// is longer than MaxMetadataLen bytes, not valid UTF-8, or contains a NUL
+// byte (which PostgreSQL and MariaDB refuse in text and SQLite would store
+// silently). Empty metadata is valid: none is stored.
+func ValidateMetadata(metadata string) error {
+	if metadata == "" {
+		return nil
+	}
+	if err := validateText(metadata, MaxMetadataLen); err != "" {
+		return fmt.Errorf("%w: metadata %q: %s", ErrInvalidOption, truncate(metadata), err)
+	}
+	return nil
+}
+
 func validateText(s string, maxLen int) string {
 	switch {
 	case s == "":

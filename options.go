@@ -49,7 +49,8 @@ type Options struct {
 	// Without it, Acquire waits until ctx ends. WithWait(0) tries once.
 	Wait    time.Duration
 	HasWait bool
-	// Metadata is free text stored with the lock (host, pid, purpose).
+	// Metadata is free text stored with the lock (host, pid, purpose): at
+	// most MaxMetadataLen bytes of valid UTF-8 without NUL bytes.
 	Metadata string
 	// Token asks a pessimistic lock for a fencing token (a write in the
 	// locking transaction). Lease modes always return one.
@@ -80,7 +81,8 @@ func WithWait(d time.Duration) Option {
 	return func(o *Options) { o.Wait = d; o.HasWait = true }
 }
 
-// WithMetadata stores small free text with the lock, shown by `dblock status`.
+// WithMetadata stores small free text with the lock, shown by `dblock status`:
+// at most MaxMetadataLen bytes of valid UTF-8 without NUL bytes.
 func WithMetadata(s string) Option { return func(o *Options) { o.Metadata = s } }
 
 // WithToken asks a pessimistic lock for a fencing token.
@@ -121,8 +123,8 @@ func ResolveOptions(ctx context.Context, opts ...Option) (Options, error) {
 	if o.HasWait && o.Wait < 0 {
 		return o, fmt.Errorf("%w: wait %v is negative", ErrInvalidOption, o.Wait)
 	}
-	if len(o.Metadata) > MaxMetadataLen {
-		return o, fmt.Errorf("%w: metadata is %d bytes, longer than %d", ErrInvalidOption, len(o.Metadata), MaxMetadataLen)
+	if err := ValidateMetadata(o.Metadata); err != nil {
+		return o, err
 	}
 	return o, nil
 }

@@ -1,0 +1,122 @@
+package dblock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/fairqueue"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/optimistic"
+	"github.com/dblock-go/dblock/pessimistic"
+)
+
+// badMetadata is metadata every acquisition must refuse, whatever the mode
+// and the database: PostgreSQL and MariaDB reject it in a text column with a
+// driver error, SQLite would store it as given.
+var badMetadata = map[string]string{
+	"NUL byte":      "host a\x00b",
+	"invalid UTF-8": "host \xff\xfe",
+	"truncated":     "caf\xc3",
+	"too long":      strings.Repeat("m", dblock.MaxMetadataLen+1),
+}
+
+func TestResolveOptionsMetadata(t *testing.T) {
+	t.Parallel()
+	for what, md := range badMetadata {
+		_, err := dblock.ResolveOptions(context.Background(), dblock.WithMetadata(md))
+		if !errors.Is(err, dblock.ErrInvalidOption) {
+			t.Errorf("metadata with %s: err = %v, want ErrInvalidOption", what, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "\x00") {
+			t.Errorf("metadata with %s: the error carries a NUL byte: %q", what, err)
+		}
+	}
+	for _, md := range []string{"", "host é pid 1 🔒", strings.Repeat("é", dblock.MaxMetadataLen/2)} {
+		o, err := dblock.ResolveOptions(context.Background(), dblock.WithMetadata(md))
+		if err != nil || o.Metadata != md {
+			t.Errorf("metadata %q: %q, %v", md, o.Metadata, err)
+		}
+	}
+}
+
+// TestMetadataRefusedEverywhere: in every mode on every database, bad
+// metadata is refused with ErrInvalidOption before anything is written;
+// good UTF-8 metadata (4-byte characters included) is stored as given.
+func TestMetadataRefusedEverywhere(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		opt, err := optimistic.New(iso.DB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer opt.Close()
+		fair, err := fairqueue.New(iso.DB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fair.Close()
+		pess, err := pessimistic.New(iso.DB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pess.Close()
+		tries := map[string]func(md string) error{
+			"optimistic": func(md string) error {
+				_, err := opt.TryAcquire(ctx, "job", dblock.WithMetadata(md))
+				return err
+			},
+			"optimistic many": func(md string) error {
+				_, err := opt.TryAcquireMany(ctx, []string{"job", "job2"}, dblock.WithMetadata(md))
+				return err
+			},
+			"fair": func(md string) error {
+				_, err := fair.Acquire(ctx, "job", dblock.WithMetadata(md), dblock.WithWait(time.Second))
+				return err
+			},
+			"pessimistic": func(md string) error {
+				_, err := pess.TryAcquire(ctx, "job", dblock.WithMetadata(md), dblock.WithToken())
+				return err
+			},
+		}
+		for mode, try := range tries {
+			for what, md := range badMetadata {
+				if err := try(md); !errors.Is(err, dblock.ErrInvalidOption) {
+					t.Errorf("%s with %s metadata: err = %v, want ErrInvalidOption", mode, what, err)
+				}
+			}
+		}
+		var rows int
+		if err := iso.DB.GetContext(ctx, &rows,
+			"SELECT (SELECT COUNT(*) FROM dblock_locks) + (SELECT COUNT(*) FROM dblock_waiters)"); err != nil {
+			t.Fatal(err)
+		}
+		if rows != 0 {
+			t.Fatalf("refused acquisitions wrote %d rows", rows)
+		}
+
+		const good = "host é pid 1: 🔒 job"
+		lease, err := opt.TryAcquire(ctx, "job", dblock.WithMetadata(good))
+		if err != nil {
+			t.Fatalf("acquire with UTF-8 metadata: %v", err)
+		}
+		defer lease.Release(context.WithoutCancel(ctx))
+		q := "SELECT metadata FROM dblock_locks WHERE name = ?"
+		if iso.Kind == dialect.Postgres {
+			q = "SELECT metadata FROM dblock_locks WHERE name = $1"
+		}
+		var stored string
+		if err := iso.DB.GetContext(ctx, &stored, q, "job"); err != nil {
+			t.Fatal(err)
+		}
+		if stored != good {
+			t.Fatalf("stored metadata %q, want %q", stored, good)
+		}
+	})
+}
