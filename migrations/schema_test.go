@@ -490,3 +490,29 @@ FROM g`
 		t.Logf("plan:\n%s", text)
 	})
 }
+
+// TestMySQLLatin1Database: on a database whose default character set is
+// latin1 (upstream MariaDB's default), the migrations still leave the text
+// columns in utf8mb4, so metadata outside latin1 is stored as given.
+func TestMySQLLatin1Database(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	iso := dbtest.NewEmpty(t, dialect.MySQL)
+	if _, err := iso.DB.ExecContext(ctx, "ALTER DATABASE CHARACTER SET latin1 COLLATE latin1_swedish_ci"); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Up(ctx, iso.DB); err != nil {
+		t.Fatalf("migrate a latin1 database: %v", err)
+	}
+	checkSchema(t, iso.DB)
+	const md = "host ☃ pid 1 🔒"
+	r, err := iso.DB.AcquireLease(ctx, nil, dialect.AcquireParams{Name: "job", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Minute, Metadata: md})
+	if err != nil || !r.Acquired {
+		t.Fatalf("acquire with metadata %q: %+v, %v", md, r, err)
+	}
+	var got string
+	if err := iso.DB.GetContext(ctx, &got, "SELECT metadata FROM dblock_locks WHERE name = 'job'"); err != nil || got != md {
+		t.Fatalf("stored metadata %q, %v; want %q", got, err, md)
+	}
+}
