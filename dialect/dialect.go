@@ -158,8 +158,20 @@ func ping(ctx context.Context, sdb *sql.DB, kind Kind) error {
 }
 
 // New wraps a *sql.DB the caller opened (and keeps: Close does not close it).
-// For MySQL, the connection must use parseTime=true and must not set
-// clientFoundRows; New checks the server flavour (MySQL or MariaDB).
+//
+// For MySQL/MariaDB, New checks the server flavour and refuses (with
+// dblock.ErrInvalidOption) a pool whose connections set clientFoundRows,
+// under which a lease acquire cannot tell "taken" from "held by another".
+// What Open sets and New cannot (a pool's future connections are out of its
+// reach) is the caller's to put in the DSN: parseTime=true, and on MySQL 8
+// innodb_lock_wait_timeout=1, without which a lease acquire behind a
+// pessimistic holder waits the server's lock wait timeout (50 s by default)
+// instead of about a second (MariaDB bounds that statement itself);
+// interpolateParams=true saves a round trip per statement. For PostgreSQL,
+// Open also asks the server for TCP keepalives (tcp_keepalives_idle=10,
+// tcp_keepalives_interval=5, tcp_keepalives_count=3), so the session of a
+// vanished client, and the pessimistic locks it held, end within about 30 s:
+// set them in the pool's runtime parameters to get the same.
 func New(ctx context.Context, db *sql.DB, kind Kind) (*DB, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", dblock.ErrInvalidOption)
@@ -175,6 +187,9 @@ func New(ctx context.Context, db *sql.DB, kind Kind) (*DB, error) {
 	case MySQL:
 		driver = "mysql"
 		if d, err = detectMySQL(ctx, db); err != nil {
+			return nil, err
+		}
+		if err := checkChangedRows(ctx, db); err != nil {
 			return nil, err
 		}
 	case SQLite:

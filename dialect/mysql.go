@@ -162,6 +162,51 @@ func detectMySQL(ctx context.Context, db *sql.DB) (Dialect, error) {
 	return MySQLDialect(strings.Contains(strings.ToLower(version), "mariadb")), nil
 }
 
+// checkChangedRows refuses a MySQL pool whose connections report matched
+// rows rather than changed rows as affected (go-sql-driver's
+// clientFoundRows=true): a lease acquire that found the name held changes
+// nothing but matches its row, so it would look acquired and two owners
+// could hold one name. The probe is an UPDATE that matches one row and
+// changes nothing, on a temporary table of its own (no schema needed,
+// visible to no other session) or, where the role may not create one, on
+// the fencing floor's row. When neither can run, the pool is accepted.
+func checkChangedRows(ctx context.Context, db *sql.DB) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: mysql: %w", dblock.ErrUnavailable, err)
+	}
+	defer conn.Close()
+	var affected int64 = -1
+	_, err = conn.ExecContext(ctx, "CREATE TEMPORARY TABLE dblock_probe_changed_rows (id INT NOT NULL PRIMARY KEY)")
+	if err == nil {
+		defer func() {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "DROP TEMPORARY TABLE IF EXISTS dblock_probe_changed_rows")
+		}()
+		if _, err := conn.ExecContext(ctx, "INSERT INTO dblock_probe_changed_rows (id) VALUES (1)"); err != nil {
+			return fmt.Errorf("mysql: probe affected rows: %w", mysqlDialect{}.Classify(err))
+		}
+		r, err := conn.ExecContext(ctx, "UPDATE dblock_probe_changed_rows SET id = id WHERE id = 1")
+		if err != nil {
+			return fmt.Errorf("mysql: probe affected rows: %w", mysqlDialect{}.Classify(err))
+		}
+		affected, _ = r.RowsAffected()
+	} else {
+		// No temporary tables for this role: the fence row, if migrated.
+		var floor int64
+		if conn.QueryRowContext(ctx, "SELECT floor FROM dblock_fence WHERE id = 1").Scan(&floor) == nil {
+			if r, err := conn.ExecContext(ctx, "UPDATE dblock_fence SET floor = floor WHERE id = 1"); err == nil {
+				affected, _ = r.RowsAffected()
+			}
+		}
+	}
+	if affected > 0 {
+		return fmt.Errorf("%w: mysql: the connection counts matched rows as affected (clientFoundRows=true); "+
+			"dblock needs changed rows to tell an acquisition from a lock held by another owner: open the pool without clientFoundRows",
+			dblock.ErrInvalidOption)
+	}
+	return nil
+}
+
 // ErrMultiPrimary is returned (wrapped) where a row lock would not exclude
 // clients of other nodes: a Galera cluster certifies writes at commit, so
 // SELECT ... FOR UPDATE locks the row on the node that ran it only.
