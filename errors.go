@@ -45,12 +45,17 @@ var (
 	// ErrInvalidOption: a bad TTL, wait, owner, identifier, DSN or configuration.
 	ErrInvalidOption = errors.New("dblock: invalid option")
 
-	// ErrDeadlock: the database chose this transaction as a deadlock victim.
-	// It is retryable (see dialect.IsRetryable).
+	// ErrDeadlock: the database chose this transaction as a deadlock victim
+	// (PostgreSQL 40P01; MySQL/MariaDB 1213, which a Galera cluster also
+	// returns when a transaction fails certification: either way the server
+	// rolled the whole transaction back). Retryable, from the start of the
+	// transaction (see dialect.IsRetryable).
 	ErrDeadlock = errors.New("dblock: deadlock detected")
 
-	// ErrSerialization: a serialization failure (or a Galera certification
-	// failure); retryable.
+	// ErrSerialization: the transaction's snapshot conflicts with a
+	// concurrent commit (PostgreSQL 40001 serialization failure; SQLite
+	// SQLITE_BUSY_SNAPSHOT in a deferred transaction). Retryable, from the
+	// start of the transaction.
 	ErrSerialization = errors.New("dblock: serialization failure")
 
 	// ErrSchemaMissing: the dblock tables do not exist. The message says which

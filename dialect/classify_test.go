@@ -226,6 +226,78 @@ func TestClassifySQLiteBusy(t *testing.T) {
 	}
 }
 
+// TestClassifySQLiteWriteConflict provokes SQLite's nearest thing to a
+// deadlock: two deferred transactions both read, then both write. In WAL
+// mode (dblock's default) the first writer proceeds; once it commits, the
+// second, whose snapshot is now stale, fails with SQLITE_BUSY_SNAPSHOT at
+// once: a serialization failure, to be retried from the start. With a
+// rollback journal SQLite breaks the cycle by failing the second writer with
+// a plain SQLITE_BUSY at once (not acquired, retryable). SQLite has no
+// deadlock error to classify (see the dialect's Classify).
+func TestClassifySQLiteWriteConflict(t *testing.T) {
+	t.Parallel()
+	for _, journal := range []string{"WAL", "DELETE"} {
+		t.Run(journal, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			iso := dbtest.New(t, dialect.SQLite)
+			setupRows(t, iso.DB)
+			// Deferred transactions (dblock's own begin IMMEDIATE); a busy
+			// timeout long enough that a plain wait would not end the test.
+			iso.DSN += "?_txlock=deferred&_pragma=busy_timeout(10000)&_pragma=journal_mode(" + journal + ")"
+			// Leaving WAL needs the file to itself.
+			if err := iso.DB.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db1, db2 := iso.Open(t), iso.Open(t)
+			var mode string
+			if err := db2.GetContext(ctx, &mode, "PRAGMA journal_mode"); err != nil || !strings.EqualFold(mode, journal) {
+				t.Fatalf("journal mode %q, %v; want %s", mode, err, journal)
+			}
+			begin := func(db *dialect.DB) *sqlx.Tx {
+				tx, err := db.BeginTxx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = tx.Rollback() })
+				var n int
+				if err := tx.GetContext(ctx, &n, "SELECT count(*) FROM dblock_locks"); err != nil {
+					t.Fatal(err)
+				}
+				return tx
+			}
+			tx1, tx2 := begin(db1), begin(db2)
+			if _, err := tx1.ExecContext(ctx, "UPDATE dblock_locks SET metadata = 'one' WHERE name = 'a'"); err != nil {
+				t.Fatalf("first writer: %v", err)
+			}
+			var err error
+			if journal == "WAL" {
+				if err := tx1.Commit(); err != nil {
+					t.Fatalf("first writer's commit: %v", err)
+				}
+				_, err = tx2.ExecContext(ctx, "UPDATE dblock_locks SET metadata = 'two' WHERE name = 'b'")
+				err = db2.Classify(err)
+				if !errors.Is(err, dblock.ErrSerialization) || !dialect.IsRetryable(err) {
+					t.Fatalf("write on a stale snapshot classified as %v, want ErrSerialization", err)
+				}
+				return
+			}
+			_, err = tx2.ExecContext(ctx, "UPDATE dblock_locks SET metadata = 'two' WHERE name = 'b'")
+			err = db2.Classify(err)
+			if !errors.Is(err, dblock.ErrNotAcquired) || errors.Is(err, dblock.ErrSerialization) || !dialect.IsRetryable(err) {
+				t.Fatalf("second writer (rollback journal) classified as %v, want ErrNotAcquired", err)
+			}
+			if err := tx2.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx1.Commit(); err != nil {
+				t.Fatalf("first writer's commit once the second gave up: %v", err)
+			}
+		})
+	}
+}
+
 func TestParseDSN(t *testing.T) {
 	t.Parallel()
 	good := map[string]dialect.Kind{

@@ -420,8 +420,9 @@ func (db *DB) ProbeSchema(ctx context.Context) error {
 	return nil
 }
 
-// IsRetryable reports whether err is worth retrying as it is: a deadlock, a
-// serialization (or Galera certification) failure, or a lock not available.
+// IsRetryable reports whether err is worth retrying as it is: a deadlock
+// (on MySQL/MariaDB also a Galera certification failure), a serialization
+// failure, or a lock not available.
 func IsRetryable(err error) bool {
 	return errors.Is(err, dblock.ErrDeadlock) || errors.Is(err, dblock.ErrSerialization) ||
 		errors.Is(err, dblock.ErrNotAcquired)

@@ -44,16 +44,32 @@ func (sqliteDialect) Row() *RowSQL     { return &sqliteRow }
 func (sqliteDialect) Queue() *QueueSQL { return &sqliteQueue }
 func (sqliteDialect) Reap() *ReapSQL   { return &sqliteReap }
 
-// Classify maps SQLite result codes: SQLITE_BUSY and SQLITE_LOCKED (another
-// writer holds the database past the busy timeout) -> ErrNotAcquired; "no such
-// table" -> ErrSchemaMissing. SQLite reports a missing table only as a generic
-// SQLITE_ERROR, so that one case is recognised by its message.
+// Classify maps SQLite result codes:
+//
+//	SQLITE_BUSY_SNAPSHOT: a deferred transaction read an older
+//	snapshot than the one it now wants to write on (WAL)        -> ErrSerialization
+//	SQLITE_BUSY, SQLITE_LOCKED: another writer holds the
+//	database past the busy timeout                              -> ErrNotAcquired
+//	"no such table"                                             -> ErrSchemaMissing
+//
+// SQLite reports a missing table only as a generic SQLITE_ERROR, so that one
+// case is recognised by its message. SQLite has no deadlock error: in WAL
+// mode readers never block writers and there is one writer, so two
+// transactions cannot wait on each other; the closest case, two deferred
+// transactions that both read and then both write, fails the second writer
+// with SQLITE_BUSY_SNAPSHOT once the first commits (retry the whole
+// transaction). With a rollback journal SQLite breaks the same cycle by
+// returning a plain SQLITE_BUSY at once, which no code tells from a busy
+// timeout. dblock's own transactions begin IMMEDIATE and meet neither.
 func (d sqliteDialect) Classify(err error) error {
 	if err == nil {
 		return nil
 	}
 	var sqErr *sqlite.Error
 	if errors.As(err, &sqErr) {
+		if sqErr.Code() == sqlite3.SQLITE_BUSY_SNAPSHOT {
+			return fmt.Errorf("%w: %w", dblock.ErrSerialization, err)
+		}
 		switch sqErr.Code() & 0xff {
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
 			return notAcquired(err)
