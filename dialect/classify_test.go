@@ -298,6 +298,32 @@ func TestClassifySQLiteWriteConflict(t *testing.T) {
 	}
 }
 
+// TestMigrateHint: a missing table is ErrSchemaMissing with a goose command
+// that works as shown: MySQL's names go-sql-driver's DSN form (goose takes
+// no mysql:// scheme), SQLite's names the database file.
+func TestMigrateHint(t *testing.T) {
+	t.Parallel()
+	for _, kind := range dbtest.Kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.NewEmpty(t, kind)
+			_, err := iso.DB.AcquireLease(context.Background(), nil, dialect.AcquireParams{Name: "x", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Second})
+			if !errors.Is(err, dblock.ErrSchemaMissing) {
+				t.Fatalf("got %v, want ErrSchemaMissing", err)
+			}
+			msg := err.Error()
+			want := map[dialect.Kind]string{
+				dialect.Postgres: `goose -dir migrations/postgres -table dblock_db_version postgres "$DSN" up`,
+				dialect.MySQL:    `goose -dir migrations/mysql -table dblock_db_version mysql "user:pass@tcp(host:3306)/db?parseTime=true" up`,
+				dialect.SQLite:   `goose -dir migrations/sqlite -table dblock_db_version sqlite3 ` + strings.TrimPrefix(iso.DSN, "sqlite://") + ` up`,
+			}[kind]
+			if !strings.Contains(msg, "dblock migrate up") || !strings.Contains(msg, want) {
+				t.Fatalf("hint %q\ndoes not name %q", msg, want)
+			}
+		})
+	}
+}
+
 func TestParseDSN(t *testing.T) {
 	t.Parallel()
 	good := map[string]dialect.Kind{

@@ -117,7 +117,8 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		driver = "mysql"
 	case SQLite:
 		sdb, err = openSQLite(rest)
-		d, driver = sqliteDialectV, "sqlite"
+		file, _, _ := strings.Cut(rest, "?")
+		d, driver = sqliteDialect{file: file}, "sqlite"
 	}
 	if err != nil {
 		return nil, err

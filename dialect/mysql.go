@@ -42,8 +42,11 @@ func (mysqlDialect) Now() string            { return "UTC_TIMESTAMP(6)" }
 // MariaDB reports whether the server is MariaDB.
 func (d mysqlDialect) MariaDB() bool { return d.mariadb }
 
+// MigrateHint names goose's DSN form: go-sql-driver's, without the mysql://
+// scheme of a dblock DSN, and with parseTime (goose reads its own times).
 func (mysqlDialect) MigrateHint() string {
-	return `dblock migrate up (or: goose -dir migrations/mysql -table dblock_db_version mysql "$DSN" up)`
+	return `dblock migrate up (or: goose -dir migrations/mysql -table dblock_db_version mysql ` +
+		`"user:pass@tcp(host:3306)/db?parseTime=true" up, the DSN without mysql://)`
 }
 
 func (d mysqlDialect) Lease() *LeaseSQL {

@@ -17,7 +17,9 @@ import (
 // are exclusive between the processes of one host that share the file. There
 // are no row locks: a pessimistic lock is a write transaction on the whole
 // database (BEGIN IMMEDIATE), so it also makes every other writer wait.
-type sqliteDialect struct{}
+type sqliteDialect struct {
+	file string // The database file, when known (Open), for MigrateHint.
+}
 
 var sqliteDialectV Dialect = sqliteDialect{}
 
@@ -35,8 +37,28 @@ func (sqliteDialect) Now() string { return sqliteNow }
 
 const sqliteNow = "CAST(unixepoch('subsec') * 1000000 AS INTEGER)"
 
-func (sqliteDialect) MigrateHint() string {
-	return `dblock migrate up (or: goose -dir migrations/sqlite -table dblock_db_version sqlite3 ./dblock.db up)`
+// MigrateHint names the database file when the dialect came from Open.
+func (d sqliteDialect) MigrateHint() string {
+	file := "path/to/file.db"
+	if d.file != "" {
+		file = shellQuote(d.file)
+	}
+	return `dblock migrate up (or: goose -dir migrations/sqlite -table dblock_db_version sqlite3 ` + file + ` up)`
+}
+
+// shellQuote returns s as one shell word.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./-+:=,@%", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func (sqliteDialect) Lease() *LeaseSQL { return &sqliteLease }
