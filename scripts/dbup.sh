@@ -46,6 +46,17 @@ tcp_open() {
 	fi
 }
 
+# docker_engine: a Docker engine answers (bounded: a DOCKER_HOST that does not answer must
+# not hang the script).
+docker_engine() {
+	have docker || return 1
+	if have timeout; then
+		timeout 15 docker info >/dev/null 2>&1
+	else
+		docker info >/dev/null 2>&1
+	fi
+}
+
 # is_loopback HOST: HOST is this machine (an empty host means a Unix socket).
 is_loopback() {
 	case $1 in
@@ -372,7 +383,7 @@ $need_pg && ! pg_server_up && services+=(postgres)
 $need_my && ! my_server_up && services+=(mysql)
 
 if ((${#services[@]} > 0)); then
-	if have docker && docker info >/dev/null 2>&1; then
+	if docker_engine; then
 		cd "$ROOT_DIR"
 		if docker compose version >/dev/null 2>&1; then
 			log "starting ${services[*]} with docker compose"
