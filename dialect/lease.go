@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -134,11 +135,29 @@ func myUs(col string) string { return fmt.Sprintf(myUsEpoch, col) }
 // the LAST_INSERT_ID(expr) value. ON DUPLICATE KEY UPDATE assigns left to
 // right with the new values visible, so every column that tests the old owner
 // or expiry comes before owner, and owner before expires_at and updated_at.
-// The locking read of dblock_fence orders a new row's first token after any
-// reaper transaction that raised the floor.
-const mysqlAcquire = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
-VALUES (?, ?, 1, LAST_INSERT_ID((SELECT floor + 1 FROM dblock_fence WHERE id = 1 LOCK IN SHARE MODE)), ?,
-        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)
+//
+// The fencing floor. A new row's first token is dblock_fence.floor + 1, and
+// the reaper raises the floor (in a statement of its own, committed before it
+// deletes any row) to at least the version of every row it deletes. The
+// floor is read with a shared lock, so the read returns the latest committed
+// floor and a raise cannot commit while an acquisition that read the old
+// floor is still running: an insert of a deleted name always sees the raise
+// that preceded the delete. (A consistent, lockless read would not: a
+// statement whose snapshot predates the raise could wait for the deleting
+// transaction's row lock and then insert below the floor. InnoDB reads a
+// scalar subquery of INSERT ... VALUES with a shared lock anyway, at every
+// isolation level.) SKIP LOCKED makes the read never wait: while a raise
+// holds (or waits for) the fence row, the SELECT produces no row and the
+// statement does nothing, reported as affected rows 0 with insert id 0 (every
+// other outcome evaluates LAST_INSERT_ID(expr) with a positive token), and
+// AcquireLease tries again a moment later. A raise holds the row for one
+// short statement, so foreground acquisitions never wait for a reaper pass.
+//
+// %s is the dialect's skip-locked shared-lock clause.
+const mysqlAcquireText = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?
+FROM dblock_fence f WHERE f.id = 1 %s
 ON DUPLICATE KEY UPDATE
     reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
                      IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
@@ -149,6 +168,28 @@ ON DUPLICATE KEY UPDATE
     owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
     expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
     updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)`
+
+// mysqlEnsureText is the pessimistic mode's insert of a free row (RowSQL.Ensure
+// on MySQL and MariaDB), reading the floor as mysqlAcquireText does; a
+// duplicate is left unchanged but evaluates LAST_INSERT_ID(version), so that
+// insert id 0 means the fence row was skipped. %s is the skip-locked
+// shared-lock clause.
+const mysqlEnsureText = `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+SELECT ?, 0, LAST_INSERT_ID(f.floor + 1), UTC_TIMESTAMP(6)
+FROM dblock_fence f WHERE f.id = 1 %s
+ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version)`
+
+// The shared-lock clauses that skip a locked row: MySQL 8 accepts SKIP LOCKED
+// only after FOR SHARE, MariaDB (10.6+) only after LOCK IN SHARE MODE.
+const (
+	mysqlShareSkipLocked   = "FOR SHARE SKIP LOCKED"
+	mariadbShareSkipLocked = "LOCK IN SHARE MODE SKIP LOCKED"
+)
+
+var (
+	mysqlAcquire   = fmt.Sprintf(mysqlAcquireText, mysqlShareSkipLocked)
+	mariadbAcquire = fmt.Sprintf(mysqlAcquireText, mariadbShareSkipLocked)
+)
 
 // owner is assigned before reentry, so it still sees the old count.
 const mysqlRelease = `UPDATE dblock_locks SET
@@ -187,7 +228,7 @@ var mysqlLease = LeaseSQL{
 // row held by us, which other statements lock for one autocommit statement at
 // most, and failing them at once would leave the lease to expire.
 var mariadbLease = LeaseSQL{
-	Acquire: mariadbNoWait + mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew,
+	Acquire: mariadbNoWait + mariadbAcquire, Release: mysqlRelease, Renew: mysqlRenew,
 	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
 	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
 }
@@ -268,13 +309,35 @@ type Holder struct {
 	Reentry   int       // The owner's acquisition count (0 when free; as read by LeaseHolder only).
 	ExpiresAt time.Time // Zero when there is no lease.
 	Now       time.Time // The database clock when read.
+	// Reason says why an acquisition was refused when no lease holder or
+	// pessimistic transaction can be named: another transaction held the
+	// name's key (an insert of the same name in progress) or the fencing
+	// floor. Nil otherwise.
+	Reason error
 }
+
+// Reasons of a refusal without a known holder (Holder.Reason).
+var (
+	// ErrKeyLocked: the name has no committed row, yet another transaction
+	// holds its key (an acquisition or a pessimistic lock inserting the row).
+	ErrKeyLocked = errors.New("its key is locked by another transaction (an insert of the same name in progress)")
+	// ErrFenceBusy: the fencing floor's row (dblock_fence) stayed locked by
+	// another transaction for longer than an acquisition waits for it.
+	ErrFenceBusy = errors.New("the fencing floor (dblock_fence) is locked by another transaction")
+)
 
 // Held reports whether the row names an unexpired lease holder.
 func (h Holder) Held() bool { return h.Exists && h.Owner != "" && h.ExpiresAt.After(h.Now) }
 
-// HeldError returns the *dblock.HeldError describing h for name.
+// HeldError returns the *dblock.HeldError describing h for name; h.Reason,
+// if any, joins cause.
 func (h Holder) HeldError(name string, cause error) *dblock.HeldError {
+	switch {
+	case h.Reason != nil && cause == nil:
+		cause = h.Reason
+	case h.Reason != nil:
+		cause = fmt.Errorf("%w (%w)", cause, h.Reason)
+	}
 	e := &dblock.HeldError{Name: name, Owner: h.Owner, Mode: h.Mode, ExpiresAt: h.ExpiresAt, Cause: cause}
 	return e
 }
@@ -326,29 +389,22 @@ func (db *DB) AcquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 		}
 		return res, nil
 	case MySQL:
-		r, err := q.ExecContext(ctx, db.Dialect.Lease().Acquire, p.Name, p.Owner, p.Mode, ttl, nullString(p.Metadata))
+		n, id, err := db.execFenced(ctx, q, db.Dialect.Lease().Acquire, p.Name, p.Owner, p.Mode, ttl, nullString(p.Metadata))
 		if err != nil {
 			err = db.Classify(err)
-			if errors.Is(err, dblock.ErrNotAcquired) {
-				h, herr := db.LeaseHolder(ctx, q, p.Name)
-				if herr != nil || !h.Held() {
-					h = Holder{Exists: true, Mode: dblock.ModePessimistic}
-				}
-				return AcquireResult{Holder: h}, nil
+			if errors.Is(err, ErrFenceBusy) {
+				return AcquireResult{Holder: Holder{Reason: ErrFenceBusy}}, nil
 			}
-			return AcquireResult{}, err
-		}
-		n, err := r.RowsAffected()
-		if err != nil {
+			if errors.Is(err, dblock.ErrNotAcquired) {
+				// A transaction holds the name's row or key (the fence read
+				// skips locks, so the wait was not for the floor).
+				return AcquireResult{Holder: db.lockedHolder(ctx, q, p.Name)}, nil
+			}
 			return AcquireResult{}, err
 		}
 		if n == 0 {
 			h, err := db.LeaseHolder(ctx, q, p.Name)
 			return AcquireResult{Holder: h}, err
-		}
-		id, err := r.LastInsertId()
-		if err != nil {
-			return AcquireResult{}, err
 		}
 		res = AcquireResult{Acquired: true, Token: dblock.Token(id)}
 		if n == 1 {
@@ -380,6 +436,83 @@ func (db *DB) AcquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 		}
 		res.Acquired, res.Token = true, dblock.Token(version)
 		return res, nil
+	}
+}
+
+// lockedHolder describes the holder of a name whose row or key another
+// transaction holds locked (MySQL): the lease holder when the row names one,
+// else a pessimistic holder when the row exists (a transaction holding the
+// row is what a pessimistic lock is), else an insert of the same name in
+// progress.
+func (db *DB) lockedHolder(ctx context.Context, q Querier, name string) Holder {
+	h, err := db.LeaseHolder(ctx, q, name)
+	switch {
+	case err == nil && h.Held():
+		return h
+	case err == nil && h.Exists:
+		return Holder{Exists: true, Mode: dblock.ModePessimistic, Version: h.Version, Now: h.Now}
+	default:
+		return Holder{Reason: ErrKeyLocked}
+	}
+}
+
+// Bounds of the retries of a statement that found the fencing floor's row
+// locked (MySQL): the first retry comes after fenceRetryMin, the pause
+// doubles up to fenceRetryMax, and after fenceBusyMax the statement gives up
+// with ErrFenceBusy. A reaper raise holds the row for one statement, so the
+// first retry almost always succeeds.
+const (
+	fenceRetryMin = 50 * time.Microsecond
+	fenceRetryMax = 5 * time.Millisecond
+	fenceBusyMax  = 200 * time.Millisecond
+)
+
+// execFenced runs an INSERT ... SELECT ... FROM dblock_fence ... SKIP LOCKED
+// statement whose every effective outcome evaluates LAST_INSERT_ID(expr) with
+// a positive value (MySQL). When the statement did nothing and reports insert
+// id 0, the fence row was locked (a raise of the floor in progress), and it
+// is run again after a short pause, up to fenceBusyMax (then an error
+// wrapping ErrFenceBusy and dblock.ErrNotAcquired). A missing fence row is an
+// error wrapping dblock.ErrSchemaMissing. It returns the affected rows and
+// the insert id; errors are unclassified driver errors, except those two.
+func (db *DB) execFenced(ctx context.Context, q Querier, query string, args ...any) (affected, id int64, err error) {
+	var first time.Time
+	pause := fenceRetryMin
+	for {
+		r, err := q.ExecContext(ctx, query, args...)
+		if err != nil {
+			return 0, 0, err
+		}
+		if affected, err = r.RowsAffected(); err != nil {
+			return 0, 0, err
+		}
+		if id, err = r.LastInsertId(); err != nil {
+			return 0, 0, err
+		}
+		if affected != 0 || id != 0 {
+			return affected, id, nil
+		}
+		if first.IsZero() {
+			first = time.Now()
+			var one int
+			err := q.QueryRowxContext(ctx, "SELECT 1 FROM dblock_fence WHERE id = 1").Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				return 0, 0, schemaMissing(db.Dialect, errors.New("dblock_fence has no row with id 1"))
+			}
+			if err != nil {
+				return 0, 0, err
+			}
+		} else if time.Since(first) >= fenceBusyMax {
+			return 0, 0, fmt.Errorf("%w: %w", dblock.ErrNotAcquired, ErrFenceBusy)
+		}
+		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, 0, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, fenceRetryMax)
 	}
 }
 

@@ -123,3 +123,75 @@ func TestSchemaMissingClassified(t *testing.T) {
 		})
 	}
 }
+
+// TestFenceLockedMySQL holds the fencing floor's row in an open transaction,
+// as a reaper's raise does for one statement (here far longer): a lease
+// acquisition and a pessimistic EnsureRow skip the row and retry, then
+// report the floor (not a pessimistic holder); once the row is free, both
+// succeed, including one that is retrying when it is freed. A name whose key
+// another transaction is inserting is reported as such. MySQL only: elsewhere
+// there is no fence row to lock.
+func TestFenceLockedMySQL(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.MySQL)
+	db := iso.DB
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	params := func(name string) dialect.AcquireParams {
+		return dialect.AcquireParams{Name: name, Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Minute}
+	}
+	tx, err := iso.Open(t).BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "UPDATE dblock_fence SET floor = floor + 1 WHERE id = 1"); err != nil {
+		t.Fatalf("lock the fence row: %v", err)
+	}
+	res, err := db.AcquireLease(ctx, nil, params("fenced"))
+	if err != nil || res.Acquired {
+		t.Fatalf("acquire with the fence row locked: %+v %v, want not acquired", res, err)
+	}
+	held := res.Holder.HeldError("fenced", nil)
+	if held.Mode == dblock.ModePessimistic || !errors.Is(held, dialect.ErrFenceBusy) || !errors.Is(held, dblock.ErrNotAcquired) {
+		t.Fatalf("refusal %q (mode %q), want one naming the fencing floor", held, held.Mode)
+	}
+	if err := db.EnsureRow(ctx, nil, "fenced-row"); !errors.Is(err, dblock.ErrNotAcquired) || !errors.Is(err, dialect.ErrFenceBusy) {
+		t.Fatalf("EnsureRow with the fence row locked: %v, want ErrNotAcquired naming the floor", err)
+	}
+	// Freed while an acquisition retries: it succeeds.
+	released := make(chan error, 1)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		released <- tx.Rollback()
+	}()
+	res, err = db.AcquireLease(ctx, nil, params("fenced"))
+	if rerr := <-released; rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err != nil || !res.Acquired {
+		t.Fatalf("acquire once the fence row is free: %+v %v", res, err)
+	}
+	if err := db.EnsureRow(ctx, nil, "fenced-row"); err != nil {
+		t.Fatalf("EnsureRow once the fence row is free: %v", err)
+	}
+	if h, err := db.LeaseHolder(ctx, nil, "fenced-row"); err != nil || !h.Exists || h.Version <= 0 {
+		t.Fatalf("row after EnsureRow: %+v %v", h, err)
+	}
+
+	// Another transaction inserting the same name holds its key.
+	ins, err := iso.Open(t).BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ins.Rollback() }()
+	if _, err := ins.ExecContext(ctx, "INSERT INTO dblock_locks (name, reentry, version, updated_at) VALUES ('inserting', 0, 1, UTC_TIMESTAMP(6))"); err != nil {
+		t.Fatalf("insert in a transaction: %v", err)
+	}
+	// (MySQL 8 waits for the key up to its session lock wait bound, then
+	// refuses the same way.)
+	res, err = db.AcquireLease(ctx, nil, params("inserting"))
+	if err != nil || res.Acquired || !errors.Is(res.Holder.HeldError("inserting", nil), dialect.ErrKeyLocked) || res.Holder.Mode == dblock.ModePessimistic {
+		t.Fatalf("acquire of a key being inserted: %+v %v, want a refusal naming the locked key", res, err)
+	}
+}

@@ -5,8 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/dblock-go/dblock"
 )
 
 // ReapSQL holds the statements of the reaper. Every statement touches at most
@@ -51,23 +54,28 @@ type ReapSQL struct {
 	// retention and reports how many (PostgreSQL, whose tokens come from a
 	// sequence, so deletions never lower a later token). Empty elsewhere.
 	DeleteIdle string
-	// IdleCandidates reads up to a limit of idle names without locking (MySQL).
+	// IdleCandidates reads up to a limit of idle names and their versions
+	// without locking (MySQL).
 	IdleCandidates string
-	// LockIdle (list) locks the candidates still idle and returns their
-	// versions (MySQL: skipping locked rows). On SQLite it takes no list: it
-	// reads up to a limit of idle names and versions inside the write
-	// transaction.
+	// LockIdle (list) locks the candidates still idle whose version is at most
+	// a bound (the floor just raised), skipping locked rows (MySQL). On SQLite
+	// it takes no list: it reads up to a limit of idle names and versions
+	// inside the write transaction.
 	LockIdle string
 	// FenceFloor reads the fencing floor without locking; RaiseFloor raises it
-	// to at least a version (MySQL, SQLite).
+	// to at least a version (MySQL, SQLite). On MariaDB RaiseFloor fails at
+	// once (1205) instead of waiting for the row; on MySQL 8 LockFloor, run
+	// first in the same transaction, does (3572).
 	FenceFloor string
+	LockFloor  string
 	RaiseFloor string
 	// DeleteLockedIdle (list) deletes the locked names, re-checking that they
-	// are still free and idle (MySQL, SQLite).
+	// are still free and idle and at most the version bound (MySQL, SQLite).
 	DeleteLockedIdle string
 
-	// Gauges reads the number of held leases, the number of waiters and the
-	// age in microseconds of the oldest lease expired but not freed.
+	// Gauges reads the number of held leases, of live waiters and of dead
+	// waiters (heartbeat deadline passed), and the age in microseconds of
+	// the oldest lease expired but not freed.
 	Gauges string
 }
 
@@ -118,7 +126,8 @@ SELECT count(*) FROM d`,
 
 	Gauges: `SELECT
     (SELECT count(*) FROM dblock_locks WHERE owner IS NOT NULL AND expires_at > now()),
-    (SELECT count(*) FROM dblock_waiters),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at > now()),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at <= now()),
     coalesce((SELECT ` + pgUs("now()") + ` - ` + pgUs("min(expires_at)") + `
               FROM dblock_locks WHERE owner IS NOT NULL AND expires_at <= now()), 0)`,
 }
@@ -141,22 +150,32 @@ WHERE name IN (%s) AND ` + myExpired,
 	LockWaiters:         `SELECT id FROM dblock_waiters WHERE id IN (%s) AND ` + myWaiterD + ` FOR UPDATE SKIP LOCKED`,
 	DeleteLockedWaiters: `DELETE FROM dblock_waiters WHERE id IN (%s) AND ` + myWaiterD,
 
-	IdleCandidates:   `SELECT name FROM dblock_locks WHERE ` + myIdle + ` LIMIT ?`,
-	LockIdle:         `SELECT name, version FROM dblock_locks WHERE name IN (%s) AND ` + myIdle + ` FOR UPDATE SKIP LOCKED`,
+	IdleCandidates:   `SELECT name, version FROM dblock_locks WHERE ` + myIdle + ` LIMIT ?`,
+	LockIdle:         `SELECT name FROM dblock_locks WHERE name IN (%s) AND ` + myIdle + ` AND version <= ? FOR UPDATE SKIP LOCKED`,
 	FenceFloor:       `SELECT floor FROM dblock_fence WHERE id = 1`,
+	LockFloor:        `SELECT floor FROM dblock_fence WHERE id = 1 FOR UPDATE NOWAIT`,
 	RaiseFloor:       `UPDATE dblock_fence SET floor = GREATEST(floor, ?) WHERE id = 1`,
-	DeleteLockedIdle: `DELETE FROM dblock_locks WHERE name IN (%s) AND ` + myIdle,
+	DeleteLockedIdle: `DELETE FROM dblock_locks WHERE name IN (%s) AND ` + myIdle + ` AND version <= ?`,
 
 	Gauges: `SELECT
     (SELECT count(*) FROM dblock_locks WHERE owner IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)),
-    (SELECT count(*) FROM dblock_waiters),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at > UTC_TIMESTAMP(6)),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at <= UTC_TIMESTAMP(6)),
     IFNULL((SELECT ` + myUs("UTC_TIMESTAMP(6)") + ` - ` + myUs("min(expires_at)") + `
             FROM dblock_locks WHERE ` + myExpired + `), 0)`,
 }
 
-// MariaDB runs the same statements: its session lock wait bound only
-// matters for RaiseFloor, which waits behind acquisitions reading the floor.
-var mariadbReap = mysqlReap
+// MariaDB raises the floor in one statement that fails at once, rather than
+// wait, when acquisitions hold the fence row (MySQL 8 has no per-statement
+// lock wait bound: it locks the row with NOWAIT first). No other statement of
+// a pass waits for a row lock: candidates are read without locking and
+// locked with SKIP LOCKED.
+var mariadbReap = func() ReapSQL {
+	r := mysqlReap
+	r.LockFloor = ""
+	r.RaiseFloor = mariadbNoWait + mysqlReap.RaiseFloor
+	return r
+}()
 
 // ---- SQLite (positional ?; times in µs) ----
 
@@ -177,11 +196,12 @@ WHERE id IN (
 	LockIdle:         `SELECT name, version FROM dblock_locks WHERE owner IS NULL AND updated_at <= ` + sqliteNow + ` - ? LIMIT ?`,
 	FenceFloor:       `SELECT floor FROM dblock_fence WHERE id = 1`,
 	RaiseFloor:       `UPDATE dblock_fence SET floor = max(floor, ?) WHERE id = 1`,
-	DeleteLockedIdle: `DELETE FROM dblock_locks WHERE name IN (%s) AND owner IS NULL AND updated_at <= ` + sqliteNow + ` - ?`,
+	DeleteLockedIdle: `DELETE FROM dblock_locks WHERE name IN (%s) AND owner IS NULL AND updated_at <= ` + sqliteNow + ` - ? AND version <= ?`,
 
 	Gauges: `SELECT
     (SELECT count(*) FROM dblock_locks WHERE owner IS NOT NULL AND expires_at > ` + sqliteNow + `),
-    (SELECT count(*) FROM dblock_waiters),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at > ` + sqliteNow + `),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at <= ` + sqliteNow + `),
     IFNULL((SELECT ` + sqliteNow + ` - min(expires_at) FROM dblock_locks
             WHERE owner IS NOT NULL AND expires_at <= ` + sqliteNow + `), 0)`,
 }
@@ -218,8 +238,10 @@ type ReapResult struct {
 type ReapGauges struct {
 	// LocksHeld counts unexpired leases (pessimistic holds write no row and are not counted).
 	LocksHeld int64
-	// Waiters counts the rows of the fair wait queue.
+	// Waiters counts the live waiters of the fair queues.
 	Waiters int64
+	// DeadWaiters counts the waiters whose heartbeat deadline passed, not yet deleted.
+	DeadWaiters int64
 	// OldestStale is how long ago the oldest lease still in the table expired (zero if none).
 	OldestStale time.Duration
 }
@@ -252,10 +274,18 @@ func (db *DB) ReapWaiters(ctx context.Context, p ReapParams) (ReapResult, error)
 }
 
 // ReapIdle deletes one batch of rows free for longer than p.Age. On MySQL and
-// SQLite, where a new row's first token is dblock_fence.floor + 1, the same
-// transaction first raises the floor to the highest version among exactly
-// the rows it deletes, so a later acquisition of a deleted name still gets a
-// greater token. PostgreSQL's tokens come from a sequence.
+// SQLite, where a new row's first token is dblock_fence.floor + 1, the floor
+// is first raised to at least the highest version among the rows deleted,
+// and only rows whose version is at most the raised floor are deleted, so a
+// later acquisition of a deleted name still gets a greater token.
+// PostgreSQL's tokens come from a sequence.
+//
+// On SQLite the raise and the delete share one write transaction. On MySQL
+// the raise is a statement of its own, committed before the delete begins
+// (the floor only grows, so raising early is safe), which never waits for the
+// fence row and holds it for that one statement only: acquisitions read the
+// floor with a skip-locked shared lock (see mysqlAcquireText), and none of
+// them waits or fails for a pass.
 func (db *DB) ReapIdle(ctx context.Context, p ReapParams) (ReapResult, error) {
 	s := db.Dialect.Reap()
 	age := p.Age.Microseconds()
@@ -274,25 +304,31 @@ func (db *DB) ReapIdle(ctx context.Context, p ReapParams) (ReapResult, error) {
 			if len(names) == 0 {
 				return nil
 			}
-			res.Rows, err = db.fenceAndDelete(ctx, tx, names, maxVersion, age)
+			if err := db.raiseFloorTx(ctx, tx, maxVersion); err != nil {
+				return err
+			}
+			res.Rows, err = db.deleteIdle(ctx, tx, names, age, maxVersion)
 			res.MaxVersion = maxVersion
 			return err
 		})
 		return res, err
 	default:
 		var res ReapResult
-		cands, err := db.candidates(ctx, s.IdleCandidates, age, p.Limit)
-		if err != nil || len(cands) == 0 {
+		names, maxVersion, err := db.idleCandidates(ctx, s.IdleCandidates, age, p.Limit)
+		if err != nil || len(names) == 0 {
 			return res, err
 		}
-		res.More = len(cands) >= p.Limit
+		res.More = len(names) >= p.Limit
+		if err := db.raiseFloor(ctx, maxVersion); err != nil {
+			return ReapResult{}, err
+		}
 		err = db.reapTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(tx *sql.Tx) error {
-			args := append(cands, age)
-			names, maxVersion, err := db.lockIdle(ctx, tx, ListPlaceholders(s.LockIdle, len(cands)), args...)
-			if err != nil || len(names) == 0 {
+			args := append(append(names, age), maxVersion)
+			locked, err := db.candidatesTx(ctx, tx, ListPlaceholders(s.LockIdle, len(names)), args...)
+			if err != nil || len(locked) == 0 {
 				return err
 			}
-			res.Rows, err = db.fenceAndDelete(ctx, tx, names, maxVersion, age)
+			res.Rows, err = db.deleteIdle(ctx, tx, locked, age, maxVersion)
 			res.MaxVersion = maxVersion
 			return err
 		})
@@ -309,7 +345,7 @@ func (db *DB) ReapIdle(ctx context.Context, p ReapParams) (ReapResult, error) {
 func (db *DB) ReapGauges(ctx context.Context) (ReapGauges, error) {
 	var g ReapGauges
 	var us int64
-	err := db.QueryRowxContext(ctx, db.Dialect.Reap().Gauges).Scan(&g.LocksHeld, &g.Waiters, &us)
+	err := db.QueryRowxContext(ctx, db.Dialect.Reap().Gauges).Scan(&g.LocksHeld, &g.Waiters, &g.DeadWaiters, &us)
 	if err != nil {
 		return ReapGauges{}, db.Classify(err)
 	}
@@ -401,13 +437,18 @@ func scanKeys(rows *sql.Rows) ([]any, error) {
 	return out, rows.Err()
 }
 
-// lockIdle runs a statement returning (name, version) rows and reports the
-// names and the highest version.
+// lockIdle runs a statement returning (name, version) rows in tx and reports
+// the names and the highest version.
 func (db *DB) lockIdle(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]any, int64, error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, 0, err
 	}
+	return scanIdle(rows)
+}
+
+// scanIdle reads (name, version) rows and reports the names and the highest version.
+func scanIdle(rows *sql.Rows) ([]any, int64, error) {
 	defer rows.Close()
 	var (
 		names      []any
@@ -427,24 +468,107 @@ func (db *DB) lockIdle(ctx context.Context, tx *sql.Tx, query string, args ...an
 	return names, maxVersion, rows.Err()
 }
 
-// fenceAndDelete raises the fencing floor to at least maxVersion (skipping the
-// write when the floor, which only grows, is already there) and deletes the
-// locked names that are still free and idle.
-func (db *DB) fenceAndDelete(ctx context.Context, tx *sql.Tx, names []any, maxVersion, age int64) (int, error) {
-	s := db.Dialect.Reap()
+// idleCandidates reads (name, version) rows without locking and returns the
+// names and the highest version.
+func (db *DB) idleCandidates(ctx context.Context, query string, args ...any) ([]any, int64, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, 0, db.Classify(err)
+	}
+	names, maxVersion, err := scanIdle(rows)
+	return names, maxVersion, db.Classify(err)
+}
+
+// readFloor reads the fencing floor without locking.
+func (db *DB) readFloor(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}) (int64, error) {
 	var floor int64
-	if err := tx.QueryRowContext(ctx, s.FenceFloor).Scan(&floor); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, schemaMissing(db.Dialect, errors.New("dblock_fence has no row with id 1"))
-		}
-		return 0, err
+	err := q.QueryRowContext(ctx, db.Dialect.Reap().FenceFloor).Scan(&floor)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, schemaMissing(db.Dialect, errors.New("dblock_fence has no row with id 1"))
 	}
-	if floor < maxVersion {
-		if _, err := tx.ExecContext(ctx, s.RaiseFloor, maxVersion); err != nil {
-			return 0, err
-		}
+	return floor, err
+}
+
+// raiseFloorTx raises the fencing floor to at least v in tx (SQLite),
+// skipping the write when the floor, which only grows, is already there.
+func (db *DB) raiseFloorTx(ctx context.Context, tx *sql.Tx, v int64) error {
+	floor, err := db.readFloor(ctx, tx)
+	if err != nil || floor >= v {
+		return err
 	}
-	r, err := tx.ExecContext(ctx, ListPlaceholders(s.DeleteLockedIdle, len(names)), append(names, age)...)
+	_, err = tx.ExecContext(ctx, db.Dialect.Reap().RaiseFloor, v)
+	return err
+}
+
+// Pauses between the attempts of a MySQL floor raise that found the fence
+// row locked by acquisitions.
+const (
+	raiseRetryMin = time.Millisecond
+	raiseRetryMax = 50 * time.Millisecond
+)
+
+// raiseFloor makes the fencing floor at least v and commits (MySQL), unless
+// it is already there. The raise never waits for the fence row: while
+// acquisitions hold shared locks on it, the attempt fails at once and is
+// repeated after a growing, jittered pause until ctx ends. (A raise that
+// waited would make every acquisition skip the row, and retry, for as long
+// as it waited.)
+func (db *DB) raiseFloor(ctx context.Context, v int64) error {
+	floor, err := db.readFloor(ctx, db.DB.DB)
+	if err != nil {
+		return db.Classify(err)
+	}
+	if floor >= v {
+		return nil
+	}
+	pause := raiseRetryMin
+	for attempt := 1; ; attempt++ {
+		err := db.raiseOnce(ctx, v)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, dblock.ErrNotAcquired) {
+			return err
+		}
+		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("raise the fencing floor: fence row still locked after %d attempts: %w", attempt, err)
+		case <-t.C:
+		}
+		pause = min(2*pause, raiseRetryMax)
+	}
+}
+
+// raiseOnce is one attempt of raiseFloor; an error wrapping
+// dblock.ErrNotAcquired means the fence row was locked.
+func (db *DB) raiseOnce(ctx context.Context, v int64) error {
+	s := db.Dialect.Reap()
+	if s.LockFloor == "" {
+		_, err := db.ExecContext(ctx, s.RaiseFloor, v)
+		return db.Classify(err)
+	}
+	return db.reapTx(ctx, nil, func(tx *sql.Tx) error {
+		var floor int64
+		if err := tx.QueryRowContext(ctx, s.LockFloor).Scan(&floor); err != nil {
+			return err
+		}
+		if floor >= v {
+			return nil
+		}
+		_, err := tx.ExecContext(ctx, s.RaiseFloor, v)
+		return err
+	})
+}
+
+// deleteIdle deletes the locked names that are still free and idle and whose
+// version is at most maxVersion (the floor is at least that).
+func (db *DB) deleteIdle(ctx context.Context, tx *sql.Tx, names []any, age, maxVersion int64) (int, error) {
+	q := ListPlaceholders(db.Dialect.Reap().DeleteLockedIdle, len(names))
+	r, err := tx.ExecContext(ctx, q, append(append(names, age), maxVersion)...)
 	if err != nil {
 		return 0, err
 	}
@@ -476,10 +600,6 @@ func (db *DB) ReapCheck(ctx context.Context) error {
 	if db.Dialect.Kind() == Postgres {
 		return nil
 	}
-	var floor int64
-	err := db.QueryRowxContext(ctx, db.Dialect.Reap().FenceFloor).Scan(&floor)
-	if errors.Is(err, sql.ErrNoRows) {
-		return schemaMissing(db.Dialect, errors.New("dblock_fence has no row with id 1"))
-	}
+	_, err := db.readFloor(ctx, db.DB.DB)
 	return db.Classify(err)
 }

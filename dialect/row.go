@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
@@ -24,16 +26,23 @@ type RowSQL struct {
 	// clock and the session id. It waits for the row per the transaction's
 	// lock timeout.
 	Lock string
-	// LockNoWait is Lock failing at once when the row is locked.
+	// LockNoWait is Lock failing at once when the row is locked. It leaves
+	// the transaction's lock timeout alone (PostgreSQL sets only the idle
+	// bound), so the caller's later statements keep theirs.
 	LockNoWait string
 	// Ensure inserts a free row for a name unless one exists; the first
 	// token follows the same floor rule as lease rows.
 	Ensure string
-	// Token bumps the row's version (the fencing token) and returns it.
+	// Token issues a fencing token durably, in autocommit mode, on a
+	// connection other than the holder's (PostgreSQL; MySQL and SQLite raise
+	// dblock_fence.floor instead, see IssueToken).
 	Token string
 	// LockMany locks several names' rows in name order; %s is the list of
 	// placeholders and %s the lock clause suffix.
 	LockMany string
+	// LockManyNoWait is LockMany with NOWAIT, leaving the lock timeout alone
+	// (PostgreSQL: its first placeholder is the idle bound, then the names).
+	LockManyNoWait string
 	// Alive lists which of the given session ids still exist; %s is the
 	// list of placeholders.
 	Alive string
@@ -55,17 +64,44 @@ FROM dblock_locks l,
 WHERE l.name = $1
 FOR UPDATE OF l`
 
+// pgRowLockNoWait sets only the idle bound ($2): NOWAIT needs no lock
+// timeout, and a LOCAL lock_timeout would stay on the caller's transaction.
+var pgRowLockNoWait = `SELECT ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $2, true)) AS cfg
+WHERE l.name = $1
+FOR UPDATE OF l NOWAIT`
+
+// pgToken takes the next token from dblock_token_seq and makes it durable
+// before it is handed out. nextval alone is not enough: it writes WAL only
+// once per 32 values, and a transaction that wrote no WAL of its own commits
+// without flushing, so after a crash (or a failover to a standby that never
+// received the record) the sequence could start below a token already
+// given. A transactional logical message is a WAL record of this
+// transaction that needs no privilege (EXECUTE is granted to PUBLIC): it
+// assigns an xid, so the commit flushes the WAL up to its commit record,
+// which covers the sequence's record, and waits for synchronous standbys.
+// Logical decoding plugins that forward messages see them with the prefix
+// "dblock".
+const pgToken = `SELECT nextval('dblock_token_seq') FROM pg_logical_emit_message(true, 'dblock', 'token')`
+
 var pgRow = RowSQL{
 	Lock:       pgRowLock,
-	LockNoWait: pgRowLock + " NOWAIT",
+	LockNoWait: pgRowLockNoWait,
 	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
 VALUES ($1, 0, nextval('dblock_token_seq'), now())
 ON CONFLICT (name) DO NOTHING`,
-	Token: `UPDATE dblock_locks SET version = nextval('dblock_token_seq') WHERE name = $1 RETURNING version`,
+	Token: pgToken,
 	LockMany: `SELECT l.name, ` + pgLockCols + `
 FROM dblock_locks l,
      (SELECT set_config('idle_in_transaction_session_timeout', $1, true),
              set_config('lock_timeout', $2, true)) AS cfg
+WHERE l.name IN (%s)
+ORDER BY l.name
+FOR UPDATE OF l%s`,
+	LockManyNoWait: `SELECT l.name, ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $1, true)) AS cfg
 WHERE l.name IN (%s)
 ORDER BY l.name
 FOR UPDATE OF l%s`,
@@ -80,17 +116,19 @@ var myLockCols = `IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(` + myUs("expires_
 var mysqlRowLock = `SELECT ` + myLockCols + ` FROM dblock_locks WHERE name = ? FOR UPDATE`
 
 var mysqlRow = RowSQL{
-	Lock:       mysqlRowLock,
-	LockNoWait: mysqlRowLock + " NOWAIT",
-	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
-VALUES (?, 0, (SELECT floor + 1 FROM dblock_fence WHERE id = 1 LOCK IN SHARE MODE), UTC_TIMESTAMP(6))
-ON DUPLICATE KEY UPDATE name = name`,
-	Token:    `UPDATE dblock_locks SET version = LAST_INSERT_ID(version + 1) WHERE name = ?`,
-	LockMany: `SELECT name, ` + myLockCols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
-	Alive:    `SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s)`,
+	Lock:           mysqlRowLock,
+	LockNoWait:     mysqlRowLock + " NOWAIT",
+	Ensure:         fmt.Sprintf(mysqlEnsureText, mysqlShareSkipLocked),
+	LockMany:       `SELECT name, ` + myLockCols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
+	LockManyNoWait: `SELECT name, ` + myLockCols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
+	Alive:          `SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s)`,
 }
 
-var mariadbRow = mysqlRow
+var mariadbRow = func() RowSQL {
+	r := mysqlRow
+	r.Ensure = fmt.Sprintf(mysqlEnsureText, mariadbShareSkipLocked)
+	return r
+}()
 
 // ---- SQLite ----
 
@@ -103,8 +141,8 @@ var sqliteRow = RowSQL{
 	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
 VALUES (?1, 0, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ` + sqliteNow + `)
 ON CONFLICT (name) DO NOTHING`,
-	Token:    `UPDATE dblock_locks SET version = version + 1 WHERE name = ?1 RETURNING version`,
-	LockMany: `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
+	LockMany:       `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
+	LockManyNoWait: `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
 }
 
 // ---- operations ----
@@ -143,8 +181,30 @@ func (db *DB) EnsureRow(ctx context.Context, q Querier, name string) error {
 	query := db.Dialect.Row().Ensure
 	if mariaDB(db) {
 		query = mariadbNoWait + query
+	} else if db.Dialect.Kind() == MySQL {
+		// MySQL 8 cannot tell the upsert not to wait: its duplicate-key
+		// check waits for a holder's row lock (at least 1 s, the smallest
+		// innodb_lock_wait_timeout). A consistent read first, which waits
+		// for nothing, skips the insert when the row already exists (a
+		// racing first acquisition created it), so TryAcquire does not wait
+		// there; only a row created between the two statements can still
+		// make the insert wait.
+		var one int
+		err := db.q(q).QueryRowxContext(ctx, db.Dialect.Lease().Exists, name).Scan(&one)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return db.Classify(err)
+		}
 	}
-	_, err := db.q(q).ExecContext(ctx, query, name)
+	var err error
+	if db.Dialect.Kind() == MySQL {
+		// Retries while a reaper raises the fencing floor (see mysqlAcquireText).
+		_, _, err = db.execFenced(ctx, db.q(q), query, name)
+	} else {
+		_, err = db.q(q).ExecContext(ctx, query, name)
+	}
 	err = db.Classify(err)
 	if errors.Is(err, dblock.ErrNotAcquired) {
 		// Either the row exists and a holder has it locked (nothing to
@@ -197,7 +257,7 @@ func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockPar
 	case Postgres:
 		idle := pgMillis(p.IdleTimeout)
 		if p.NoWait {
-			err = scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name, idle, "0"))
+			err = scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name, idle))
 		} else {
 			err = scan(tx.QueryRowxContext(ctx, rs.Lock, name, idle, pgMillis(waitFor(ctx, p.Wait))))
 			if err == nil {
@@ -252,13 +312,16 @@ func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLoc
 	kind := db.Dialect.Kind()
 	var args []any
 	first := 1
+	text := rs.LockMany
+	if p.NoWait {
+		text = rs.LockManyNoWait
+	}
 	if kind == Postgres {
-		wait := "0"
+		args = append(args, pgMillis(p.IdleTimeout))
 		if !p.NoWait {
-			wait = pgMillis(waitFor(ctx, p.Wait))
+			args = append(args, pgMillis(waitFor(ctx, p.Wait)))
 		}
-		args = append(args, pgMillis(p.IdleTimeout), wait)
-		first = 3
+		first = len(args) + 1
 	}
 	ph := make([]string, len(names))
 	for i, n := range names {
@@ -269,7 +332,7 @@ func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLoc
 	if p.NoWait && kind != SQLite {
 		suffix = " NOWAIT"
 	}
-	query := fmt.Sprintf(rs.LockMany, strings.Join(ph, ", "), suffix)
+	query := fmt.Sprintf(text, strings.Join(ph, ", "), suffix)
 	if kind == MySQL && !p.NoWait && mariaDB(db) {
 		query = fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout=%d FOR ", mysqlSeconds(waitFor(ctx, p.Wait))) + query
 	}
@@ -329,23 +392,36 @@ func (db *DB) mysqlSessionWait(ctx context.Context, tx Querier, wait time.Durati
 	return err
 }
 
-// BumpToken sets name's version to a new fencing token inside tx (which
-// holds the row) and returns it. The token is durable before it is returned:
-// a holder killed before commit must never see its token issued again, yet
-// the transaction's own writes roll back. So:
-//   - PostgreSQL takes it from dblock_token_seq, which rollback never rewinds;
-//   - MySQL first raises dblock_fence.floor to it in an autocommit statement
-//     on another pooled connection (the floor bounds every later token, lease
-//     or pessimistic), then writes it into the row in tx;
-//   - SQLite cannot write the fence while tx holds the database, so the
-//     token is issued before the lock (IssueToken) and set here with SetToken;
-//     BumpToken on SQLite is the fallback for a token asked for on re-entry,
-//     and is transactional (documented).
+// BumpToken gives the row of name, locked by tx, a new fencing token, issued
+// on the pool: BumpTokenOn(ctx, tx, nil, name). On SQLite, where nothing can
+// commit while tx holds the database, it bumps the version inside tx instead,
+// which is not durable before tx commits (a holder killed before its commit
+// could see its token issued again); the pessimistic mode therefore issues
+// SQLite tokens before it takes the lock.
 func (db *DB) BumpToken(ctx context.Context, tx Querier, name string) (dblock.Token, error) {
-	rs := db.Dialect.Row()
-	switch db.Dialect.Kind() {
-	case MySQL:
-		t, err := db.IssueToken(ctx, nil, name)
+	if db.Dialect.Kind() == SQLite {
+		var v int64
+		err := tx.QueryRowxContext(ctx, "UPDATE dblock_locks SET version = version + 1 WHERE name = ?1 RETURNING version", name).Scan(&v)
+		return dblock.Token(v), db.Classify(err)
+	}
+	return db.BumpTokenOn(ctx, tx, nil, name)
+}
+
+// BumpTokenOn gives the row of name, locked by tx, a new fencing token and
+// returns it. The token is durable before it is returned: a holder killed
+// before commit must never see its token issued again, even though the
+// transaction's own writes roll back, and even after a crash or failover of
+// the server. So the token is issued (IssueToken) in autocommit mode on side,
+// a connection other than tx's (nil: the pool; pass a dedicated connection
+// when holders may exhaust the pool), then written into the row in tx with
+// SetToken. On SQLite, which cannot commit on another connection while tx
+// holds the database, it returns an error wrapping dblock.ErrInvalidOption.
+func (db *DB) BumpTokenOn(ctx context.Context, tx, side Querier, name string) (dblock.Token, error) {
+	if db.Dialect.Kind() == SQLite {
+		return 0, fmt.Errorf("bump token %q: %w: on SQLite a token is issued before the lock is taken; ask for it with the first acquisition", name, dblock.ErrInvalidOption)
+	}
+	for range 3 {
+		t, err := db.IssueToken(ctx, side, name)
 		if err != nil {
 			return 0, err
 		}
@@ -353,25 +429,28 @@ func (db *DB) BumpToken(ctx context.Context, tx Querier, name string) (dblock.To
 		if err != nil {
 			return 0, err
 		}
-		if !ok {
-			return 0, fmt.Errorf("bump token %q: row missing", name)
+		if ok {
+			return t, nil
 		}
-		return t, nil
+		// The row is missing, or at or past t: a token issued after ours
+		// reached it before tx locked it. Issue again, a few times at most.
 	}
-	var v int64
-	if err := tx.QueryRowxContext(ctx, rs.Token, name).Scan(&v); err != nil {
-		return 0, db.Classify(err)
-	}
-	return dblock.Token(v), nil
+	return 0, fmt.Errorf("bump token %q: the row's version stays ahead of newly issued tokens (or the row is missing)", name)
 }
 
-// IssueToken durably raises the fencing floor (MySQL, SQLite) above both
-// its current value and name's current version, in autocommit mode on q (nil:
-// the pool), and returns the new floor: a token no one has been given and no
-// one will be given again. Lease acquisitions never go below floor + 1.
+// IssueToken issues a fencing token durably, in autocommit mode on q (nil:
+// the pool), and returns it: a token no one has been given and no one will
+// be given again, above every version name had. PostgreSQL takes it from
+// dblock_token_seq and flushes it with its commit (see pgToken); MySQL and
+// SQLite raise dblock_fence.floor above both its current value and name's
+// version (lease acquisitions never go below floor + 1).
 func (db *DB) IssueToken(ctx context.Context, q Querier, name string) (dblock.Token, error) {
 	q = db.q(q)
 	switch db.Dialect.Kind() {
+	case Postgres:
+		var t int64
+		err := q.QueryRowxContext(ctx, db.Dialect.Row().Token).Scan(&t)
+		return dblock.Token(t), db.Classify(err)
 	case MySQL:
 		// A consistent read: it does not wait for the row lock its caller may hold.
 		var v int64
@@ -392,41 +471,139 @@ SET floor = max(floor + 1, IFNULL((SELECT version + 1 FROM dblock_locks WHERE na
 WHERE id = 1 RETURNING floor`, name).Scan(&t)
 		return dblock.Token(t), db.Classify(err)
 	}
-	return 0, fmt.Errorf("issue token: %w: dialect %s uses a sequence", dblock.ErrInvalidOption, db.Dialect.Kind())
+	return 0, fmt.Errorf("issue token: %w: unknown dialect %s", dblock.ErrInvalidOption, db.Dialect.Kind())
 }
 
 // SetToken writes an issued token into name's row inside tx. It reports false
 // when the row is missing or already at or past the token (someone acquired
 // the name between IssueToken and the lock): issue a new token and retry.
 func (db *DB) SetToken(ctx context.Context, tx Querier, name string, t dblock.Token) (bool, error) {
-	q := "UPDATE dblock_locks SET version = ? WHERE name = ? AND version < ?"
-	if db.Dialect.Kind() == SQLite {
-		q = "UPDATE dblock_locks SET version = ?1 WHERE name = ?2 AND version < ?1"
-		return db.execOne(ctx, tx, q, int64(t), name)
+	switch db.Dialect.Kind() {
+	case SQLite:
+		return db.execOne(ctx, tx, "UPDATE dblock_locks SET version = ?1 WHERE name = ?2 AND version < ?1", int64(t), name)
+	case Postgres:
+		return db.execOne(ctx, tx, "UPDATE dblock_locks SET version = $1 WHERE name = $2 AND version < $1", int64(t), name)
 	}
-	return db.execOne(ctx, tx, q, int64(t), name, int64(t))
+	return db.execOne(ctx, tx, "UPDATE dblock_locks SET version = ? WHERE name = ? AND version < ?", int64(t), name, int64(t))
 }
 
-// SetIdleTimeout sets the session's idle-transaction bound on MariaDB
-// (idle_transaction_timeout, whole seconds, at least 1; zero turns it off).
-// Other databases need no separate statement (PostgreSQL sets it inside
-// LockRow) or have no such setting (MySQL 8, SQLite), and return nil.
-func (db *DB) SetIdleTimeout(ctx context.Context, conn Querier, d time.Duration) error {
-	if !mariaDB(db) {
+// SetHoldBound asks the server to end the holding session if it stays idle
+// longer than d while it holds a pessimistic lock, so that a frozen or
+// partitioned holder cannot keep the lock forever. It runs on conn before the
+// locking transaction begins, saving the session's value for EndHold:
+//   - MariaDB: idle_transaction_timeout (whole seconds, at least 1);
+//   - MySQL 8, which has no idle-transaction bound: wait_timeout, the bound
+//     on an idle session (whole seconds, at least 1), which ends the session
+//     and so the transaction;
+//   - PostgreSQL sets idle_in_transaction_session_timeout inside the lock
+//     statement (local to the transaction), and SQLite has no sessions: nil.
+func (db *DB) SetHoldBound(ctx context.Context, conn Querier, d time.Duration) error {
+	if db.Dialect.Kind() != MySQL {
 		return nil
 	}
-	secs := int64(0)
-	if d > 0 {
-		secs = int64(math.Ceil(d.Seconds()))
+	secs := int64(math.Ceil(d.Seconds()))
+	if secs < 1 {
+		secs = 1
 	}
-	_, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION idle_transaction_timeout = %d", secs))
+	var err error
+	if mariaDB(db) {
+		_, err = conn.ExecContext(ctx, fmt.Sprintf(
+			"SET @dblock_saved_itt = @@SESSION.idle_transaction_timeout, SESSION idle_transaction_timeout = %d", secs))
+	} else {
+		_, err = conn.ExecContext(ctx, fmt.Sprintf(
+			"SET @dblock_saved_wt = @@SESSION.wait_timeout, SESSION wait_timeout = %d", secs))
+	}
 	return db.Classify(err)
 }
 
+// mariadbEndHold restores the idle bound saved by SetHoldBound and, in the
+// same round trip, checks that the transaction is still open: when it is not
+// (the server rolled it back as a deadlock victim, or a statement committed
+// it implicitly), IF evaluates the subquery, which fails with error 1242. The
+// restore is then not applied either; the caller destroys the connection.
+const mariadbEndHold = `SET SESSION idle_transaction_timeout = IF(@@in_transaction = 1, @dblock_saved_itt,
+    (SELECT 1 UNION SELECT 2))`
+
+// EndHold runs on the locking transaction tx just before its COMMIT or
+// ROLLBACK. On MySQL and MariaDB it restores what SetHoldBound changed and
+// reports whether tx is still open on the server: a deadlock victim's
+// transaction is rolled back by the server while the client's *sql.Tx
+// believes it open, and statements run after that run in autocommit mode. A
+// COMMIT then would commit nothing and report success. Elsewhere it reports
+// true: PostgreSQL keeps a failed transaction open (and aborted) until its
+// end, and its COMMIT then reports the rollback (see CommitRolledBack).
+func (db *DB) EndHold(ctx context.Context, tx Querier) (open bool, err error) {
+	if db.Dialect.Kind() != MySQL {
+		return true, nil
+	}
+	if mariaDB(db) {
+		_, err := tx.ExecContext(ctx, mariadbEndHold)
+		var myErr *mysql.MySQLError
+		if errors.As(err, &myErr) && myErr.Number == 1242 {
+			return false, nil
+		}
+		return err == nil, db.Classify(err)
+	}
+	// MySQL 8 has no @@in_transaction; SET TRANSACTION (the next
+	// transaction's characteristics) is refused with error 1568 exactly
+	// when a transaction is in progress, and needs no privilege.
+	if _, err := tx.ExecContext(ctx, "SET SESSION wait_timeout = @dblock_saved_wt"); err != nil {
+		return false, db.Classify(err)
+	}
+	_, err = tx.ExecContext(ctx, "SET TRANSACTION READ WRITE")
+	var myErr *mysql.MySQLError
+	switch {
+	case errors.As(err, &myErr) && myErr.Number == 1568:
+		return true, nil
+	case err == nil:
+		return false, nil
+	}
+	return false, db.Classify(err)
+}
+
+// CommitRolledBack reports whether a COMMIT's error says the server rolled
+// the transaction back instead (PostgreSQL answers COMMIT of a failed
+// transaction so).
+func CommitRolledBack(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }
+
+// Savepoint, RollbackToSavepoint and ReleaseSavepoint run the statements of
+// the same names in tx (the same on every dialect). name is one of the
+// caller's own identifiers, validated here. On MySQL a savepoint missing
+// because the server rolled the whole transaction back fails with an error
+// for which SavepointGone reports true.
+func (db *DB) Savepoint(ctx context.Context, tx Querier, name string) error {
+	return db.savepointStmt(ctx, tx, "SAVEPOINT ", name)
+}
+
+// RollbackToSavepoint undoes what tx did since the savepoint name (see Savepoint).
+func (db *DB) RollbackToSavepoint(ctx context.Context, tx Querier, name string) error {
+	return db.savepointStmt(ctx, tx, "ROLLBACK TO SAVEPOINT ", name)
+}
+
+// ReleaseSavepoint forgets the savepoint name, keeping what tx did (see Savepoint).
+func (db *DB) ReleaseSavepoint(ctx context.Context, tx Querier, name string) error {
+	return db.savepointStmt(ctx, tx, "RELEASE SAVEPOINT ", name)
+}
+
+func (db *DB) savepointStmt(ctx context.Context, tx Querier, verb, name string) error {
+	if !identRE.MatchString(name) || strings.Contains(name, ".") {
+		return fmt.Errorf("%w: savepoint name %q", dblock.ErrInvalidOption, name)
+	}
+	_, err := tx.ExecContext(ctx, verb+name)
+	return db.Classify(err)
+}
+
+// SavepointGone reports whether err says a savepoint does not exist (MySQL
+// 1305), which on MySQL means the server ended the whole transaction.
+func SavepointGone(err error) bool {
+	var myErr *mysql.MySQLError
+	return errors.As(err, &myErr) && myErr.Number == 1305
+}
+
 // AliveSessions reports which of the session ids still exist on the server
-// (PostgreSQL backend pids, MySQL connection ids). SQLite has no sessions and
-// returns every id.
-func (db *DB) AliveSessions(ctx context.Context, ids []int64) (map[int64]bool, error) {
+// (PostgreSQL backend pids, MySQL connection ids), asking on q (nil: the
+// pool). SQLite has no sessions and returns every id.
+func (db *DB) AliveSessions(ctx context.Context, q Querier, ids []int64) (map[int64]bool, error) {
 	alive := make(map[int64]bool, len(ids))
 	if len(ids) == 0 {
 		return alive, nil
@@ -443,7 +620,7 @@ func (db *DB) AliveSessions(ctx context.Context, ids []int64) (map[int64]bool, e
 		ph[i] = db.Dialect.Placeholder(i + 1)
 		args[i] = id
 	}
-	rows, err := db.QueryContext(ctx, fmt.Sprintf(db.Dialect.Row().Alive, strings.Join(ph, ", ")), args...)
+	rows, err := db.q(q).QueryContext(ctx, fmt.Sprintf(db.Dialect.Row().Alive, strings.Join(ph, ", ")), args...)
 	if err != nil {
 		return nil, db.Classify(err)
 	}
@@ -521,11 +698,23 @@ type UserRowsParams struct {
 // LockUserRows locks the rows of a user's table whose key is in p.Keys, in
 // key order (the database sorts, so callers locking overlapping sets never
 // deadlock on each other), inside tx. It returns the keys locked, as the
-// database returns them, in that order. On SQLite, which has no row locks,
-// it only reads: the caller's write transaction is the lock.
+// database returns them, in that order.
+//
+// On MySQL and MariaDB the key column must be indexed: a locking read locks
+// every row it scans, so without an index it locks the whole table (and
+// deadlocks with every other locker of it).
+//
+// SQLite has no row locks: LockUserRows takes the database's write lock in
+// tx (a write to the table that changes nothing, so it holds even in a
+// transaction begun DEFERRED, waiting per the connection's busy timeout), and
+// the write transaction is the lock of every row. NoWait and SkipLocked,
+// which need row locks, are refused there (dblock.ErrInvalidOption).
 func (db *DB) LockUserRows(ctx context.Context, tx Querier, p UserRowsParams) ([]any, error) {
 	if p.NoWait && p.SkipLocked {
 		return nil, fmt.Errorf("%w: NoWait and SkipLocked are exclusive", dblock.ErrInvalidOption)
+	}
+	if db.Dialect.Kind() == SQLite && (p.NoWait || p.SkipLocked) {
+		return nil, fmt.Errorf("%w: SQLite has no row locks: NoWait and SkipLocked are not supported (the write transaction locks the whole database)", dblock.ErrInvalidOption)
 	}
 	table, err := db.QuoteIdent(p.Table)
 	if err != nil {
@@ -546,7 +735,13 @@ func (db *DB) LockUserRows(ctx context.Context, tx Querier, p UserRowsParams) ([
 		ph[i] = db.Dialect.Placeholder(i + 1)
 	}
 	query := fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s) ORDER BY %s", col, table, col, strings.Join(ph, ", "), col)
-	if db.Dialect.Kind() != SQLite {
+	if db.Dialect.Kind() == SQLite {
+		// WHERE 0 matches nothing, yet the statement is a write and
+		// takes the database's write lock.
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET %s = %s WHERE 0", table, col, col)); err != nil {
+			return nil, db.Classify(err)
+		}
+	} else {
 		query += " FOR UPDATE"
 		switch {
 		case p.NoWait:
@@ -641,19 +836,38 @@ func (db *DB) SessionID(ctx context.Context, q Querier) (int64, error) {
 	return id, nil
 }
 
-// CancelStatement cancels the statement the session id is running, from
-// another connection of the pool (PostgreSQL pg_cancel_backend, MySQL KILL
-// QUERY). A client that gives up a lock wait by closing its connection does
-// not end the server's wait on MySQL: without this, the abandoned wait could
-// still be granted the lock, and hold it until the server notices the closed
+// CancelStatement cancels the statement the session id is running, from q
+// (nil: the pool; PostgreSQL pg_cancel_backend, MySQL KILL QUERY). A client
+// that gives up a lock wait by closing its connection does not end the
+// server's wait on MySQL: without this, the abandoned wait could still be
+// granted the lock, and hold it until the server notices the closed
 // connection.
-func (db *DB) CancelStatement(ctx context.Context, id int64) error {
+func (db *DB) CancelStatement(ctx context.Context, q Querier, id int64) error {
 	var err error
 	switch db.Dialect.Kind() {
 	case Postgres:
-		_, err = db.ExecContext(ctx, "SELECT pg_cancel_backend($1)", id)
+		_, err = db.q(q).ExecContext(ctx, "SELECT pg_cancel_backend($1)", id)
 	case MySQL:
-		_, err = db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id))
+		_, err = db.q(q).ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id))
+	}
+	return db.Classify(err)
+}
+
+// KillSession ends the server session id from q (nil: the pool;
+// PostgreSQL pg_terminate_backend, MySQL KILL CONNECTION), rolling back its
+// transaction; a session already gone is not an error. SQLite has no
+// sessions: nil.
+func (db *DB) KillSession(ctx context.Context, q Querier, id int64) error {
+	var err error
+	switch db.Dialect.Kind() {
+	case Postgres:
+		_, err = db.q(q).ExecContext(ctx, "SELECT pg_terminate_backend($1)", id)
+	case MySQL:
+		_, err = db.q(q).ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
+		var myErr *mysql.MySQLError
+		if errors.As(err, &myErr) && myErr.Number == 1094 { // Unknown thread id: gone already.
+			err = nil
+		}
 	}
 	return db.Classify(err)
 }
