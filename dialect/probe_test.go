@@ -16,8 +16,7 @@ import (
 
 // holdTx holds name the way a pessimistic lock does: a transaction on a
 // second pool that locks its row and bumps its token (SQLite: that holds the
-// write lock). It
-// returns the end of the hold.
+// write lock). It returns the end of the hold.
 func holdTx(t *testing.T, iso *dbtest.Isolated, name string) (end func()) {
 	t.Helper()
 	ctx := context.Background()

@@ -25,8 +25,12 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
-// goldenStatus is the golden shape of status --json.
-var goldenStatus = filepath.Join("..", "..", "testdata", "status.golden.json")
+// goldenStatus is the golden shape of status --json; goldenStatusTx that
+// of a name held by a pessimistic transaction.
+var (
+	goldenStatus   = filepath.Join("..", "..", "testdata", "status.golden.json")
+	goldenStatusTx = filepath.Join("..", "..", "testdata", "status-pessimistic.golden.json")
+)
 
 // modes lists the exec flags of every lock mode the CLI offers.
 var modes = []struct {
@@ -50,25 +54,55 @@ func waitFile(t *testing.T, path string) string {
 	return content
 }
 
-// TestExecNoOverlap runs several exec processes at once on one name: their
-// commands never overlap and see strictly increasing DBLOCK_TOKENs.
+// quietCmd starts a test command's shell script: the shell's own stderr
+// (such as "Terminated" when a signal kills its sleep) is discarded, so that
+// what remains on stderr is dblock's.
+const quietCmd = "exec 2>/dev/null; "
+
+// acquiringLog is the debug line exec logs (with DBLOCK_LOG=debug) just
+// before it starts to acquire, once its signal handlers are in place.
+const acquiringLog = "exec: acquiring"
+
+// TestExecNoOverlap runs several exec processes at once on one name: they
+// contend (all but the first ask for the lock while it is held), their
+// commands never overlap, and they see strictly increasing DBLOCK_TOKENs.
 func TestExecNoOverlap(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		for _, m := range modes {
 			t.Run(m.name, func(t *testing.T) {
 				dir := t.TempDir()
-				log := filepath.Join(dir, "log")
+				log, goFile := filepath.Join(dir, "log"), filepath.Join(dir, "go")
+				// The first section holds the lock until the test writes
+				// goFile; the others find it there already.
 				section := script(t, dir, "section.sh", `echo "start $DBLOCK_TOKEN $$" >> "$1"
+while [ ! -f "$2" ]; do sleep 0.02; done
 sleep 0.05
 echo "end $DBLOCK_TOKEN $$" >> "$1"
 `)
-				c := cli{dsn: iso.DSN}
+				c := cli{dsn: iso.DSN, env: []string{"DBLOCK_LOG=debug"}}
 				const n = 4
 				procs := make([]*proc, n)
 				for i := range procs {
 					args := append([]string{"exec", "--lock", "overlap", "--ttl", "10s"}, m.flags...)
-					procs[i] = c.start(t, append(args, "--", "sh", section, log)...)
+					procs[i] = c.start(t, append(args, "--", "sh", section, log, goFile)...)
+				}
+				eventually(t, "every exec to ask for the lock and one to hold it", func() bool {
+					for _, p := range procs {
+						if b, _ := os.ReadFile(p.errOut); !strings.Contains(string(b), acquiringLog) {
+							return false
+						}
+					}
+					b, _ := os.ReadFile(log)
+					return len(b) > 0
+				})
+				// Every exec has asked; one holds it and waits for goFile, so
+				// the others are waiting: they contend.
+				if lines := readLines(t, log); len(lines) != 1 || !strings.HasPrefix(lines[0], "start ") {
+					t.Fatalf("while the first holder waits, the log has %q: want one start", lines)
+				}
+				if err := os.WriteFile(goFile, []byte("go"), 0o644); err != nil {
+					t.Fatal(err)
 				}
 				for i, p := range procs {
 					if r := p.wait(); r.code != 0 {
@@ -113,9 +147,17 @@ func processGone(pid int) bool {
 	return false
 }
 
+// pessimisticTakeoverBound is how soon after its holder was killed a
+// pessimistic lock must be taken over: far below the holder's TTL (5m, the
+// server's bound on an idle transaction), so only the dead connection can
+// have freed it.
+const pessimisticTakeoverBound = 10 * time.Second
+
 // TestExecTakeoverAfterKill kills an exec holder with SIGKILL: its command
 // dies with it, and another exec takes the name over, after the lease
-// expired (optimistic) or as soon as the connection is gone (pessimistic).
+// expired (optimistic, fair) or at once, as the database ends the dead
+// connection's transaction (pessimistic: the holder's TTL is 5m, the taker
+// gets in within seconds).
 func TestExecTakeoverAfterKill(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
@@ -124,7 +166,12 @@ func TestExecTakeoverAfterKill(t *testing.T) {
 				dir := t.TempDir()
 				pidFile := filepath.Join(dir, "pid")
 				c := cli{dsn: iso.DSN, env: []string{"DBLOCK_BIN=" + binary, "DBLOCK_TEST_DSN=" + iso.DSN}}
-				args := append([]string{"exec", "--lock", "takeover", "--ttl", "2s"}, m.flags...)
+				lease := m.name != "pessimistic"
+				ttl := "2s"
+				if !lease {
+					ttl = "5m"
+				}
+				args := append([]string{"exec", "--lock", "takeover", "--ttl", ttl}, m.flags...)
 				holder := c.start(t, append(args, "--", "sh", "-c", `echo $DBLOCK_TOKEN $$ > "$1"; exec sleep 60`, "sh", pidFile)...)
 				fields := strings.Fields(waitFile(t, pidFile))
 				if len(fields) != 2 {
@@ -133,6 +180,7 @@ func TestExecTakeoverAfterKill(t *testing.T) {
 				oldToken, _ := strconv.ParseInt(fields[0], 10, 64)
 				childPID, _ := strconv.Atoi(fields[1])
 				holder.signal(syscall.SIGKILL)
+				killed := time.Now()
 				if r := holder.wait(); r.code != 128+int(syscall.SIGKILL) {
 					t.Fatalf("killed holder: exit %d", r.code)
 				}
@@ -140,7 +188,6 @@ func TestExecTakeoverAfterKill(t *testing.T) {
 					eventually(t, "the killed holder's command to die with it", func() bool { return processGone(childPID) })
 				}
 				var expiry time.Time
-				lease := m.name != "pessimistic"
 				if lease {
 					rows, err := iso.DB.ListLocks(context.Background(), []string{"takeover"})
 					if err != nil || len(rows) != 1 {
@@ -149,21 +196,34 @@ func TestExecTakeoverAfterKill(t *testing.T) {
 					expiry = rows[0].ExpiresAt
 				}
 				statusFile := filepath.Join(dir, "status.json")
-				args = append([]string{"exec", "--lock", "takeover"}, m.flags...)
+				args = append([]string{"exec", "--lock", "takeover", "--wait", "30s"}, m.flags...)
 				c.expect(t, 0, append(args, "--", "sh", "-c",
 					`echo $DBLOCK_TOKEN > "$1.token"; "$DBLOCK_BIN" --dsn "$DBLOCK_TEST_DSN" status --json > "$1"`, "sh", statusFile)...)
+				if took := time.Since(killed); !lease && took > pessimisticTakeoverBound {
+					t.Errorf("pessimistic lock taken over %v after its holder was killed, want within %v (its TTL was 5m)", took, pessimisticTakeoverBound)
+				}
 				newToken, err := strconv.ParseInt(strings.TrimSpace(string(must(os.ReadFile(statusFile+".token")))), 10, 64)
 				if err != nil || newToken <= oldToken {
 					t.Fatalf("taker's token %d (%v), want > %d", newToken, err, oldToken)
-				}
-				if !lease {
-					return
 				}
 				var st statusJSON
 				if err := json.Unmarshal(must(os.ReadFile(statusFile)), &st); err != nil {
 					t.Fatalf("status --json from inside exec: %v", err)
 				}
-				if len(st.Locks) != 1 || st.Locks[0].Token != newToken || st.Locks[0].AcquiredAt == nil {
+				if !lease {
+					// The taker's own hold, seen by status from inside it.
+					switch {
+					case iso.Kind == dialect.SQLite:
+						if !st.WriteLocked || len(st.Locks) != 0 {
+							t.Errorf("status --json inside the pessimistic taker on SQLite: %+v, want write_locked", st)
+						}
+					case len(st.Locks) != 1 || st.Locks[0].Name != "takeover" || st.Locks[0].Mode != "pessimistic" ||
+						st.Locks[0].Owner != "" || st.Locks[0].Token != nil || st.Locks[0].ExpiresAt != nil:
+						t.Errorf("status --json inside the pessimistic taker: %+v", st)
+					}
+					return
+				}
+				if len(st.Locks) != 1 || st.Locks[0].Token == nil || *st.Locks[0].Token != newToken || st.Locks[0].AcquiredAt == nil {
 					t.Fatalf("status --json inside the taker: %+v", st)
 				}
 				acquired, err := time.Parse(time.RFC3339, *st.Locks[0].AcquiredAt)
@@ -209,9 +269,23 @@ func TestExecExitCodes(t *testing.T) {
 			// machine's scheduling pauses, not exec, decide the outcome.)
 			c.expect(t, 0, "exec", "--lock", "long", "--mode", "pessimistic", "--ttl", "1500ms", "--", "sleep", "3")
 		})
-		t.Run("command not found", func(t *testing.T) {
+		t.Run("command not found or not runnable", func(t *testing.T) {
 			r := c.expect(t, 127, "exec", "--lock", "x", "--", "no-such-command-dblock-test")
-			assertOneLine(t, r.stderr, "no-such-command-dblock-test")
+			assertOneLine(t, r.stderr, `exec: "no-such-command-dblock-test": executable file not found`)
+			dir := t.TempDir()
+			r = cli{dsn: iso.DSN, dir: dir}.expect(t, 127, "exec", "--lock", "x", "--", "./missing")
+			assertOneLine(t, r.stderr, `exec: "./missing": no such file or directory`)
+			if err := os.Mkdir(filepath.Join(dir, "adir"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			r = cli{dsn: iso.DSN, dir: dir}.expect(t, 126, "exec", "--lock", "x", "--", "./adir")
+			assertOneLine(t, r.stderr, `exec: "./adir": is a directory`)
+			notExec := filepath.Join(dir, "plain")
+			if err := os.WriteFile(notExec, []byte("true\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r = c.expect(t, 126, "exec", "--lock", "x", "--", notExec)
+			assertOneLine(t, r.stderr, "permission denied")
 		})
 		t.Run("75 not acquired", func(t *testing.T) {
 			dir := t.TempDir()
@@ -235,7 +309,7 @@ func TestExecExitCodes(t *testing.T) {
 			ready := filepath.Join(dir, "ready")
 			term := filepath.Join(dir, "term")
 			holder := c.start(t, "exec", "--lock", "lose", "--ttl", "1s", "--", "sh", "-c",
-				`trap 'echo term > "$2"; exit 0' TERM; echo ok > "$1"; while :; do sleep 0.05; done`, "sh", ready, term)
+				quietCmd+`trap 'echo term > "$2"; exit 0' TERM; echo ok > "$1"; while :; do sleep 0.05; done`, "sh", ready, term)
 			waitFile(t, ready)
 			r := c.expect(t, 0, "release", "--lock", "lose", "--force")
 			if !strings.Contains(r.stdout, `released "lose"`) {
@@ -245,9 +319,7 @@ func TestExecExitCodes(t *testing.T) {
 			if res.code != 76 {
 				t.Fatalf("holder after force release: exit %d, want 76 (stderr %q)", res.code, res.stderr)
 			}
-			if !strings.Contains(res.stderr, `lock "lose" lost`) || !strings.Contains(res.stderr, "SIGTERM") {
-				t.Errorf("holder stderr %q does not explain the loss", res.stderr)
-			}
+			assertOneLine(t, res.stderr, `lock "lose" lost`, "released by an administrator", "SIGTERM")
 			if got := waitFile(t, term); got != "term" {
 				t.Errorf("CMD did not get SIGTERM: %q", got)
 			}
@@ -260,9 +332,21 @@ func TestExecExitCodes(t *testing.T) {
 			dir := t.TempDir()
 			ready := filepath.Join(dir, "ready")
 			term := filepath.Join(dir, "term")
-			p := c.start(t, "exec", "--lock", "sig", "--", "sh", "-c",
-				`trap 'echo term > "$2"; exit 3' TERM; echo ok > "$1"; while :; do sleep 0.05; done`, "sh", ready, term)
+			got := filepath.Join(dir, "got")
+			p := c.start(t, "exec", "--lock", "sig", "--", "sh", "-c", quietCmd+`trap 'echo term > "$2"; exit 3' TERM
+for s in INT HUP QUIT USR1 USR2; do trap "echo $s >> \"\$3\"" $s; done
+echo ok > "$1"; while :; do sleep 0.05; done`, "sh", ready, term, got)
 			waitFile(t, ready)
+			var want []string
+			for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2} {
+				name := strings.TrimPrefix(signame(sig), "SIG")
+				want = append(want, name)
+				p.signal(sig)
+				eventually(t, "CMD to trap "+name, func() bool {
+					b, _ := os.ReadFile(got)
+					return strings.Join(strings.Fields(string(b)), " ") == strings.Join(want, " ")
+				})
+			}
 			p.signal(syscall.SIGTERM)
 			if r := p.wait(); r.code != 3 {
 				t.Fatalf("exec after SIGTERM: exit %d, want CMD's 3 (stderr %q)", r.code, r.stderr)
@@ -271,8 +355,116 @@ func TestExecExitCodes(t *testing.T) {
 				t.Errorf("CMD did not get SIGTERM: %q", got)
 			}
 			c.expect(t, 0, "exec", "--lock", "sig", "--wait", "0", "--", "true")
+			if r := p.wait(); strings.TrimSpace(r.stderr) != "" {
+				t.Errorf("forwarding signals printed on stderr: %q", r.stderr)
+			}
+		})
+		t.Run("130 interrupted while waiting", func(t *testing.T) {
+			dir := t.TempDir()
+			ready := filepath.Join(dir, "ready")
+			holder := c.start(t, "exec", "--lock", "intr", "--", "sh", "-c", `echo ok > "$1"; exec sleep 60`, "sh", ready)
+			waitFile(t, ready)
+			debug := cli{dsn: iso.DSN, env: []string{"DBLOCK_LOG=debug"}}
+			for _, m := range modes {
+				w := debug.start(t, append(append([]string{"exec", "--lock", "intr"}, m.flags...), "--", "echo", "never")...)
+				eventually(t, m.name+" waiter to ask for the lock", func() bool {
+					b, _ := os.ReadFile(w.errOut)
+					return strings.Contains(string(b), acquiringLog)
+				})
+				w.signal(syscall.SIGINT)
+				r := w.wait()
+				if r.code != 128+int(syscall.SIGINT) || r.stdout != "" {
+					t.Fatalf("%s waiter after SIGINT: exit %d, stdout %q, want 130 and no output (stderr %q)", m.name, r.code, r.stdout, r.stderr)
+				}
+				lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+				assertOneLine(t, lines[len(lines)-1], "interrupted by SIGINT while waiting", `"intr"`)
+			}
+			holder.signal(syscall.SIGTERM)
+			holder.wait()
+			// No waiter left anything behind.
+			c.expect(t, 0, "exec", "--lock", "intr", "--wait", "0", "--fair", "--", "true")
+		})
+		t.Run("76 lease expired while dblock was stopped", func(t *testing.T) {
+			for _, m := range modes {
+				if m.name == "pessimistic" {
+					continue // No lease: see "76 pessimistic connection killed".
+				}
+				dir := t.TempDir()
+				ready := filepath.Join(dir, "ready")
+				term := filepath.Join(dir, "term")
+				holder := c.start(t, append(append([]string{"exec", "--lock", "stop-" + m.name, "--ttl", "1s"}, m.flags...), "--", "sh", "-c",
+					quietCmd+`trap 'echo term > "$2"; exit 0' TERM; echo ok > "$1"; while :; do sleep 0.05; done`, "sh", ready, term)...)
+				waitFile(t, ready)
+				holder.signal(syscall.SIGSTOP)
+				eventually(t, "the stopped holder's lease to expire by the database clock", func() bool {
+					rows, err := iso.DB.ListLocks(context.Background(), []string{"stop-" + m.name})
+					return err == nil && len(rows) == 1 && rows[0].Expired()
+				})
+				holder.signal(syscall.SIGCONT)
+				r := holder.wait()
+				if r.code != 76 {
+					t.Fatalf("%s holder resumed after its lease expired: exit %d, want 76 (stderr %q)", m.name, r.code, r.stderr)
+				}
+				assertOneLine(t, r.stderr, `lock "stop-`+m.name+`" lost`, "SIGTERM")
+				if got := waitFile(t, term); got != "term" {
+					t.Errorf("%s: CMD did not get SIGTERM: %q", m.name, got)
+				}
+			}
+		})
+		t.Run("76 pessimistic connection killed", func(t *testing.T) {
+			if iso.Kind == dialect.SQLite {
+				t.Skip("SQLite has no server session to end")
+			}
+			dir := t.TempDir()
+			ready := filepath.Join(dir, "ready")
+			term := filepath.Join(dir, "term")
+			holder := c.start(t, "exec", "--lock", "conn", "--mode", "pessimistic", "--ttl", "5m", "--", "sh", "-c",
+				quietCmd+`trap 'echo term > "$2"; exit 0' TERM; echo ok > "$1"; while :; do sleep 0.05; done`, "sh", ready, term)
+			waitFile(t, ready)
+			killHoldingSession(t, iso)
+			r := holder.wait()
+			if r.code != 76 {
+				t.Fatalf("holder whose connection was killed: exit %d, want 76 (stderr %q)", r.code, r.stderr)
+			}
+			assertOneLine(t, r.stderr, `lock "conn" lost`, "SIGTERM")
+			if got := waitFile(t, term); got != "term" {
+				t.Errorf("CMD did not get SIGTERM: %q", got)
+			}
+			c.expect(t, 0, "exec", "--lock", "conn", "--mode", "pessimistic", "--wait", "0", "--", "true")
 		})
 	})
+}
+
+// killHoldingSession ends, from the server side, the one session of iso's
+// database that holds a transaction with row locks on dblock_locks.
+func killHoldingSession(t *testing.T, iso *dbtest.Isolated) {
+	t.Helper()
+	ctx := context.Background()
+	var ids []int64
+	var err error
+	switch iso.Kind {
+	case dialect.Postgres:
+		// A row lock's transaction holds ROW SHARE on the table.
+		err = iso.DB.SelectContext(ctx, &ids, `SELECT pid FROM pg_locks
+WHERE relation = 'dblock_locks'::regclass AND mode = 'RowShareLock' AND granted AND pid <> pg_backend_pid()`)
+	case dialect.MySQL:
+		err = iso.DB.SelectContext(ctx, &ids, `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
+JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+WHERE p.DB = DATABASE() AND t.trx_rows_locked > 0 AND p.ID <> CONNECTION_ID()`)
+	}
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("find the holding session: %v %v", ids, err)
+	}
+	switch iso.Kind {
+	case dialect.Postgres:
+		var ok bool
+		err = iso.DB.QueryRowxContext(ctx, "SELECT pg_terminate_backend($1)", ids[0]).Scan(&ok)
+	case dialect.MySQL:
+		_, err = iso.DB.ExecContext(ctx, fmt.Sprintf("KILL %d", ids[0]))
+	}
+	if err != nil {
+		t.Fatalf("end session %d: %v", ids[0], err)
+	}
 }
 
 // TestUsageErrors checks that bad usage exits 64 with one clear line.
@@ -305,6 +497,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--dsn", "sqlite://", "status"}, "bad DSN"},
 		{[]string{"reaper", "--schedule", "every tuesday"}, `bad --schedule "every tuesday"`},
 		{[]string{"reaper", "--metrics-addr", "9090"}, `bad --metrics-addr "9090"`},
+		{[]string{"help", "frobnicate"}, `help: unknown command "frobnicate"`},
 	}
 	for _, tc := range cases {
 		r := c.expect(t, 64, tc.args...)
@@ -313,7 +506,9 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("dblock %v printed a stack trace: %s", tc.args, r.stderr)
 		}
 	}
-	r := c.expect(t, 64)
+	r := cli{env: []string{"DBLOCK_LOG=loud"}}.expect(t, 64, "status")
+	assertOneLine(t, r.stderr, `bad DBLOCK_LOG "loud"`)
+	r = c.expect(t, 64)
 	if !strings.Contains(r.stderr, "Usage:") {
 		t.Errorf("no command: stderr %q, want the usage", r.stderr)
 	}
@@ -339,6 +534,13 @@ func TestHelp(t *testing.T) {
 		r := c.expect(t, 0, args...)
 		if !strings.Contains(r.stdout, "Usage:") || !strings.Contains(r.stdout, "Examples:") {
 			t.Errorf("dblock %v: help without usage or examples:\n%s", args, r.stdout)
+		}
+	}
+	// dblock help COMMAND prints what dblock COMMAND --help prints.
+	for _, cmd := range []string{"migrate", "exec", "status", "release", "reaper"} {
+		help, flag := c.expect(t, 0, "help", cmd), c.expect(t, 0, cmd, "--help")
+		if help.stdout != flag.stdout || !strings.Contains(help.stdout, "dblock [--dsn DSN] "+cmd) {
+			t.Errorf("dblock help %s:\n%s\nwant dblock %s --help:\n%s", cmd, help.stdout, cmd, flag.stdout)
 		}
 	}
 }
@@ -473,7 +675,7 @@ func normalizeStatus(t *testing.T, v any, key string) any {
 				t.Errorf("%s = %q: want an RFC 3339 UTC time", key, x)
 			}
 			return "TIME"
-		case key == "metadata":
+		case key == "metadata" && x != "":
 			if !metadataRE.MatchString(x) {
 				t.Errorf("metadata = %q, want %v", x, metadataRE)
 			}
@@ -487,7 +689,13 @@ func normalizeStatus(t *testing.T, v any, key string) any {
 				t.Errorf("%s = %v, want a positive integer", key, x)
 			}
 			return 1
-		case "expires_in_seconds", "wait_seconds":
+		case "expires_in_seconds":
+			// Negative once expired; the golden file says which.
+			if x < 0 {
+				return -1.5
+			}
+			return 1.5
+		case "wait_seconds":
 			if x < 0 {
 				t.Errorf("%s = %v, want >= 0", key, x)
 			}
@@ -513,29 +721,14 @@ func TestStatusJSONGolden(t *testing.T) {
 		dbtest.AddWaiter(t, iso.DB, "golden-a", "waiter-stale", -time.Second)
 		dbtest.AddWaiter(t, iso.DB, "golden-a", "waiter-2", time.Minute)
 		dbtest.AddWaiter(t, iso.DB, "golden-b", "waiter-3", time.Minute)
+		expireLease(t, iso, "golden-x", "golden-expired")
 
-		r := c.expect(t, 0, "status", "--json", "golden-a", "golden-b", "golden-free")
-		var doc any
-		if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
-			t.Fatalf("status --json is not JSON: %v\n%s", err, r.stdout)
-		}
-		got := must(json.MarshalIndent(normalizeStatus(t, doc, ""), "", "  "))
-		got = append(got, '\n')
-		if *update && iso.Kind == dialect.Postgres {
-			if err := os.WriteFile(goldenStatus, got, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(goldenStatus)
-		if err != nil {
-			t.Fatalf("read golden file (go test -run TestStatusJSONGolden -update writes it): %v", err)
-		}
-		if string(got) != string(want) {
-			t.Errorf("status --json (normalised) differs from %s:\n%s", goldenStatus, got)
-		}
+		r := c.expect(t, 0, "status", "--json", "golden-a", "golden-b", "golden-free", "golden-x")
+		checkGolden(t, iso, r.stdout, goldenStatus, false)
 
-		r = c.expect(t, 0, "status", "golden-a", "golden-b", "golden-free")
+		r = c.expect(t, 0, "status", "golden-a", "golden-b", "golden-free", "golden-x")
 		for _, s := range []string{"LOCK", "golden-a", "golden-owner", "optimistic", "in ", "ago",
+			"golden-x", "golden-expired", "expired ",
 			"WAITING FOR", "waiter-1", "waiter-2", "waiter-3", "free: golden-free"} {
 			if !strings.Contains(r.stdout, s) {
 				t.Errorf("status table lacks %q:\n%s", s, r.stdout)
@@ -548,8 +741,129 @@ func TestStatusJSONGolden(t *testing.T) {
 		holder.wait()
 		r = c.expect(t, 0, "status", "--json")
 		var st statusJSON
-		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Locks) != 0 || len(st.Waiters) != 3 {
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Locks) != 1 || st.Locks[0].Name != "golden-x" ||
+			!st.Locks[0].Expired || len(st.Waiters) != 3 {
 			t.Errorf("status after release: %+v (%v)", st, err)
+		}
+	})
+}
+
+// expireLease leaves name with a lease of owner that has expired by the
+// database clock (as a crashed holder leaves it before the reaper runs).
+func expireLease(t *testing.T, iso *dbtest.Isolated, name, owner string) {
+	t.Helper()
+	ctx := context.Background()
+	res, err := iso.DB.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: "optimistic", TTL: time.Millisecond})
+	if err != nil || !res.Acquired {
+		t.Fatalf("acquire %s: %+v %v", name, res, err)
+	}
+	eventually(t, "the lease of "+name+" to expire", func() bool {
+		rows, err := iso.DB.ListLocks(ctx, []string{name})
+		return err == nil && len(rows) == 1 && rows[0].Expired()
+	})
+}
+
+// checkGolden compares a status --json document, normalised, with a golden
+// file (written from PostgreSQL's run with -update). write_locked must be
+// writeLocked on SQLite and false elsewhere; the golden file has false.
+func checkGolden(t *testing.T, iso *dbtest.Isolated, out, golden string, writeLocked bool) {
+	t.Helper()
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("status --json is not JSON: %v\n%s", err, out)
+	}
+	if want := writeLocked && iso.Kind == dialect.SQLite; doc["write_locked"] != want {
+		t.Errorf("write_locked = %v, want %v", doc["write_locked"], want)
+	}
+	doc["write_locked"] = false
+	got := must(json.MarshalIndent(normalizeStatus(t, doc, ""), "", "  "))
+	got = append(got, '\n')
+	if *update && iso.Kind == dialect.Postgres {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("read golden file (go test -run TestStatusJSONGolden -update writes it): %v", err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("status --json (normalised) differs from %s:\n%s", golden, got)
+	}
+}
+
+// TestPessimisticHold holds a name in pessimistic mode (a transaction, no
+// owner in the row) and checks what every command makes of it: status shows
+// it held (golden shape), release --force refuses with 75, and exec in every
+// mode exits 75 with one line naming a pessimistic transaction.
+func TestPessimisticHold(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		dir := t.TempDir()
+		ready := filepath.Join(dir, "ready")
+		c := cli{dsn: iso.DSN}
+		holder := c.start(t, "exec", "--lock", "golden-p", "--mode", "pessimistic", "--ttl", "5m", "--",
+			"sh", "-c", `echo ok > "$1"; exec sleep 120`, "sh", ready)
+		waitFile(t, ready)
+		sqlite := iso.Kind == dialect.SQLite
+
+		r := c.expect(t, 0, "status", "--json", "golden-p")
+		checkGolden(t, iso, r.stdout, goldenStatusTx, true)
+
+		r = c.expect(t, 0, "status", "--json")
+		var st statusJSON
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+			t.Fatal(err)
+		}
+		if sqlite {
+			if !st.WriteLocked || len(st.Locks) != 0 {
+				t.Errorf("status --json without names on SQLite: %+v, want write_locked and no name", st)
+			}
+		} else if len(st.Locks) != 1 || st.Locks[0].Name != "golden-p" || st.Locks[0].Mode != "pessimistic" || st.Locks[0].Token != nil {
+			t.Errorf("status --json without names: %s", r.stdout)
+		}
+
+		r = c.expect(t, 0, "status", "golden-p")
+		for _, s := range []string{"golden-p", "pessimistic", "(a transaction)", "when its transaction ends"} {
+			if !strings.Contains(r.stdout, s) {
+				t.Errorf("status table lacks %q:\n%s", s, r.stdout)
+			}
+		}
+		if sqlite && !strings.Contains(r.stdout, "database write-locked by a transaction") {
+			t.Errorf("status table on SQLite does not say the database is write-locked:\n%s", r.stdout)
+		}
+
+		r = c.expect(t, 75, "release", "--lock", "golden-p", "--force")
+		if sqlite {
+			assertOneLine(t, r.stderr, `"golden-p"`, "write-locked by a transaction", "nothing released")
+		} else {
+			assertOneLine(t, r.stderr, `"golden-p" is held by a transaction`, "nothing released")
+		}
+
+		for _, m := range modes {
+			for _, wait := range []string{"0", "1s"} {
+				r := c.expect(t, 75, append(append([]string{"exec", "--lock", "golden-p", "--wait", wait}, m.flags...), "--", "echo", "never")...)
+				parts := []string{`"golden-p" is held by a pessimistic transaction`}
+				if sqlite {
+					parts = append(parts, "write-locked by a transaction")
+				}
+				if wait != "0" {
+					parts = append(parts, "gave up after waiting 1s")
+				}
+				assertOneLine(t, r.stderr, parts...)
+				if r.stdout != "" {
+					t.Errorf("%s --wait %s ran CMD: %q", m.name, wait, r.stdout)
+				}
+			}
+		}
+
+		holder.signal(syscall.SIGTERM)
+		if r := holder.wait(); r.code != 128+int(syscall.SIGTERM) {
+			t.Errorf("holder after SIGTERM: exit %d (stderr %q)", r.code, r.stderr)
+		}
+		r = c.expect(t, 0, "status", "--json", "golden-p")
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.WriteLocked || len(st.Locks) != 0 || len(st.Free) != 1 {
+			t.Errorf("status after the holder ended: %s (%v)", r.stdout, err)
 		}
 	})
 }

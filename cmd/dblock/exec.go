@@ -5,7 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -33,9 +33,12 @@ CMD's environment also has:
   DBLOCK_TOKEN   the fencing token: greater than every earlier holder's, so a
                  resource can reject writes from a holder that was superseded
 
-SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dblock are passed on to CMD (to
-its whole process group). If dblock is killed, CMD is killed with it (Linux)
-and the lock expires after its TTL.
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dblock are
+passed on to CMD (to its whole process group). One of them arriving while
+dblock still waits for the lock ends the wait: dblock exits 128+N with one
+line on stderr. If dblock is killed, CMD is killed with it (Linux) and the
+lock expires after its TTL (pessimistic mode: at once, as the database ends
+the dead client's transaction).
 
 If the lock is lost while CMD runs (its lease could not be renewed in time,
 or an administrator ran dblock release --force), dblock sends SIGTERM to CMD,
@@ -59,9 +62,13 @@ Flags:
                   Reuse an owner to re-enter a lock it already holds.
 
 Exit status: CMD's status (128+N if a signal N killed it); 75 if the lock
-was not acquired (one line on stderr names the holder and its expiry); 76 if
-the lock was lost while CMD ran; 64 on bad usage; 127 if CMD was not found,
-126 if it could not be run; 69 database unreachable; 78 tables missing.
+was not acquired (one line on stderr names the holder and its expiry, by the
+database clock, or says that a pessimistic transaction holds it); 76 if the
+lock was lost while CMD ran; 64 on bad usage; 127 if CMD was not found, 126
+if it could not be run (not executable, a directory); 69 database
+unreachable; 78 tables missing. Apart from CMD's own output, dblock prints
+one line on stderr for each of these; set DBLOCK_LOG=debug (or info, warn,
+error) to see the library's log as well.
 
 Examples:
   dblock exec --lock hello -- echo "I hold the lock"
@@ -109,9 +116,6 @@ func (o *optDuration) Set(s string) error {
 	return nil
 }
 
-// forwarded are the signals passed on to CMD.
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
-
 // exec runs the exec command and returns the exit code.
 func (a *app) exec(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
@@ -154,11 +158,7 @@ func (a *app) exec(ctx context.Context, args []string) int {
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		code := exitNotFound
-		if errors.Is(err, os.ErrPermission) {
-			code = exitCannotRun
-		}
-		return a.fail(withCode(code, fmt.Errorf("exec: %w", err)))
+		return a.fail(lookPathError(argv[0], err))
 	}
 
 	db, err := a.open(ctx, schemaRequired)
@@ -166,8 +166,7 @@ func (a *app) exec(ctx context.Context, args []string) int {
 		return a.fail(err)
 	}
 	defer db.Close()
-	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	locker, err := newLocker(db, mode, logger)
+	locker, err := newLocker(db, mode, a.logger)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -178,6 +177,7 @@ func (a *app) exec(ctx context.Context, args []string) int {
 	defer signal.Stop(sigs)
 
 	opts := lockOptions(mode, *owner, ttl.d, ttl.set, wait.d, wait.set, metadata(argv))
+	a.logger.Debug("exec: acquiring", "lock", *name, "mode", mode, "wait", wait.String())
 	lease, sig, err := acquire(ctx, locker, *name, wait.set && wait.d == 0, opts, sigs)
 	if sig != nil {
 		if lease != nil {
@@ -193,6 +193,7 @@ func (a *app) exec(ctx context.Context, args []string) int {
 		}
 		return a.fail(fmt.Errorf("exec: acquire %q: %w", *name, a.schemaError(err)))
 	}
+	a.logger.Debug("exec: acquired", "lock", *name, "owner", lease.Owner(), "token", int64(lease.Token()))
 	stopKeepAlive := locker.keepAlive(lease, ttl.d)
 	return a.runHeld(ctx, lease, path, argv, sigs, stopKeepAlive)
 }
@@ -303,25 +304,54 @@ func (a *app) releaseAfter(ctx context.Context, lease *dblock.Lease) {
 	}
 }
 
-// holderOf returns who holds name according to err, or else (when the wait
-// ended while a statement was under way, say) according to the database.
-func holderOf(ctx context.Context, db *dialect.DB, name string, err error) *dblock.HeldError {
+// holder is who holds a name, as the exit-75 line tells it.
+type holder struct {
+	held *dblock.HeldError // Nil when unknown.
+	// now is the database clock, read with the holder when possible (zero
+	// when it could not be read).
+	now time.Time
+	// writeLocked: SQLite's write lock is held by a transaction (a
+	// pessimistic hold locks the whole file).
+	writeLocked bool
+}
+
+// holderOf returns who holds name: a live lease holder read from the
+// database now (with the database clock), else the holder err names, else a
+// transaction found holding the name (pessimistic mode, which writes no
+// owner: the lease row alone cannot tell), else what err says.
+func holderOf(ctx context.Context, db *dialect.DB, name string, err error) holder {
 	var held *dblock.HeldError
-	if errors.As(err, &held) && (held.Owner != "" || held.Mode == dblock.ModePessimistic) {
-		return held
-	}
+	errors.As(err, &held)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holderTimeout)
 	defer cancel()
-	h, herr := db.LeaseHolder(ctx, nil, name)
-	if herr != nil || !h.Held() {
-		return held
+	var h holder
+	lh, herr := db.LeaseHolder(ctx, nil, name)
+	if herr == nil && lh.Exists {
+		h.now = lh.Now
+	} else if now, err := db.ClockNow(ctx); err == nil {
+		h.now = now
 	}
-	return h.HeldError(name, nil)
+	switch {
+	case herr == nil && lh.Held():
+		h.held = lh.HeldError(name, nil)
+		return h
+	case held != nil && held.Owner != "":
+		h.held = held
+		return h
+	}
+	if tx, perr := db.ProbeTxHolds(ctx, []string{name}, 0); perr == nil && tx.Held(name) {
+		h.held = &dblock.HeldError{Name: name, Mode: dblock.ModePessimistic}
+		h.writeLocked = tx.WriteLocked
+		return h
+	}
+	h.held = held
+	return h
 }
 
 // notAcquiredLine is the one stderr line of exit 75: who holds the lock and
-// until when.
-func notAcquiredLine(name string, held *dblock.HeldError, err error, wait optDuration) error {
+// until when, by the database clock.
+func notAcquiredLine(name string, h holder, err error, wait optDuration) error {
+	held := h.held
 	var b strings.Builder
 	switch {
 	case held == nil:
@@ -331,6 +361,8 @@ func notAcquiredLine(name string, held *dblock.HeldError, err error, wait optDur
 		if held.Mode != "" {
 			fmt.Fprintf(&b, " (%s)", held.Mode)
 		}
+	case h.writeLocked:
+		fmt.Fprintf(&b, "%q is held by a pessimistic transaction: the database is write-locked by a transaction (SQLite: a pessimistic hold locks the whole file until it ends)", name)
 	case held.Mode == dblock.ModePessimistic:
 		fmt.Fprintf(&b, "%q is held by a pessimistic transaction", name)
 	default:
@@ -339,12 +371,14 @@ func notAcquiredLine(name string, held *dblock.HeldError, err error, wait optDur
 	if held != nil && !held.ExpiresAt.IsZero() {
 		exp := held.ExpiresAt.UTC()
 		fmt.Fprintf(&b, " until %s", exp.Format(time.RFC3339))
-		if d := time.Until(exp); d > 0 {
-			fmt.Fprintf(&b, " (in %s)", human(d))
-		} else {
+		switch {
+		case h.now.IsZero():
+		case exp.After(h.now):
+			fmt.Fprintf(&b, " (in %s)", human(exp.Sub(h.now)))
+		default:
 			b.WriteString(" (expired)")
 		}
-	} else if held != nil && held.Mode == dblock.ModePessimistic {
+	} else if held != nil && held.Mode == dblock.ModePessimistic && !h.writeLocked {
 		b.WriteString(" (no lease: until its transaction ends)")
 	}
 	if wait.set && wait.d > 0 {
@@ -384,19 +418,24 @@ func exitStatus(ps *os.ProcessState) int {
 	return exitFailure
 }
 
-// signame returns the conventional name of a forwarded signal.
-func signame(sig os.Signal) string {
-	switch sig {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	case syscall.SIGQUIT:
-		return "SIGQUIT"
+// lookPathError is the error of a CMD that cannot be run: 127 when it
+// does not exist, 126 when it exists but cannot be run (not executable, a
+// directory), as shells report them.
+func lookPathError(name string, err error) error {
+	code := exitNotFound
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EISDIR) {
+		code = exitCannotRun
 	}
-	return sig.String()
+	// exec.Error and fs.PathError each add the name again; keep the cause.
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		err = ee.Err
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return withCode(code, fmt.Errorf("exec: %q: %w", name, err))
 }
 
 // signum returns a signal's number (1 for signals without one).

@@ -57,3 +57,32 @@ func TestExitCode(t *testing.T) {
 		}
 	}
 }
+
+// TestNotAcquiredLine checks the exit-75 line: the time left is counted on
+// the database clock read with the holder, never on this machine's.
+func TestNotAcquiredLine(t *testing.T) {
+	t.Parallel()
+	dbNow := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC) // Far from time.Now().
+	cases := []struct {
+		h    holder
+		wait optDuration
+		want string
+	}{
+		{holder{held: &dblock.HeldError{Name: "n", Owner: "o", Mode: "optimistic", ExpiresAt: dbNow.Add(17 * time.Second)}, now: dbNow},
+			optDuration{}, `"n" is held by owner "o" (optimistic) until 2001-02-03T04:05:23Z (in 17s)`},
+		{holder{held: &dblock.HeldError{Name: "n", Owner: "o", ExpiresAt: dbNow.Add(-time.Second)}, now: dbNow},
+			optDuration{d: time.Second, set: true}, `"n" is held by owner "o" until 2001-02-03T04:05:05Z (expired); gave up after waiting 1s`},
+		{holder{held: &dblock.HeldError{Name: "n", Owner: "o", ExpiresAt: dbNow}},
+			optDuration{}, `"n" is held by owner "o" until 2001-02-03T04:05:06Z`},
+		{holder{held: &dblock.HeldError{Name: "n", Mode: dblock.ModePessimistic}, now: dbNow},
+			optDuration{set: true}, `"n" is held by a pessimistic transaction (no lease: until its transaction ends)`},
+		{holder{held: &dblock.HeldError{Name: "n", Mode: dblock.ModePessimistic}, now: dbNow, writeLocked: true},
+			optDuration{}, `"n" is held by a pessimistic transaction: the database is write-locked by a transaction (SQLite: a pessimistic hold locks the whole file until it ends)`},
+		{holder{}, optDuration{}, `"n" not acquired: boom`},
+	}
+	for _, tc := range cases {
+		if got := notAcquiredLine("n", tc.h, errors.New("boom"), tc.wait).Error(); got != tc.want {
+			t.Errorf("notAcquiredLine(%+v) =\n%s\nwant\n%s", tc.h, got, tc.want)
+		}
+	}
+}

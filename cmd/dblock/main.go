@@ -14,13 +14,18 @@
 // The DSN comes from --dsn, else $DBLOCK_DSN, else the SQLite file ./dblock.db,
 // which is migrated automatically on first use.
 //
+// Errors are one line on stderr. The library's own log (and the MySQL
+// driver's) is off unless $DBLOCK_LOG names a level: debug, info, warn or
+// error; it then goes to stderr too. (The reaper logs as it always does.)
+//
 // Exit codes:
 //
 //	0    success (exec: CMD's own status is passed through)
 //	1    any other error
 //	64   bad usage: unknown command or flag, bad flag value, bad DSN
 //	69   the database cannot be reached
-//	75   exec: the lock was not acquired (held by another owner, or --wait ran out)
+//	75   exec: the lock was not acquired (held by another owner, or --wait ran out);
+//	     release: the name is held by a transaction, which only ending it can free
 //	76   exec: the lock was lost while CMD ran (CMD was sent SIGTERM)
 //	78   the dblock tables are missing: run dblock migrate up
 //	126  exec: CMD could not be run; 127: CMD was not found
@@ -33,10 +38,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
 )
 
 // Exit codes; see the package documentation. 64, 69, 75, 76 and 78 are the
@@ -57,6 +64,9 @@ const (
 // envDSN names the environment variable holding the DSN.
 const envDSN = "DBLOCK_DSN"
 
+// envLog names the environment variable that turns the library's log on.
+const envLog = "DBLOCK_LOG"
+
 // defaultDSN is the DSN used when neither --dsn nor $DBLOCK_DSN is set.
 const defaultDSN = "sqlite://dblock.db"
 
@@ -70,6 +80,9 @@ type app struct {
 	dsnDefault bool   // The DSN is the built-in SQLite default.
 	stdout     io.Writer
 	stderr     io.Writer
+	// logger receives the library's log: discarded unless $DBLOCK_LOG
+	// names a level, so that errors stay one line on stderr.
+	logger *slog.Logger
 }
 
 const mainUsage = `dblock: distributed locks on PostgreSQL, MySQL/MariaDB and SQLite.
@@ -98,16 +111,28 @@ Examples:
   dblock exec --lock nightly-report --wait 0 -- ./report.sh
   dblock status
 
-Exit codes: 0 ok (exec: CMD's status), 1 error, 64 bad usage, 69 database
-unreachable, 75 lock not acquired, 76 lock lost, 78 run "dblock migrate up",
-126/127 CMD not runnable/not found, 128+N killed by signal N.
+Environment:
+  DBLOCK_DSN  the database, when --dsn is not given
+  DBLOCK_LOG  debug, info, warn or error: print the library's log at that
+              level on stderr (off by default: errors are one line)
 
-Run "dblock COMMAND --help" for a command's flags and examples.
+Exit codes: 0 ok (exec: CMD's status), 1 error, 64 bad usage, 69 database
+unreachable, 75 lock not acquired (release: held by a transaction), 76 lock
+lost, 78 run "dblock migrate up", 126/127 CMD not runnable/not found, 128+N
+killed by signal N.
+
+Run "dblock help COMMAND" or "dblock COMMAND --help" for a command's flags
+and examples.
 `
 
 // run is the whole program; it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	a := &app{stdout: stdout, stderr: stderr}
+	logger, err := newLogger(os.Getenv(envLog), stderr)
+	if err != nil {
+		return a.fail(err)
+	}
+	a.logger = logger
 	fs := flag.NewFlagSet("dblock", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	dsn := fs.String("dsn", "", "database DSN")
@@ -132,7 +157,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		a.dsn, a.dsnDefault = defaultDSN, true
 	}
 	cmd, cmdArgs := rest[0], rest[1:]
-	var err error
 	switch cmd {
 	case "migrate":
 		err = a.migrate(ctx, cmdArgs)
@@ -145,8 +169,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "reaper":
 		err = a.reaper(ctx, cmdArgs)
 	case "help":
-		fmt.Fprint(stdout, mainUsage)
-		return exitOK
+		return a.help(cmdArgs)
 	default:
 		err = usageErrorf("unknown command %q (want migrate, exec, status, release or reaper; see dblock --help)", cmd)
 	}
@@ -228,4 +251,46 @@ func (a *app) parseFlags(fs *flag.FlagSet, help string, args []string) (done boo
 		return true, usageErrorf("%s: %v (see dblock %s --help)", fs.Name(), err, fs.Name())
 	}
 	return false, nil
+}
+
+// help prints the usage of dblock, or of the command named in args.
+func (a *app) help(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(a.stdout, mainUsage)
+		return exitOK
+	}
+	if len(args) > 1 {
+		return a.fail(usageErrorf("help: want at most one command, got %q (see dblock --help)", strings.Join(args, " ")))
+	}
+	text, ok := commandHelp[args[0]]
+	if !ok {
+		return a.fail(usageErrorf("help: unknown command %q (want migrate, exec, status, release or reaper)", args[0]))
+	}
+	fmt.Fprint(a.stdout, text)
+	return exitOK
+}
+
+// commandHelp is each command's --help text.
+var commandHelp = map[string]string{
+	"migrate": migrateHelp,
+	"exec":    execHelp,
+	"status":  statusHelp,
+	"release": releaseHelp,
+	"reaper":  reaperHelp,
+}
+
+// newLogger returns the logger of the library's log: off when level is
+// empty, else text on w at level (debug, info, warn or error). It also sends
+// the MySQL driver's own log lines there (or nowhere).
+func newLogger(level string, w io.Writer) (*slog.Logger, error) {
+	if level == "" {
+		dialect.SetDriverLog(io.Discard)
+		return slog.New(slog.DiscardHandler), nil
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageErrorf("bad %s %q: want debug, info, warn or error", envLog, level)
+	}
+	dialect.SetDriverLog(w)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

@@ -26,6 +26,28 @@ func prepareCmd(cmd *exec.Cmd) (foreground bool) {
 	return foreground
 }
 
+// forwarded are the signals passed on to CMD.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// signame returns the conventional name of a forwarded signal.
+func signame(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	case syscall.SIGUSR1:
+		return "SIGUSR1"
+	case syscall.SIGUSR2:
+		return "SIGUSR2"
+	}
+	return sig.String()
+}
+
 // signalCmd sends sig to CMD's process group.
 func signalCmd(cmd *exec.Cmd, sig os.Signal) {
 	s, ok := sig.(syscall.Signal)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
 )
 
 const releaseHelp = `Usage: dblock [--dsn DSN] release --lock NAME --force
@@ -17,10 +18,15 @@ at its next renewal (dblock exec then stops its command and exits 76).
 Without --force nothing is done.
 
 A lock held by a pessimistic transaction has no lease to free: it ends with
-that transaction (end the session on the database server instead).
+that transaction. release finds such a hold (with a locking read that never
+waits) and says so, freeing nothing: end the transaction, or its session on
+the database server (pg_terminate_backend, KILL). On SQLite a pessimistic
+hold is the database's write lock, which blocks every name: release then
+says that the database is write-locked by a transaction.
 
 Exit status: 0 when the lock was freed and when nobody held it (the output
-says which), 64 on bad usage or without --force.
+says which); 75 when a transaction holds it (nothing freed); 64 on bad usage
+or without --force.
 
 Flags:
   --lock NAME   the lock to free (required)
@@ -64,6 +70,23 @@ func (a *app) release(ctx context.Context, args []string) error {
 	before, err := db.LeaseHolder(ctx, nil, *name)
 	if err != nil {
 		return fmt.Errorf("release %q: %w", *name, a.schemaError(err))
+	}
+	// A live lease is the hold (pessimistic acquirers wait for it), except
+	// on SQLite, where a transaction holding the write lock would make the
+	// release wait and fail.
+	if !before.Held() || db.Dialect.Kind() == dialect.SQLite {
+		tx, err := db.ProbeTxHolds(ctx, []string{*name}, 0)
+		if err != nil {
+			return fmt.Errorf("release %q: probe for a transaction hold: %w", *name, a.schemaError(err))
+		}
+		switch {
+		case tx.WriteLocked:
+			return withCode(exitNotAcquired, fmt.Errorf("release: cannot free %q: the database is write-locked by a transaction "+
+				"(SQLite: a pessimistic hold locks the whole file), which only ending that transaction can free; nothing released", *name))
+		case tx.Held(*name):
+			return withCode(exitNotAcquired, fmt.Errorf("release: %q is held by a transaction (pessimistic mode), which only ending "+
+				"that transaction or its database session can free; nothing released", *name))
+		}
 	}
 	freed, err := db.ForceRelease(ctx, nil, *name)
 	if err != nil {

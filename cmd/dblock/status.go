@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,9 +23,19 @@ and how long each has waited). With NAMEs, only those locks; a NAME that
 nobody holds is reported free. Times come from the database clock.
 
 A lease past its expiry that the reaper has not freed yet is shown as
-"expired ... ago": anyone may take it. Locks held in pessimistic mode are
-row locks of a running transaction and write no owner, so they are not
-listed (the database's own views show them: pg_locks, performance_schema).
+"expired ... ago": anyone may take it.
+
+A lock held in pessimistic mode is a running transaction's row lock and
+writes no owner: status finds it with a locking read that never waits
+(SKIP LOCKED; its own shared lock lasts one statement), and shows it with
+mode pessimistic, no owner, no token (the holder's is not committed yet) and
+no lease: it lasts until its transaction ends. With NAMEs, those names are
+probed; without, up to 1000 rows that no live lease names (PostgreSQL: only
+rows a lock has marked), in name order, and a note says when there were
+more: name a lock to be sure. On SQLite a pessimistic hold is the database's
+write lock, which does not say which name it is for: status says "database
+write-locked by a transaction", and reports every NAME asked for that no
+lease row names as held by it (none can be taken until it ends).
 
 Flags:
   --json   print one JSON document instead of tables (see below)
@@ -34,6 +45,7 @@ seconds as numbers, null when there is no value):
   {
     "format_version": 1,
     "now": "2026-01-02T15:04:05.000000Z",
+    "write_locked": false,
     "locks": [{"name": "...", "owner": "...", "token": 7, "reentry": 1,
                "mode": "optimistic", "acquired_at": "...", "expires_at": "...",
                "expires_in_seconds": 12.5, "expired": false, "metadata": "..."}],
@@ -42,6 +54,10 @@ seconds as numbers, null when there is no value):
                  "heartbeat_at": "...", "expires_at": "..."}],
     "free": ["names asked for that nobody holds"]
   }
+A transaction (pessimistic) hold has "mode": "pessimistic", "owner": "",
+"token": null, "reentry": 0 and null times; "write_locked" is true when an
+SQLite database is write-locked by a transaction ("now" is the database
+clock, read when no row carried it).
 
 Examples:
   dblock status
@@ -60,17 +76,20 @@ const jsonTime = "2006-01-02T15:04:05.000000Z07:00"
 // fields are only ever added, and format_version changes if one ever changes
 // meaning.
 type statusJSON struct {
-	FormatVersion int          `json:"format_version"`
-	Now           string       `json:"now"`
-	Locks         []lockJSON   `json:"locks"`
-	Waiters       []waiterJSON `json:"waiters"`
-	Free          []string     `json:"free"`
+	FormatVersion int    `json:"format_version"`
+	Now           string `json:"now"`
+	// WriteLocked: SQLite only, a transaction holds the database's write
+	// lock (a pessimistic hold locks the whole file).
+	WriteLocked bool         `json:"write_locked"`
+	Locks       []lockJSON   `json:"locks"`
+	Waiters     []waiterJSON `json:"waiters"`
+	Free        []string     `json:"free"`
 }
 
 type lockJSON struct {
 	Name             string   `json:"name"`
 	Owner            string   `json:"owner"`
-	Token            int64    `json:"token"`
+	Token            *int64   `json:"token"` // Null for a transaction hold.
 	Reentry          int      `json:"reentry"`
 	Mode             string   `json:"mode"`
 	AcquiredAt       *string  `json:"acquired_at"`
@@ -110,7 +129,7 @@ func (a *app) status(ctx context.Context, args []string) error {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	locks, err := db.ListLocks(ctx, names)
+	rows, err := db.ListLocks(ctx, names)
 	if err != nil {
 		return fmt.Errorf("status: %w", a.schemaError(err))
 	}
@@ -118,26 +137,89 @@ func (a *app) status(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("status: %w", a.schemaError(err))
 	}
-	now := time.Now().UTC()
+	tx, err := db.ProbeTxHolds(ctx, names, dialect.TxProbeLimitDefault)
+	if err != nil {
+		return fmt.Errorf("status: probe for transaction holds: %w", a.schemaError(err))
+	}
+	var now time.Time
 	switch {
-	case len(locks) > 0:
-		now = locks[0].Now
+	case len(rows) > 0:
+		now = rows[0].Now
 	case len(waiters) > 0:
 		now = waiters[0].Now
+	default:
+		if now, err = db.ClockNow(ctx); err != nil {
+			return fmt.Errorf("status: read the database clock: %w", err)
+		}
 	}
-	free := freeNames(names, locks, waiters)
-	doc := buildStatus(now, locks, waiters, free)
+	st := statusData{
+		now: now, locks: mergeTxHolds(now, names, rows, tx), waiters: waiters,
+		writeLocked: tx.WriteLocked, limited: tx.Limited,
+	}
+	st.free = freeNames(names, st.locks, waiters)
 	if *asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
+		return enc.Encode(buildStatus(st))
 	}
-	return a.printStatus(now, locks, waiters, free)
+	return a.printStatus(st)
+}
+
+// statusData is what status found.
+type statusData struct {
+	now         time.Time // The database clock.
+	locks       []lockEntry
+	waiters     []dialect.WaiterRow
+	free        []string
+	writeLocked bool // SQLite: a transaction holds the write lock.
+	limited     bool // Not every row was probed for transaction holds.
+}
+
+// lockEntry is a held lock: a lease row, or a transaction hold (tx), which
+// has a name and nothing else.
+type lockEntry struct {
+	dialect.LockRow
+	tx bool
+}
+
+// mergeTxHolds returns the held locks: the lease rows, with the transaction
+// holds the probe found in place of any expired lease row of the same name,
+// in name order. On a write-locked SQLite database every name asked for
+// that no lease row names is held by the transaction.
+func mergeTxHolds(now time.Time, names []string, rows []dialect.LockRow, tx dialect.TxHolds) []lockEntry {
+	held := map[string]bool{}
+	for _, n := range tx.Names {
+		held[n] = true
+	}
+	if tx.WriteLocked {
+		listed := map[string]bool{}
+		for _, r := range rows {
+			listed[r.Name] = true
+		}
+		for _, n := range names {
+			if !listed[n] {
+				held[n] = true
+			}
+		}
+	}
+	var out []lockEntry
+	for _, r := range rows {
+		if held[r.Name] && r.Expired() {
+			continue
+		}
+		delete(held, r.Name) // A live lease is the hold.
+		out = append(out, lockEntry{LockRow: r})
+	}
+	for n := range held {
+		out = append(out, lockEntry{LockRow: dialect.LockRow{Name: n, Mode: dblock.ModePessimistic, Now: now}, tx: true})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // freeNames returns the asked-for names that nobody holds or waits for, in
 // the order given, without duplicates.
-func freeNames(names []string, locks []dialect.LockRow, waiters []dialect.WaiterRow) []string {
+func freeNames(names []string, locks []lockEntry, waiters []dialect.WaiterRow) []string {
 	busy := map[string]bool{}
 	for _, l := range locks {
 		busy[l.Name] = true
@@ -155,18 +237,23 @@ func freeNames(names []string, locks []dialect.LockRow, waiters []dialect.Waiter
 	return free
 }
 
-func buildStatus(now time.Time, locks []dialect.LockRow, waiters []dialect.WaiterRow, free []string) statusJSON {
+func buildStatus(st statusData) statusJSON {
 	doc := statusJSON{
 		FormatVersion: 1,
-		Now:           now.UTC().Format(jsonTime),
+		Now:           st.now.UTC().Format(jsonTime),
+		WriteLocked:   st.writeLocked,
 		Locks:         []lockJSON{},
 		Waiters:       []waiterJSON{},
-		Free:          free,
+		Free:          st.free,
 	}
-	for _, l := range locks {
+	for _, l := range st.locks {
 		j := lockJSON{
-			Name: l.Name, Owner: l.Owner, Token: l.Token, Reentry: l.Reentry, Mode: l.Mode,
+			Name: l.Name, Owner: l.Owner, Reentry: l.Reentry, Mode: l.Mode,
 			Expired: l.Expired(), Metadata: l.Metadata,
+		}
+		if !l.tx {
+			token := l.Token
+			j.Token = &token
 		}
 		if !l.AcquiredAt.IsZero() {
 			s := l.AcquiredAt.UTC().Format(jsonTime)
@@ -179,7 +266,7 @@ func buildStatus(now time.Time, locks []dialect.LockRow, waiters []dialect.Waite
 		}
 		doc.Locks = append(doc.Locks, j)
 	}
-	for _, w := range waiters {
+	for _, w := range st.waiters {
 		doc.Waiters = append(doc.Waiters, waiterJSON{
 			Name: w.Name, Owner: w.Owner, Position: w.Position, ID: w.ID,
 			WaitingSince: w.CreatedAt.UTC().Format(jsonTime),
@@ -196,13 +283,21 @@ func seconds(d time.Duration) float64 {
 	return math.Round(d.Seconds()*1000) / 1000
 }
 
-func (a *app) printStatus(now time.Time, locks []dialect.LockRow, waiters []dialect.WaiterRow, free []string) error {
+func (a *app) printStatus(st statusData) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	if len(locks) == 0 {
+	if st.writeLocked {
+		fmt.Fprintln(tw, "database write-locked by a transaction: no name can be taken until it ends (SQLite: a pessimistic hold locks the whole file)")
+		fmt.Fprintln(tw)
+	}
+	if len(st.locks) == 0 {
 		fmt.Fprintln(tw, "no locks held")
 	} else {
 		fmt.Fprintln(tw, "LOCK\tOWNER\tTOKEN\tREENTRY\tMODE\tACQUIRED\tEXPIRES")
-		for _, l := range locks {
+		for _, l := range st.locks {
+			if l.tx {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, "(a transaction)", "-", "-", l.Mode, "-", "when its transaction ends")
+				continue
+			}
 			acquired := "-"
 			if !l.AcquiredAt.IsZero() {
 				acquired = ago(l.Now.Sub(l.AcquiredAt))
@@ -218,16 +313,19 @@ func (a *app) printStatus(now time.Time, locks []dialect.LockRow, waiters []dial
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Name, l.Owner, l.Token, l.Reentry, dash(l.Mode), acquired, expires)
 		}
 	}
-	if len(waiters) > 0 {
+	if st.limited {
+		fmt.Fprintf(tw, "(probed the first %d rows without a live lease for transaction holds; name a lock to probe it)\n", dialect.TxProbeLimitDefault)
+	}
+	if len(st.waiters) > 0 {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "WAITING FOR\tPOSITION\tOWNER\tWAITING")
-		for _, w := range waiters {
+		for _, w := range st.waiters {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", w.Name, w.Position, w.Owner, human(w.Now.Sub(w.CreatedAt)))
 		}
 	}
-	if len(free) > 0 {
+	if len(st.free) > 0 {
 		fmt.Fprintln(tw)
-		fmt.Fprintf(tw, "free: %s\n", strings.Join(free, ", "))
+		fmt.Fprintf(tw, "free: %s\n", strings.Join(st.free, ", "))
 	}
 	return tw.Flush()
 }
