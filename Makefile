@@ -103,7 +103,9 @@ build: ## Build the CLI into bin/dblock
 .PHONY: migrate
 migrate: ## Apply the migrations to DBLOCK_DSN (default: the CLI's ./dblock.db)
 	@# Never echo the DSN: it may carry a password. Its scheme says enough.
-	@if [ -n "$${DBLOCK_DSN:-}" ]; then echo "migrating the $${DBLOCK_DSN%%%%:*} database named by DBLOCK_DSN"; \
+	@if [ -n "$${DBLOCK_DSN:-}" ]; then \
+		scheme=$${DBLOCK_DSN%%:*}; case $$scheme in '' | *[!A-Za-z0-9+.-]*) scheme='(no scheme)' ;; esac; \
+		echo "migrating the database named by DBLOCK_DSN, scheme $$scheme"; \
 	else echo "migrating the default SQLite database ./dblock.db"; fi
 	$(GO) run ./cmd/dblock migrate up
 
