@@ -2,6 +2,7 @@ package pessimistic
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -18,9 +19,30 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 )
 
-// ErrClosed is the cause of waits ended by Close (the error also wraps
-// dblock.ErrNotAcquired) and the error of acquisitions on a closed Locker.
-var ErrClosed = errors.New("pessimistic: locker closed")
+// Errors of this package. Each is wrapped with context; match with errors.Is.
+var (
+	// ErrClosed is the cause of waits ended by Close (the error also wraps
+	// dblock.ErrNotAcquired) and the error of acquisitions on a closed Locker.
+	ErrClosed = errors.New("pessimistic: locker closed")
+
+	// ErrPoolExhausted is the cause (with dblock.ErrNotAcquired) of a
+	// TryAcquire or TryLock that found every connection of the pool in use:
+	// TryAcquire does not wait for a connection to come back.
+	ErrPoolExhausted = errors.New("pessimistic: no free connection in the pool")
+
+	// ErrRolledBack: a Commit (or Release) ended in a rollback instead: the
+	// first handle of a re-entered lock asked for a rollback, a re-entrant
+	// handle acquired earlier rolled back to its savepoint (undoing this
+	// handle's work), or PostgreSQL rolled back a failed transaction.
+	ErrRolledBack = errors.New("pessimistic: transaction rolled back, not committed")
+
+	// ErrTxEnded is the reason of a lock lost because the server ended its
+	// transaction while the client still held it open: on MySQL and MariaDB
+	// a deadlock victim's transaction is rolled back whole, and a statement
+	// such as DDL commits it implicitly. Statements run on Tx after that ran
+	// outside the transaction.
+	ErrTxEnded = errors.New("pessimistic: the server ended the locking transaction")
+)
 
 // Defaults of Config.
 const (
@@ -31,6 +53,12 @@ const (
 	// SQLiteWaitChunk is how long one BEGIN IMMEDIATE waits for the
 	// database's write lock before Acquire checks ctx and tries again.
 	SQLiteWaitChunk = time.Second
+
+	// TryConnWait bounds how long TryAcquire and TryLock wait for a
+	// connection from the pool when none was free at the first look (one
+	// being returned, or a new one being dialled). A pool seen exhausted
+	// fails at once with ErrPoolExhausted.
+	TryConnWait = time.Second
 
 	backoffMin = 5 * time.Millisecond
 	backoffMax = 500 * time.Millisecond
@@ -58,8 +86,8 @@ type Config struct {
 	// per-call WithTTL overrides it. Defaults to dblock.TTLDefault (30 s).
 	TTL time.Duration
 	// WatchInterval is how often a Locker holding locks asks the server,
-	// on another pooled connection, whether the holding sessions still
-	// exist. Defaults to WatchIntervalDefault.
+	// on the Locker's own connection (see Locker), whether the holding
+	// sessions still exist. Defaults to WatchIntervalDefault.
 	WatchInterval time.Duration
 	// AllowMultiPrimary lets pessimistic locks run on a node of a Galera
 	// cluster. By default the first acquisition there fails with
@@ -74,6 +102,14 @@ type Config struct {
 // Locker takes pessimistic locks: a row lock (SELECT ... FOR UPDATE) on a
 // name's dblock_locks row, held by a transaction on a pinned connection.
 // It is safe for concurrent use.
+//
+// On PostgreSQL and MySQL a Locker that holds or is taking locks also keeps
+// one connection of the pool for itself (taken before the first holder's
+// connection, given back once nothing is held): the session watcher asks the
+// server on it, fencing tokens are committed on it, and abandoned lock waits
+// are cancelled from it, so none of these waits for a pool that holders have
+// exhausted. With SetMaxOpenConns(1) there is no room for it: locks work, but
+// the watcher is off and WithToken is refused.
 type Locker struct {
 	db       *dialect.DB
 	log      *slog.Logger
@@ -87,17 +123,18 @@ type Locker struct {
 	cancelAll context.CancelCauseFunc
 	inflight  sync.WaitGroup
 
-	mu       sync.Mutex
-	holds    map[holdKey]*hold
-	all      map[*hold]struct{}
-	gates    map[string]*gate
-	closed   bool
-	watching bool
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	side side // The Locker's own connection; lock side.mu before mu, never after.
 
-	idleMu  sync.Mutex
-	idleSet map[any]time.Duration // MariaDB: driver connection -> idle_transaction_timeout set on it
+	mu        sync.Mutex
+	holds     map[holdKey]*hold
+	all       map[*hold]struct{}
+	gates     map[string]*gate
+	closed    bool
+	watching  bool
+	acquiring int // Acquisitions under way (they keep the side connection).
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	bg        sync.WaitGroup // Commits and rollbacks left running by a Release whose ctx ended.
 
 	allowMultiPrimary bool
 	exclusive         atomic.Bool // The database's row locks were found to exclude every client.
@@ -123,7 +160,6 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 		all:      make(map[*hold]struct{}),
 		gates:    make(map[string]*gate),
 		stop:     make(chan struct{}),
-		idleSet:  make(map[any]time.Duration),
 
 		allowMultiPrimary: cfg.AllowMultiPrimary,
 	}
@@ -157,7 +193,6 @@ func (l *Locker) DB() *dialect.DB { return l.db }
 // the Locker's mu.
 type hold struct {
 	l        *Locker
-	names    []string
 	owner    string
 	conn     *sqlx.Conn
 	tx       *sqlx.Tx
@@ -166,15 +201,29 @@ type hold struct {
 	prevBusy time.Duration // SQLite: busy timeout to restore; -1 when untouched
 	start    time.Time
 
+	// txCancel cancels the context the transaction began with: database/sql
+	// then rolls it back (after a statement in flight) and fails every later
+	// statement with sql.ErrTxDone, and pgx gives up a COMMIT or ROLLBACK
+	// waiting on the network. It poisons a lost hold.
+	txCancel context.CancelFunc
+
+	// spMu serializes the savepoint statements of re-entrant handles and
+	// Lock; stack and spSeq are guarded by it.
+	spMu  sync.Mutex
+	stack []*Lease // re-entrant handles whose savepoint is live, oldest first
+	spSeq int
+
 	// Guarded by Locker.mu.
-	tokens   map[string]dblock.Token
-	count    int
-	rollback bool
-	ended    bool
-	lost     error
-	lastSeen time.Time
-	handles  []*Lease
-	gates    []string // gate keys held until the hold ends or is lost
+	names      []string
+	tokens     map[string]dblock.Token
+	count      int
+	rollback   bool  // The first handle asked for a rollback of the whole transaction.
+	rollbackBy error // Why rollback is set, for the handles that then commit.
+	ended      bool
+	lost       error
+	lastSeen   time.Time
+	handles    []*Lease
+	gates      []string // gate keys held until the hold ends or is lost
 }
 
 // Lease is a held pessimistic lock: the embedded *dblock.Lease (Name, Owner,
@@ -184,6 +233,12 @@ type Lease struct {
 	h        *hold
 	ctl      dblock.LeaseControl
 	rollback atomic.Bool
+
+	// sp is the savepoint taken when this handle re-entered the hold ("" for
+	// the first handle). voided (guarded by h.spMu) says why its work is
+	// gone: an earlier re-entrant handle rolled back to its own savepoint.
+	sp     string
+	voided error
 }
 
 // Tx returns the locking transaction. Statements run on it are part of the
@@ -191,8 +246,13 @@ type Lease struct {
 // Commit or Rollback: end the lock with Commit, Rollback or Release.
 func (l *Lease) Tx() *sqlx.Tx { return l.h.tx }
 
-// Names returns the names this lock holds (several for AcquireMany).
-func (l *Lease) Names() []string { return slices.Clone(l.h.names) }
+// Names returns the names this lock holds, in order (several for
+// AcquireMany, and those added by Lock).
+func (l *Lease) Names() []string {
+	l.h.l.mu.Lock()
+	defer l.h.l.mu.Unlock()
+	return slices.Clone(l.h.names)
+}
 
 // TokenOf returns the fencing token of one of the held names (zero when no
 // token was asked for).
@@ -204,12 +264,25 @@ func (l *Lease) TokenOf(name string) dblock.Token {
 
 // Commit releases the lock by committing its transaction (the same as
 // Release). When other handles of the same owner still hold the name, the
-// transaction ends with the last of them.
+// transaction ends with the last of them. It returns an error wrapping
+// ErrRolledBack when this handle's work will not be committed: the first
+// handle asked for a rollback, an earlier re-entrant handle rolled back past
+// this one's savepoint, or (PostgreSQL) a failed statement had aborted the
+// transaction. On MySQL and MariaDB, a transaction that the server ended
+// (deadlock victim, implicit commit) is found before COMMIT is sent: Commit
+// then reports the lock lost (dblock.ErrLost with ErrTxEnded).
+//
+// ctx bounds the call: when it ends first, the connection is closed (on
+// MySQL, its session killed), and an error wrapping dblock.ErrUnavailable
+// says that the outcome is unknown.
 func (l *Lease) Commit(ctx context.Context) error { return l.Release(ctx) }
 
-// Rollback releases the lock by rolling its transaction back. With
-// reentrant handles, the transaction ends with the last of them, and it is
-// rolled back if any of them asked for a rollback.
+// Rollback releases the lock by rolling its transaction back. A re-entrant
+// handle (not the first acquisition of the hold) rolls back only its own
+// work, to the savepoint taken when it re-entered, and the transaction goes
+// on; the first handle's Rollback rolls the whole transaction back, when the
+// last handle ends (a later Commit by another handle then reports
+// ErrRolledBack).
 func (l *Lease) Rollback(ctx context.Context) error {
 	l.rollback.Store(true)
 	return l.Release(ctx)
@@ -260,7 +333,8 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 func run(ctx context.Context, lease *Lease, fn func(ctx context.Context, tx *sqlx.Tx) error) (err error) {
 	fnCtx, cancel := lease.Context(ctx)
 	defer cancel()
-	relCtx := context.WithoutCancel(ctx)
+	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer relCancel()
 	panicked := true
 	defer func() {
 		if panicked {
@@ -307,6 +381,9 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 	if len(opts) > 0 && explicitTTL(opts) {
 		ttl = o.TTL
 	}
+	if o.Token && l.db.Dialect.Kind() != dialect.SQLite && !l.sideWanted() {
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, errNoSide)
+	}
 	start := time.Now()
 
 	l.mu.Lock()
@@ -318,8 +395,6 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 		l.mu.Unlock()
 		return l.reenter(ctx, op, label, h, o, start)
 	}
-	l.inflight.Add(1)
-	defer l.inflight.Done()
 	for _, n := range sorted {
 		if h, ok := l.holds[holdKey{n, o.Owner}]; ok && !h.ended && h.lost == nil {
 			l.mu.Unlock()
@@ -327,7 +402,15 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 				op, label, dblock.ErrInvalidOption, n)
 		}
 	}
+	l.inflight.Add(1)
+	defer l.inflight.Done()
+	l.acquiring++
 	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.acquiring--
+		l.mu.Unlock()
+	}()
 
 	// Close ends waits: closeCtx is cancelled with ErrClosed as its cause.
 	// Statements that do not wait keep the caller's ctx: a context that can
@@ -366,6 +449,18 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 			}
 			return nil, notAcquiredErr(op, label, nil, err)
 		}
+	}
+	// The Locker's own connection comes before the holder's, so that it is
+	// never stuck behind holders that exhausted the pool.
+	if err := l.reserveSide(waitCtx, try); err != nil {
+		l.leaveGates(keys)
+		if errors.Is(err, ErrPoolExhausted) || waitCtx.Err() != nil {
+			if closeCtx.Err() != nil {
+				err = errors.Join(err, context.Cause(closeCtx))
+			}
+			return nil, notAcquiredErr(op, label, nil, err)
+		}
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
 	}
 	h, err := l.lock(ctx, closeCtx, waitCtx, op, label, sorted, o, ttl, try)
 	if err != nil {
@@ -509,29 +604,73 @@ func (l *Locker) reentrant(names []string, owner string) *hold {
 }
 
 func (l *Locker) reenter(ctx context.Context, op, label string, h *hold, o dblock.Options, start time.Time) (*Lease, error) {
+	fail := func(err error) (*Lease, error) {
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+	}
+	h.spMu.Lock()
+	defer h.spMu.Unlock()
 	l.mu.Lock()
+	if h.ended || h.lost != nil {
+		l.mu.Unlock()
+		return fail(fmt.Errorf("%w: the held transaction ended while re-entering", dblock.ErrNotAcquired))
+	}
 	needToken := o.Token && h.tokens == nil
+	names := slices.Clone(h.names)
 	l.mu.Unlock()
+	// The token is written before the savepoint, so that a rollback to the
+	// savepoint keeps it.
 	var tokens map[string]dblock.Token
 	if needToken {
 		var err error
-		if tokens, err = l.bumpTokens(ctx, h.tx, h.names); err != nil {
-			return nil, fmt.Errorf("pessimistic: %s %q: token: %w", op, label, err)
+		if tokens, err = l.bumpTokens(ctx, h, names); err != nil {
+			return fail(fmt.Errorf("token: %w", err))
 		}
+	}
+	h.spSeq++
+	sp := fmt.Sprintf("dblock_%d", h.spSeq)
+	if err := l.db.Savepoint(ctx, h.tx, sp); err != nil {
+		l.txTrouble(h, err)
+		return fail(fmt.Errorf("savepoint: %w", err))
 	}
 	l.mu.Lock()
 	if h.ended || h.lost != nil {
 		l.mu.Unlock()
-		return nil, fmt.Errorf("pessimistic: %s %q: %w: the held transaction ended while re-entering", op, label, dblock.ErrNotAcquired)
+		return fail(fmt.Errorf("%w: the held transaction ended while re-entering", dblock.ErrNotAcquired))
 	}
 	if tokens != nil && h.tokens == nil {
 		h.tokens = tokens
 	}
 	h.count++
 	lease := l.newHandle(h, label)
+	lease.sp = sp
 	l.mu.Unlock()
+	h.stack = append(h.stack, lease)
 	l.acquired(lease, start)
 	return lease, nil
+}
+
+// txTrouble looks at the error of a statement dblock ran on h's transaction:
+// on MySQL, a deadlock or a missing savepoint means that the server rolled
+// the whole transaction back, so the lock is gone; a broken connection loses
+// it everywhere.
+func (l *Locker) txTrouble(h *hold, err error) {
+	switch {
+	case l.db.Dialect.Kind() == dialect.MySQL && (errors.Is(err, dblock.ErrDeadlock) || dialect.SavepointGone(err)):
+		l.abort(h, fmt.Errorf("%w: %w", ErrTxEnded, err))
+	case isConnErr(err):
+		l.abort(h, dblock.ErrConnLost)
+	}
+}
+
+// abort marks h lost and ends its transaction at once in database/sql
+// (called on the goroutine that saw the loss, so no statement of its own is
+// in flight): later statements on Tx fail with sql.ErrTxDone instead of
+// running outside the transaction (MySQL runs a deadlock victim's next
+// statements in autocommit mode).
+func (l *Locker) abort(h *hold, reason error) {
+	if l.lose(h, reason, false) {
+		_ = h.tx.Rollback()
+	}
 }
 
 // register records a fresh hold and returns its first handle.
@@ -550,11 +689,6 @@ func (l *Locker) register(h *hold, o dblock.Options, label string, start time.Ti
 	}
 	l.all[h] = struct{}{}
 	lease := l.newHandle(h, label)
-	if h.session != 0 && !l.watching {
-		l.watching = true
-		l.wg.Add(1)
-		go l.watch()
-	}
 	l.mu.Unlock()
 	l.acquired(lease, start)
 	return lease, nil
@@ -586,34 +720,114 @@ func (l *Locker) acquired(lease *Lease, start time.Time) {
 	}
 }
 
-// releaseHandle ends one handle; the last handle of a hold ends its
-// transaction (commit, or rollback if any handle asked for one or the hold
-// was lost).
+// releaseHandle ends one handle. A re-entrant handle first settles its
+// savepoint (released on commit, rolled back to on rollback); the last
+// handle of a hold ends its transaction: commit, or rollback if the first
+// handle asked for one or the hold was lost.
 func (l *Locker) releaseHandle(ctx context.Context, lease *Lease) error {
 	h := lease.h
+	rb := lease.rollback.Load()
+	var spErr error
+	if lease.sp != "" {
+		spErr = l.endSavepoint(ctx, lease, rb)
+	}
 	l.mu.Lock()
-	if lease.rollback.Load() {
+	if lease.sp == "" && rb && !h.rollback {
 		h.rollback = true
+		h.rollbackBy = fmt.Errorf("%w: the first handle of %q asked for a rollback", ErrRolledBack, lease.Name())
 	}
 	h.count--
 	if h.count > 0 {
+		if spErr == nil && !rb && h.rollback && h.lost == nil {
+			spErr = h.rollbackBy
+		}
 		l.mu.Unlock()
 		l.released(lease, h)
-		return nil
+		return spErr
 	}
 	h.ended = true
 	l.forget(h)
 	rollback := h.rollback || h.lost != nil
+	rollbackBy := h.rollbackBy
 	lost := h.lost
 	l.mu.Unlock()
 
-	err := h.end(ctx, rollback)
-	if err != nil && lost == nil && isConnErr(err) {
-		l.lose(h, dblock.ErrConnLost)
+	err := l.endBounded(ctx, h, rollback)
+	switch {
+	case err != nil && lost == nil && (isConnErr(err) || errors.Is(err, ErrTxEnded)):
+		reason := dblock.ErrConnLost
+		if errors.Is(err, ErrTxEnded) {
+			reason = err
+		}
+		l.lose(h, reason, true)
+	case err == nil && rollback && lost == nil && !rb && rollbackBy != nil:
+		err = rollbackBy
+	}
+	if err == nil {
+		err = spErr
 	}
 	l.openGates(h)
 	l.released(lease, h)
 	return err
+}
+
+// endSavepoint settles the savepoint of a re-entrant handle: on commit it is
+// released (when it is the newest; an older one is left to the transaction's
+// end), on rollback the transaction goes back to it, which also undoes the
+// work of every handle that re-entered after this one (their Commit then
+// reports ErrRolledBack). It returns the error for this handle's Release.
+func (l *Locker) endSavepoint(ctx context.Context, lease *Lease, rb bool) error {
+	h := lease.h
+	h.spMu.Lock()
+	defer h.spMu.Unlock()
+	if lease.voided != nil {
+		if rb {
+			return nil
+		}
+		return lease.voided
+	}
+	idx := slices.Index(h.stack, lease)
+	if idx < 0 {
+		return nil
+	}
+	l.mu.Lock()
+	gone := h.ended || h.lost != nil
+	last := h.count == 1
+	l.mu.Unlock()
+	if gone {
+		h.stack = slices.Delete(h.stack, idx, idx+1)
+		return nil
+	}
+	if rb {
+		later := h.stack[idx+1:]
+		for _, o := range later {
+			o.voided = fmt.Errorf("%w: handle %d of %q rolled back to its savepoint, taken before this handle re-entered",
+				ErrRolledBack, lease.Reentry(), lease.Name())
+		}
+		h.stack = h.stack[:idx]
+		err := l.db.RollbackToSavepoint(ctx, h.tx, lease.sp)
+		if err == nil && !last {
+			err = l.db.ReleaseSavepoint(ctx, h.tx, lease.sp)
+		}
+		if err != nil {
+			l.txTrouble(h, err)
+			return fmt.Errorf("rollback to savepoint: %w", err)
+		}
+		return nil
+	}
+	if idx == len(h.stack)-1 {
+		h.stack = h.stack[:idx]
+		if last {
+			return nil // The transaction ends next; no need to release.
+		}
+		if err := l.db.ReleaseSavepoint(ctx, h.tx, lease.sp); err != nil {
+			l.txTrouble(h, err)
+			return fmt.Errorf("release savepoint: %w", err)
+		}
+		return nil
+	}
+	h.stack = slices.Delete(h.stack, idx, idx+1)
+	return nil
 }
 
 // forget removes h from the Locker's maps; l.mu is held.
@@ -633,12 +847,13 @@ func (l *Locker) released(lease *Lease, h *hold) {
 	}
 }
 
-// lose marks every handle of h lost with reason.
-func (l *Locker) lose(h *hold, reason error) {
+// lose marks every handle of h lost with reason and reports whether this
+// call did (false if h was already lost, or ended and !ended).
+func (l *Locker) lose(h *hold, reason error, ended bool) bool {
 	l.mu.Lock()
-	if h.lost != nil {
+	if h.lost != nil || h.ended && !ended {
 		l.mu.Unlock()
-		return
+		return false
 	}
 	h.lost = reason
 	handles := slices.Clone(h.handles)
@@ -653,34 +868,139 @@ func (l *Locker) lose(h *hold, reason error) {
 			}
 		}
 	}
+	return true
+}
+
+// endBounded ends h's transaction (see end) within ctx: when ctx ends
+// first, the transaction is interrupted (its connection closed; on MySQL its
+// session killed from the Locker's connection), and the error says that the
+// outcome is unknown; the connection is destroyed once the driver returns.
+func (l *Locker) endBounded(ctx context.Context, h *hold, rollback bool) error {
+	if ctx.Done() == nil {
+		return h.end(ctx, rollback)
+	}
+	done := make(chan error, 1)
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		done <- h.end(ctx, rollback)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	l.interrupt(h)
+	t := time.NewTimer(interruptGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("%w: %w", err, context.Cause(ctx))
+	case <-t.C:
+		verb := "commit"
+		if rollback {
+			verb = "rollback"
+		}
+		return fmt.Errorf("%w: %s did not finish before ctx ended (the connection is being closed): outcome unknown: %w",
+			dblock.ErrUnavailable, verb, context.Cause(ctx))
+	}
+}
+
+// interruptGrace is how long endBounded waits, after interrupting, for the
+// driver to return.
+const interruptGrace = 100 * time.Millisecond
+
+// interrupt makes the statements under way on h's connection fail: the
+// transaction's context is cancelled (pgx closes the connection of a COMMIT
+// or ROLLBACK in flight; database/sql rolls back), and on MySQL, whose
+// driver cannot be interrupted so, the session is killed from the Locker's
+// own connection.
+func (l *Locker) interrupt(h *hold) {
+	h.txCancel()
+	if l.db.Dialect.Kind() != dialect.MySQL || h.session == 0 {
+		return
+	}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		err := l.withSide(ctx, false, func(q dialect.Querier) error { return l.db.KillSession(ctx, q, h.session) })
+		if err != nil {
+			l.log.Warn("pessimistic: kill an interrupted session", "session", h.session, "error", err)
+		}
+	}()
 }
 
 // end finishes the transaction and gives the connection back to the pool,
-// or destroys it when the transaction could not be ended cleanly.
-func (h *hold) end(ctx context.Context, rollback bool) error {
-	var err error
+// or destroys it when the transaction could not be ended cleanly. On MySQL
+// it first checks that the server still has the transaction open (see
+// dialect.EndHold): if not, it does not pretend to commit, and returns an
+// error wrapping ErrTxEnded.
+func (h *hold) end(ctx context.Context, rollback bool) (err error) {
+	db := h.l.db
+	defer h.txCancel()
+	verb := "commit"
+	if rollback {
+		verb = "rollback"
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	h.l.mu.Lock()
+	lost := h.lost
+	h.l.mu.Unlock()
+	if lost == nil {
+		open, eerr := db.EndHold(sctx, h.tx)
+		if eerr != nil || !open {
+			_ = h.tx.Rollback()
+			closeConn(h.conn, true)
+			if eerr != nil {
+				return fmt.Errorf("%s: %w", verb, eerr)
+			}
+			if !rollback {
+				verb += " (not sent)"
+			}
+			return fmt.Errorf("%s: %w: statements run on Tx after that ran outside it, each committed on its own", verb, ErrTxEnded)
+		}
+	}
 	if rollback {
 		err = h.tx.Rollback()
 	} else {
 		err = h.tx.Commit()
 	}
-	err = h.l.db.Classify(err)
-	destroy := err != nil
-	if !destroy && h.prevBusy >= 0 {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		_, berr := h.l.db.SQLiteBusyTimeout(rctx, h.conn, h.prevBusy)
-		cancel()
-		destroy = berr != nil
+	if lost != nil && errors.Is(err, sql.ErrTxDone) {
+		err = nil // Rolled back already when the loss was found.
+	}
+	if !rollback && dialect.CommitRolledBack(err) {
+		// PostgreSQL rolled back a transaction that a failed statement
+		// had aborted; the connection is fine.
+		err = fmt.Errorf("%w: a statement had failed and aborted the transaction: %w", ErrRolledBack, err)
+		closeConn(h.conn, !h.restoreBusy(sctx))
+		return fmt.Errorf("%s: %w", verb, err)
+	}
+	err = db.Classify(err)
+	destroy := err != nil || lost != nil
+	if !destroy {
+		destroy = !h.restoreBusy(sctx)
 	}
 	closeConn(h.conn, destroy)
 	if err != nil {
-		verb := "commit"
-		if rollback {
-			verb = "rollback"
-		}
 		return fmt.Errorf("%s: %w", verb, err)
 	}
 	return nil
+}
+
+// restoreBusy puts back the SQLite busy timeout changed for the attempt,
+// reporting whether the connection is fit for the pool.
+func (h *hold) restoreBusy(ctx context.Context) bool {
+	if h.prevBusy < 0 {
+		return true
+	}
+	_, err := h.l.db.SQLiteBusyTimeout(ctx, h.conn, h.prevBusy)
+	return err == nil
 }
 
 // closeConn returns conn to the pool, or destroys it (database/sql discards a
@@ -699,7 +1019,8 @@ func isConnErr(err error) bool {
 }
 
 // Close rolls back the locks still held through this Locker (their handles
-// report ErrReleased) and stops the session watcher. It does not close the
+// report ErrReleased), each bounded by a clean-up timeout, stops the session
+// watcher and gives the Locker's own connection back. It does not close the
 // database.
 func (l *Locker) Close() error {
 	l.mu.Lock()
@@ -726,13 +1047,33 @@ func (l *Locker) Close() error {
 	var errs []error
 	for _, lease := range leases {
 		lease.rollback.Store(true)
-		err := lease.Release(context.Background())
-		if err != nil && !errors.Is(err, dblock.ErrReleased) && !errors.Is(err, dblock.ErrLost) {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		err := lease.Release(ctx)
+		cancel()
+		if err != nil && !errors.Is(err, dblock.ErrReleased) && !errors.Is(err, dblock.ErrLost) && !errors.Is(err, ErrRolledBack) {
 			errs = append(errs, err)
 		}
 	}
 	l.wg.Wait()
+	l.dropSide()
+	waitBounded(&l.bg, cleanupTimeout)
 	return errors.Join(errs...)
+}
+
+// waitBounded waits for wg at most d (a commit stuck on a dead network
+// ends with the TCP connection; Close does not wait for it that long).
+func waitBounded(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // ---- acquiring ----
@@ -744,6 +1085,11 @@ var errRetry = errors.New("retry")
 // token issued before the lock was overtaken by another acquisition.
 var errTokenStale = errors.New("token overtaken")
 
+// errCreateBusy asks the acquire loop to try again after a backoff: creating
+// a missing row met a lock held by another transaction (MariaDB: the fencing
+// floor, or the gap of the missing key).
+var errCreateBusy = errors.New("creating the lock row met a lock")
+
 // lock runs acquisition attempts until one succeeds, the wait ends, or an
 // error that waiting cannot fix occurs.
 func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, names []string, o dblock.Options, ttl time.Duration, try bool) (*hold, error) {
@@ -751,7 +1097,7 @@ func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, n
 		return notAcquiredErr(op, label, holder, cause)
 	}
 	backoff := backoffMin
-	missing, stale := 0, 0
+	missing, stale, busy := 0, 0, 0
 	for attempt := 1; ; attempt++ {
 		if err := waitCtx.Err(); err != nil {
 			return nil, notAcquired(nil, context.Cause(waitCtx))
@@ -768,6 +1114,23 @@ func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, n
 		case errors.Is(err, errRetry):
 			if missing++; missing > 5 {
 				return nil, fmt.Errorf("pessimistic: %s %q: lock row keeps disappearing", op, label)
+			}
+			continue
+		case errors.Is(err, errCreateBusy):
+			// Another transaction briefly holds what the insert needs; a
+			// try retries a few times within milliseconds, a wait backs
+			// off like for a lease holder.
+			if busy++; try && busy > 3 {
+				return nil, notAcquired(nil, err)
+			}
+			sleep := backoff + rand.N(backoff/2+1)
+			backoff = min(2*backoff, backoffMax)
+			t := time.NewTimer(sleep)
+			select {
+			case <-t.C:
+			case <-waitCtx.Done():
+				t.Stop()
+				return nil, notAcquired(nil, errors.Join(err, context.Cause(waitCtx)))
 			}
 			continue
 		case errors.Is(err, dblock.ErrNotAcquired):
@@ -842,21 +1205,25 @@ func settle(ctx context.Context) {
 }
 
 // attempt makes one try: it returns the hold, or the lease holder that
-// stands in the way, or an error (errRetry when a row had to be created).
+// stands in the way, or an error (errRetry when a row had to be created,
+// errCreateBusy when creating it met a lock).
 //
 // ctx is the caller's context with Close's cancellation, waitCtx adds the
 // wait bound; statements that do not wait run on callCtx.
 func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, o dblock.Options, ttl time.Duration, try bool) (*hold, *dialect.Holder, error) {
 	db := l.db
 	kind := db.Dialect.Kind()
-	conn, err := db.Connx(waitCtx)
+	conn, err := l.poolConn(waitCtx, try)
 	if err != nil {
-		return nil, nil, db.Classify(err)
+		return nil, nil, err
 	}
 	h := &hold{l: l, names: names, owner: o.Owner, conn: conn, ttl: ttl, prevBusy: -1, start: time.Now()}
-	giveUp := func(err error) (*hold, *dialect.Holder, error) {
-		closeConn(conn, true)
-		return nil, nil, db.Classify(err)
+	// release gives the connection back after an attempt that ended cleanly
+	// outside a transaction, destroying it if its state cannot be restored.
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		closeConn(conn, !h.restoreBusy(rctx))
 	}
 	if kind == dialect.SQLite {
 		// An unbounded wait keeps the pool's busy timeout and retries;
@@ -868,34 +1235,40 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 				busy = max(min(SQLiteWaitChunk, time.Until(dl)), time.Millisecond)
 			}
 			if h.prevBusy, err = db.SQLiteBusyTimeout(callCtx, conn, busy); err != nil {
-				return giveUp(err)
+				closeConn(conn, true)
+				return nil, nil, err
 			}
-		}
-	}
-	if db.MariaDB() {
-		if err := l.setIdle(callCtx, conn, ttl); err != nil {
-			return giveUp(err)
 		}
 	}
 	// On SQLite the lock is the database's write transaction, so nothing can
 	// make a token durable while it is held: issue the tokens first, each
-	// committed on its own, and check under the lock that no one got past them.
+	// committed on its own on this connection (whose busy timeout is the
+	// attempt's: a try fails at once when another writer holds the
+	// database), and check under the lock that no one got past them.
 	var preIssued map[string]dblock.Token
 	if kind == dialect.SQLite && o.Token {
 		preIssued = make(map[string]dblock.Token, len(names))
 		for _, n := range names {
-			t, err := db.IssueToken(callCtx, nil, n)
+			t, err := db.IssueToken(waitCtx, conn, n)
 			if err != nil {
-				return giveUp(err)
+				if errors.Is(err, dblock.ErrNotAcquired) {
+					release()
+				} else {
+					closeConn(conn, true)
+				}
+				return nil, nil, err
 			}
 			preIssued[n] = t
 		}
 	}
+	var txCtx context.Context
 	begin := func() error {
-		// The transaction outlives the call, and a context that cannot
-		// be cancelled spares database/sql a goroutine per transaction.
-		tx, err := conn.BeginTxx(context.WithoutCancel(callCtx), nil)
+		// The transaction outlives the call; its context is cancelled only
+		// to poison a lost hold (see hold.txCancel).
+		txCtx, h.txCancel = context.WithCancel(context.WithoutCancel(callCtx))
+		tx, err := conn.BeginTxx(txCtx, nil)
 		if err != nil {
+			h.txCancel()
 			return db.Classify(err)
 		}
 		h.tx = tx
@@ -904,26 +1277,21 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 	// fail rolls back and releases the connection, destroying it unless
 	// everything ended cleanly.
 	fail := func(cause error) error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
 		rerr := h.tx.Rollback()
-		destroy := rerr != nil
-		if !destroy && h.prevBusy >= 0 {
-			_, berr := db.SQLiteBusyTimeout(rctx, conn, h.prevBusy)
-			destroy = berr != nil
+		h.txCancel()
+		if rerr != nil {
+			closeConn(conn, true)
+		} else {
+			release()
 		}
-		closeConn(conn, destroy)
 		return cause
 	}
 	if err := begin(); err != nil {
-		destroy := !errors.Is(err, dblock.ErrNotAcquired)
-		if !destroy && h.prevBusy >= 0 {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			_, berr := db.SQLiteBusyTimeout(rctx, conn, h.prevBusy)
-			cancel()
-			destroy = berr != nil
+		if errors.Is(err, dblock.ErrNotAcquired) {
+			release()
+		} else {
+			closeConn(conn, true)
 		}
-		closeConn(conn, destroy)
 		return nil, nil, err
 	}
 	if kind == dialect.SQLite {
@@ -944,7 +1312,7 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 			if _, ok := found[n]; ok {
 				continue
 			}
-			if err := db.EnsureRow(callCtx, nil, n); err != nil {
+			if err := l.ensureRow(callCtx, n); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -970,13 +1338,36 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 		}
 		h.tokens = preIssued
 	} else if o.Token {
-		tokens, err := l.bumpTokens(callCtx, h.tx, names)
+		tokens, err := l.bumpTokens(callCtx, h, names)
 		if err != nil {
 			return nil, nil, fail(err)
 		}
 		h.tokens = tokens
 	}
+	// The server-side bound on a frozen holder (MySQL and MariaDB; set
+	// inside the lock statement on PostgreSQL). Set once the lock is held,
+	// so a failed attempt leaves nothing to restore.
+	if err := db.SetHoldBound(callCtx, h.tx, ttl); err != nil {
+		return nil, nil, fail(err)
+	}
 	return h, nil, nil
+}
+
+// ensureRow creates name's row (autocommit, outside any lock's transaction)
+// on the Locker's own connection when it has one, so it never waits for the
+// pool. A refusal for want of a lock (MariaDB: the fencing floor or a gap
+// held by another transaction) comes back as errCreateBusy.
+func (l *Locker) ensureRow(ctx context.Context, name string) error {
+	var err error
+	if l.sideWanted() {
+		err = l.withSide(ctx, true, func(q dialect.Querier) error { return l.db.EnsureRow(ctx, q, name) })
+	} else {
+		err = l.db.EnsureRow(ctx, nil, name)
+	}
+	if errors.Is(err, dblock.ErrNotAcquired) {
+		return fmt.Errorf("%w: %w", errCreateBusy, err)
+	}
+	return err
 }
 
 // lockRows locks the rows of names in h's transaction: NOWAIT first (the
@@ -986,34 +1377,17 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names []string, ttl time.Duration, try bool, begin func() error) (map[string]dialect.Holder, int64, error) {
 	db := l.db
 	kind := db.Dialect.Kind()
-	lockOnce := func(qctx context.Context, p dialect.RowLockParams) (map[string]dialect.Holder, int64, error) {
-		p.IdleTimeout = ttl
-		if len(names) == 1 {
-			rl, err := db.LockRow(qctx, h.tx, names[0], p)
-			if err != nil || !rl.Found {
-				return nil, 0, err
-			}
-			return map[string]dialect.Holder{names[0]: rl.Holder}, rl.Session, nil
-		}
-		rows, session, err := db.LockRows(qctx, h.tx, names, p)
-		if err != nil {
-			return nil, 0, err
-		}
-		found := make(map[string]dialect.Holder, len(rows))
-		for _, r := range rows {
-			found[r.Name] = r.Holder
-		}
-		return found, session, nil
-	}
 	if kind == dialect.SQLite {
-		return lockOnce(callCtx, dialect.RowLockParams{})
+		return l.lockStmt(callCtx, h, names, dialect.RowLockParams{IdleTimeout: ttl})
 	}
-	found, session, err := lockOnce(callCtx, dialect.RowLockParams{NoWait: true})
+	found, session, err := l.lockStmt(callCtx, h, names, dialect.RowLockParams{NoWait: true, IdleTimeout: ttl})
 	if try || !errors.Is(err, dblock.ErrNotAcquired) {
 		return found, session, err
 	}
 	if kind == dialect.Postgres {
-		if rerr := h.tx.Rollback(); rerr != nil {
+		rerr := h.tx.Rollback()
+		h.txCancel()
+		if rerr != nil {
 			return nil, 0, rerr
 		}
 		if err := begin(); err != nil {
@@ -1031,8 +1405,9 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 	if dl, ok := waitCtx.Deadline(); ok {
 		wait = max(time.Until(dl), time.Millisecond)
 	}
+	p := dialect.RowLockParams{Wait: wait, IdleTimeout: ttl}
 	if kind != dialect.MySQL {
-		return lockOnce(qctx, dialect.RowLockParams{Wait: wait})
+		return l.lockStmt(qctx, h, names, p)
 	}
 	// On MySQL the driver gives up a wait by closing the connection, which
 	// the server does not notice while the statement waits: cancel the
@@ -1041,16 +1416,9 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 	if err != nil {
 		return nil, 0, err
 	}
-	cancelled := make(chan struct{})
-	stop := context.AfterFunc(qctx, func() {
-		defer close(cancelled)
-		kctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		if err := db.CancelStatement(kctx, id); err != nil {
-			l.log.Warn("pessimistic: cancel an abandoned lock wait", "lock_key", labelOf(names), "error", err)
-		}
-	})
-	found, session, err = lockOnce(qctx, dialect.RowLockParams{Wait: wait})
+	var cancelled chan struct{}
+	stop := l.cancelOnDone(qctx, id, &cancelled, names)
+	found, session, err = l.lockStmt(qctx, h, names, p)
 	if !stop() {
 		<-cancelled
 		if err == nil {
@@ -1062,194 +1430,65 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 	return found, session, err
 }
 
-func (l *Locker) bumpTokens(ctx context.Context, tx *sqlx.Tx, names []string) (map[string]dblock.Token, error) {
+// cancelOnDone cancels, from the Locker's own connection, the statement that
+// session id runs when ctx ends; *done is closed when that cancel returns.
+// Call the returned stop after the statement: false means the cancel ran
+// (or runs): wait for *done before the session runs anything else.
+func (l *Locker) cancelOnDone(ctx context.Context, id int64, done *chan struct{}, names []string) (stop func() bool) {
+	ch := make(chan struct{})
+	*done = ch
+	return context.AfterFunc(ctx, func() {
+		defer close(ch)
+		kctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		err := l.withSide(kctx, false, func(q dialect.Querier) error { return l.db.CancelStatement(kctx, q, id) })
+		if errors.Is(err, errNoSide) {
+			err = l.db.CancelStatement(kctx, nil, id)
+		}
+		if err != nil {
+			l.log.Warn("pessimistic: cancel an abandoned lock wait", "lock_key", labelOf(names), "error", err)
+		}
+	})
+}
+
+// lockStmt runs one lock statement on h's transaction for names.
+func (l *Locker) lockStmt(ctx context.Context, h *hold, names []string, p dialect.RowLockParams) (map[string]dialect.Holder, int64, error) {
+	if len(names) == 1 {
+		rl, err := l.db.LockRow(ctx, h.tx, names[0], p)
+		if err != nil || !rl.Found {
+			return nil, 0, err
+		}
+		return map[string]dialect.Holder{names[0]: rl.Holder}, rl.Session, nil
+	}
+	rows, session, err := l.db.LockRows(ctx, h.tx, names, p)
+	if err != nil {
+		return nil, 0, err
+	}
+	found := make(map[string]dialect.Holder, len(rows))
+	for _, r := range rows {
+		found[r.Name] = r.Holder
+	}
+	return found, session, nil
+}
+
+// bumpTokens gives each of names a fencing token, committed on the Locker's
+// own connection before it is written into the row in h's transaction.
+func (l *Locker) bumpTokens(ctx context.Context, h *hold, names []string) (map[string]dblock.Token, error) {
+	if l.db.Dialect.Kind() == dialect.SQLite {
+		return nil, fmt.Errorf("%w: on SQLite a token can only be asked for by the first acquisition of a lock (it is issued before the database is locked)", dblock.ErrInvalidOption)
+	}
 	tokens := make(map[string]dblock.Token, len(names))
 	for _, n := range names {
-		t, err := l.db.BumpToken(ctx, tx, n)
+		var t dblock.Token
+		err := l.withSide(ctx, true, func(q dialect.Querier) error {
+			var err error
+			t, err = l.db.BumpTokenOn(ctx, h.tx, q, n)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
 		tokens[n] = t
 	}
 	return tokens, nil
-}
-
-// setIdle sets MariaDB's idle_transaction_timeout on conn unless this Locker
-// already set that value on the same driver connection (no round trip on the
-// common path). The setting stays on the pooled connection; see the package
-// documentation.
-func (l *Locker) setIdle(ctx context.Context, conn *sqlx.Conn, ttl time.Duration) error {
-	var key any
-	_ = conn.Raw(func(dc any) error { key = dc; return nil })
-	l.idleMu.Lock()
-	cur, ok := l.idleSet[key]
-	l.idleMu.Unlock()
-	if ok && cur == ttl {
-		return nil
-	}
-	if err := l.db.SetIdleTimeout(ctx, conn, ttl); err != nil {
-		return err
-	}
-	l.idleMu.Lock()
-	if len(l.idleSet) > 4096 {
-		clear(l.idleSet)
-	}
-	l.idleSet[key] = ttl
-	l.idleMu.Unlock()
-	return nil
-}
-
-// ---- the session watcher ----
-
-// watch asks the server, every interval and on a pooled connection other
-// than the holders', which holding sessions still exist; a hold whose
-// session is gone (killed, ended by the idle bound, server restarted) is
-// lost with dblock.ErrConnLost. It runs only while sessions are held.
-//
-// Why this and not a ping on the holding connection: the user runs
-// statements on the lock's transaction concurrently, and a ping between two
-// reads of a result set would break the protocol. Asking from another
-// connection never touches the holding one. When the server cannot be asked
-// (it is down or unreachable), a hold is declared lost once its session has
-// gone unconfirmed for half its TTL: by then the server may already have
-// ended it. A session id reused by a new session within one interval would
-// hide a loss from the watcher; the holder's next statement still fails.
-func (l *Locker) watch() {
-	defer l.wg.Done()
-	t := time.NewTicker(l.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-		}
-		l.mu.Lock()
-		var (
-			holds []*hold
-			ids   []int64
-		)
-		for h := range l.all {
-			if h.session != 0 && !h.ended && h.lost == nil {
-				holds = append(holds, h)
-				ids = append(ids, h.session)
-			}
-		}
-		if len(holds) == 0 {
-			l.watching = false
-			l.mu.Unlock()
-			return
-		}
-		l.mu.Unlock()
-		timeout := max(4*l.interval, 2*time.Second)
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		alive, err := l.db.AliveSessions(ctx, ids)
-		cancel()
-		now := time.Now()
-		for _, h := range holds {
-			switch {
-			case err == nil && alive[h.session]:
-				l.mu.Lock()
-				h.lastSeen = now
-				l.mu.Unlock()
-			case err == nil:
-				l.lose(h, dblock.ErrConnLost)
-			default:
-				l.mu.Lock()
-				stale := !h.ended && now.Sub(h.lastSeen) > h.ttl/2
-				l.mu.Unlock()
-				if stale {
-					l.lose(h, fmt.Errorf("%w: session unconfirmed: %w", dblock.ErrConnLost, err))
-				}
-			}
-		}
-	}
-}
-
-// ---- the dblock.Locker adapter ----
-
-// AsLocker returns l as a dblock.Locker: Acquire and TryAcquire return the
-// embedded *dblock.Lease (whose Release commits), and Do runs fn inside the
-// locking transaction, committing when fn returns nil. Close closes l.
-func (l *Locker) AsLocker() dblock.Locker { return adapter{l} }
-
-type adapter struct{ l *Locker }
-
-func (a adapter) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
-	lease, err := a.l.Acquire(ctx, name, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return lease.Lease, nil
-}
-
-func (a adapter) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
-	lease, err := a.l.TryAcquire(ctx, name, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return lease.Lease, nil
-}
-
-func (a adapter) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...dblock.Option) error {
-	return a.l.Do(ctx, name, func(ctx context.Context, _ *sqlx.Tx) error { return fn(ctx) }, opts...)
-}
-
-func (a adapter) Close() error { return a.l.Close() }
-
-// ---- users' own rows ----
-
-// LockRowsParams name the rows of a user's table to lock.
-type LockRowsParams struct {
-	// Table and KeyColumn are identifiers (letters, digits, underscores;
-	// Table may be schema-qualified), validated and quoted, never taken
-	// from untrusted input.
-	Table, KeyColumn string
-	// Keys are the key values to lock (bind parameters).
-	Keys []any
-	// NoWait fails at once (dblock.ErrNotAcquired) if any row is locked.
-	NoWait bool
-	// SkipLocked locks the free rows and skips the locked ones
-	// (work-queue style). Exclusive with NoWait.
-	SkipLocked bool
-}
-
-// LockRows locks the rows of p.Table whose p.KeyColumn is in p.Keys inside
-// the caller's transaction tx, in key order (so two callers locking
-// overlapping sets never deadlock on each other), and returns the keys
-// locked, in that order. Keys without a row are not returned; with
-// SkipLocked neither are locked ones. The locks last until tx ends. A
-// deadlock with another transaction wraps dblock.ErrDeadlock. On SQLite,
-// which has no row locks, the caller's write transaction (BEGIN IMMEDIATE)
-// is the lock and LockRows only reads.
-func (l *Locker) LockRows(ctx context.Context, tx *sqlx.Tx, p LockRowsParams) ([]any, error) {
-	if tx == nil {
-		return nil, fmt.Errorf("pessimistic: lock rows of %q: %w: nil transaction", p.Table, dblock.ErrInvalidOption)
-	}
-	keys, err := l.db.LockUserRows(ctx, tx, dialect.UserRowsParams{
-		Table: p.Table, KeyColumn: p.KeyColumn, Keys: p.Keys, NoWait: p.NoWait, SkipLocked: p.SkipLocked,
-	})
-	if err != nil {
-		if errors.Is(err, dblock.ErrDeadlock) && l.db.Dialect.Kind() == dialect.MySQL {
-			// MySQL rolls the victim's whole transaction back: if it was
-			// a lock's transaction, that lock is gone.
-			if h := l.holdOf(tx); h != nil {
-				l.lose(h, err)
-			}
-		}
-		return nil, fmt.Errorf("pessimistic: lock rows of %q: %w", p.Table, err)
-	}
-	return keys, nil
-}
-
-// holdOf returns the live hold whose transaction is tx, if any.
-func (l *Locker) holdOf(tx *sqlx.Tx) *hold {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for h := range l.all {
-		if h.tx == tx && !h.ended {
-			return h
-		}
-	}
-	return nil
 }

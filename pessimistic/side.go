@@ -1,0 +1,228 @@
+package pessimistic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+)
+
+// side is the Locker's own connection (PostgreSQL, MySQL): the session
+// watcher asks the server on it, fencing tokens are committed on it, lock
+// rows are created and abandoned waits cancelled from it. It is taken from
+// the pool before the first holder's connection and kept while the Locker
+// holds or takes locks, so that none of this competes with holders for the
+// pool: a pool exhausted by holders cannot stall the watcher (which would
+// then have to declare live locks lost) nor deadlock a holder that needs a
+// token.
+type side struct {
+	mu   sync.Mutex
+	conn *sqlx.Conn
+}
+
+// errNoSide: the pool is limited to one connection, so the Locker cannot
+// keep one of its own.
+var errNoSide = fmt.Errorf("%w: the pool allows a single connection (SetMaxOpenConns(1)); a fencing token (and creating rows for Lock) needs a second one, so that it is committed before it is handed out",
+	dblock.ErrInvalidOption)
+
+// sideWanted reports whether the Locker keeps a connection of its own: on
+// the server databases, when the pool has room for one besides a holder.
+func (l *Locker) sideWanted() bool {
+	return l.db.Dialect.Kind() != dialect.SQLite && l.db.Stats().MaxOpenConnections != 1
+}
+
+// reserveSide makes sure the Locker has its own connection before an
+// acquisition takes a holder's, waiting for the pool as the acquisition
+// would (try: not at all), and that the watcher runs.
+func (l *Locker) reserveSide(ctx context.Context, try bool) error {
+	if !l.sideWanted() {
+		return nil
+	}
+	l.side.mu.Lock()
+	if l.side.conn == nil {
+		conn, err := l.poolConn(ctx, try)
+		if err != nil {
+			l.side.mu.Unlock()
+			return err
+		}
+		l.side.conn = conn
+	}
+	l.side.mu.Unlock()
+	l.mu.Lock()
+	if !l.watching && !l.closed {
+		l.watching = true
+		l.wg.Add(1)
+		go l.watch()
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+// withSide runs fn on the Locker's own connection, opening it again if it
+// broke (wait: waiting for the pool as long as ctx allows; otherwise failing
+// with ErrPoolExhausted when the pool has no free connection). A connection
+// error destroys it, to be opened again next time.
+func (l *Locker) withSide(ctx context.Context, wait bool, fn func(q dialect.Querier) error) error {
+	if !l.sideWanted() {
+		return errNoSide
+	}
+	l.side.mu.Lock()
+	defer l.side.mu.Unlock()
+	if l.side.conn == nil {
+		conn, err := l.poolConn(ctx, !wait)
+		if err != nil {
+			return err
+		}
+		l.side.conn = conn
+	}
+	err := fn(l.side.conn)
+	if err != nil && (isConnErr(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// Broken, or a statement cut short by its context (which the
+		// drivers answer by closing the connection): open a fresh one
+		// next time.
+		closeConn(l.side.conn, true)
+		l.side.conn = nil
+	}
+	return err
+}
+
+// dropSide gives the Locker's connection back to the pool.
+func (l *Locker) dropSide() {
+	l.side.mu.Lock()
+	conn := l.side.conn
+	l.side.conn = nil
+	l.side.mu.Unlock()
+	if conn != nil {
+		closeConn(conn, false)
+	}
+}
+
+// poolConn takes a connection from the pool. With try, it does not wait for
+// one to come back: a pool seen exhausted fails at once, and the wait is
+// bounded by TryConnWait otherwise (a connection returned meanwhile, or one
+// being dialled); the error then wraps dblock.ErrNotAcquired and
+// ErrPoolExhausted.
+func (l *Locker) poolConn(ctx context.Context, try bool) (*sqlx.Conn, error) {
+	if !try {
+		conn, err := l.db.Connx(ctx)
+		return conn, l.db.Classify(err)
+	}
+	exhausted := func() error {
+		st := l.db.Stats()
+		if st.MaxOpenConnections > 0 && st.Idle == 0 && st.OpenConnections >= st.MaxOpenConnections {
+			return fmt.Errorf("%w: %w (%d of %d in use)", dblock.ErrNotAcquired, ErrPoolExhausted, st.InUse, st.MaxOpenConnections)
+		}
+		return nil
+	}
+	if err := exhausted(); err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, TryConnWait)
+	defer cancel()
+	conn, err := l.db.Connx(cctx)
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		if xerr := exhausted(); xerr != nil {
+			return nil, xerr
+		}
+		return nil, fmt.Errorf("%w: no connection within %v: %w", dblock.ErrUnavailable, TryConnWait, err)
+	}
+	return conn, l.db.Classify(err)
+}
+
+// watch asks the server, every interval and on the Locker's own connection,
+// which holding sessions still exist; a hold whose session is gone (killed,
+// ended by the idle bound, server restarted) is lost with dblock.ErrConnLost.
+// It runs while the Locker holds or takes locks, and gives the Locker's
+// connection back when it stops.
+//
+// Why this and not a ping on the holding connection: the user runs
+// statements on the lock's transaction concurrently, and a ping between two
+// reads of a result set would break the protocol. Asking from another
+// connection never touches the holding one. When the server cannot be asked
+// (it is down or unreachable), a hold is declared lost once its session has
+// gone unconfirmed for half its TTL: by then the server may already have
+// ended it; its transaction is then ended on the client too (statements on
+// Tx fail), so the holder stops acting as one. A pool with no free
+// connection for the watcher (its own connection broke while holders use
+// every other) says nothing about the sessions: it never counts towards
+// that. A session id reused by a new session within one interval would hide
+// a loss from the watcher; the holder's next statement still fails.
+func (l *Locker) watch() {
+	defer l.wg.Done()
+	t := time.NewTicker(l.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			l.mu.Lock()
+			l.watching = false
+			l.mu.Unlock()
+			return
+		case <-t.C:
+		}
+		// side.mu before mu: an acquisition that reserved the connection
+		// has already counted itself in acquiring.
+		l.side.mu.Lock()
+		l.mu.Lock()
+		var (
+			holds []*hold
+			ids   []int64
+		)
+		for h := range l.all {
+			if h.session != 0 && !h.ended && h.lost == nil {
+				holds = append(holds, h)
+				ids = append(ids, h.session)
+			}
+		}
+		if len(l.all) == 0 && l.acquiring == 0 {
+			l.watching = false
+			conn := l.side.conn
+			l.side.conn = nil
+			l.mu.Unlock()
+			l.side.mu.Unlock()
+			if conn != nil {
+				closeConn(conn, false)
+			}
+			return
+		}
+		l.mu.Unlock()
+		l.side.mu.Unlock()
+		if len(holds) == 0 {
+			continue
+		}
+		timeout := max(4*l.interval, 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		var alive map[int64]bool
+		err := l.withSide(ctx, false, func(q dialect.Querier) error {
+			var err error
+			alive, err = l.db.AliveSessions(ctx, q, ids)
+			return err
+		})
+		cancel()
+		now := time.Now()
+		unknown := errors.Is(err, ErrPoolExhausted) || errors.Is(err, errNoSide)
+		for _, h := range holds {
+			switch {
+			case err == nil && alive[h.session], unknown:
+				l.mu.Lock()
+				h.lastSeen = now
+				l.mu.Unlock()
+			case err == nil:
+				l.lose(h, dblock.ErrConnLost, false)
+			default:
+				l.mu.Lock()
+				stale := !h.ended && now.Sub(h.lastSeen) > h.ttl/2
+				l.mu.Unlock()
+				if stale && l.lose(h, fmt.Errorf("%w: session unconfirmed: %w", dblock.ErrConnLost, err), false) {
+					h.txCancel()
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,167 @@
+package pessimistic_test
+
+import (
+	"database/sql"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/pessimistic"
+)
+
+// TestUserStatementDeadlock: two holders deadlock on statements of their
+// own (not dblock's). On MySQL/MariaDB the server rolls the victim's whole
+// transaction back while its *sql.Tx believes it open; the victim's Commit
+// must then report the lock lost (ErrTxEnded) rather than pretend to commit.
+// On PostgreSQL the victim's transaction is aborted and its Commit reports
+// ErrRolledBack.
+func TestUserStatementDeadlock(t *testing.T) {
+	t.Parallel()
+	serverKinds(t, func(t *testing.T, iso *dbtest.Isolated) {
+		userDeadlock(t, iso, iso.DB, iso.Open(t))
+	})
+}
+
+func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
+	ctx := testCtx(t)
+	mustExec(t, iso, "CREATE TABLE p_acct (id INT PRIMARY KEY, n INT NOT NULL)")
+	mustExec(t, iso, "INSERT INTO p_acct (id, n) VALUES (1, 0), (2, 0)")
+	mustExec(t, iso, "CREATE TABLE p_marks (id INT PRIMARY KEY)")
+	l1 := newLocker(t, db1, nil)
+	l2 := newLocker(t, db2, nil)
+	la, err := l1.Acquire(ctx, randName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := l2.Acquire(ctx, randName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	update := func(tx *sqlx.Tx, id int) error {
+		_, err := tx.ExecContext(ctx, db1.Rebind("UPDATE p_acct SET n = n + 1 WHERE id = ?"), id)
+		return db1.Classify(err)
+	}
+	if err := update(la.Tx(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := update(lb.Tx(), 2); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, c := range []struct {
+		lease *pessimistic.Lease
+		id    int
+	}{{la, 2}, {lb, 1}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = update(c.lease.Tx(), c.id)
+			if errs[i] == nil {
+				return
+			}
+			// The victim carries on as if nothing happened: a write, then
+			// Commit. On MySQL the write runs in autocommit mode (the
+			// server ended the transaction), which Commit must reveal.
+			_, _ = c.lease.Tx().ExecContext(ctx, "INSERT INTO p_marks (id) VALUES (9)")
+			err := c.lease.Commit(ctx)
+			if iso.Kind == dialect.MySQL {
+				if !errors.Is(err, dblock.ErrLost) || !errors.Is(err, pessimistic.ErrTxEnded) {
+					t.Errorf("victim's commit: %v, want ErrLost with ErrTxEnded", err)
+				}
+			} else if !errors.Is(err, pessimistic.ErrRolledBack) {
+				t.Errorf("victim's commit: %v, want ErrRolledBack", err)
+			}
+		}()
+	}
+	wg.Wait()
+	victims := 0
+	for _, err := range errs {
+		if errors.Is(err, dblock.ErrDeadlock) {
+			victims++
+		} else if err != nil {
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	if victims != 1 {
+		t.Fatalf("%d deadlock victims (%v), want 1", victims, errs)
+	}
+	for i, lease := range []*pessimistic.Lease{la, lb} {
+		if errs[i] == nil {
+			if err := lease.Commit(ctx); err != nil {
+				t.Fatalf("survivor's commit: %v", err)
+			}
+		}
+	}
+	var sum int
+	if err := iso.DB.GetContext(ctx, &sum, "SELECT SUM(n) FROM p_acct"); err != nil {
+		t.Fatal(err)
+	}
+	if sum != 2 {
+		t.Fatalf("sum %d after one committed transaction of two updates, want 2", sum)
+	}
+}
+
+// TestLockRowsDeadlockEndsTx: on MySQL, a deadlock reported by LockRows
+// ends the caller's own transaction in database/sql too, so that its later
+// statements fail instead of running in autocommit mode.
+func TestLockRowsDeadlockEndsTx(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.MySQL)
+	ctx := testCtx(t)
+	l := newLocker(t, iso.DB, nil)
+	mustExec(t, iso, "CREATE TABLE p_acct (id INT PRIMARY KEY, n INT NOT NULL)")
+	mustExec(t, iso, "INSERT INTO p_acct (id, n) VALUES (1, 0), (2, 0)")
+	mustExec(t, iso, "CREATE TABLE p_marks (id INT PRIMARY KEY)")
+	tx1, err := iso.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx1.Rollback() }()
+	tx2, err := iso.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx2.Rollback() }()
+	lock := func(tx *sqlx.Tx, key int) error {
+		_, err := l.LockRows(ctx, tx, pessimistic.LockRowsParams{Table: "p_acct", KeyColumn: "id", Keys: []any{key}})
+		return err
+	}
+	if err := lock(tx1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock(tx2, 2); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, c := range []struct {
+		tx  *sqlx.Tx
+		key int
+	}{{tx1, 2}, {tx2, 1}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = lock(c.tx, c.key)
+			if errs[i] != nil {
+				if _, err := c.tx.ExecContext(ctx, "INSERT INTO p_marks (id) VALUES (9)"); !errors.Is(err, sql.ErrTxDone) {
+					t.Errorf("statement after the deadlock: %v, want sql.ErrTxDone", err)
+				}
+			} else if err := c.tx.Commit(); err != nil {
+				t.Errorf("survivor's commit: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if !errors.Is(errs[0], dblock.ErrDeadlock) && !errors.Is(errs[1], dblock.ErrDeadlock) {
+		t.Fatalf("no deadlock: %v", errs)
+	}
+	if got := marks(t, iso); got != "" {
+		t.Fatalf("the victim's later statement ran: rows %q", got)
+	}
+}
