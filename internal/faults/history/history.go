@@ -42,8 +42,13 @@ type Outcome string
 
 // Outcomes.
 const (
-	OK      Outcome = "ok"      // acquired, renewed or released
-	Busy    Outcome = "busy"    // acquire: held by another owner (a definite failure)
+	OK   Outcome = "ok"   // acquired, renewed or released
+	Busy Outcome = "busy" // acquire: held by another owner (a definite failure)
+	// Refused is an acquire that definitely did not take effect without
+	// naming a holder: another transaction held the row (an acquisition or
+	// release in flight, one waiting for a synchronous standby). It says
+	// nothing about whether the lock is held.
+	Refused Outcome = "refused"
 	NotHeld Outcome = "notheld" // release or renew: the lease was not ours any more
 	Unknown Outcome = "unknown" // an error or a timeout: it may or may not have taken effect
 	Pending Outcome = ""        // no return recorded (the process died)
@@ -87,6 +92,9 @@ func NewRecorder(client, path string) (*Recorder, error) {
 	}
 	return r, nil
 }
+
+// Client returns the client name the recorder writes.
+func (r *Recorder) Client() string { return r.client }
 
 // Close closes the file.
 func (r *Recorder) Close() error {
@@ -239,12 +247,16 @@ func Ops(recs []Record) []Op {
 
 // Summary counts what a history holds.
 type Summary struct {
-	Ops, Granted, Busy, Released, Unknown, Holds int
+	Ops, Granted, Busy, Refused, Released, Unknown, Holds int
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("%d ops: %d granted, %d busy, %d released, %d unknown, %d hold confirmations",
-		s.Ops, s.Granted, s.Busy, s.Released, s.Unknown, s.Holds)
+	refused := ""
+	if s.Refused > 0 {
+		refused = fmt.Sprintf(", %d refused", s.Refused)
+	}
+	return fmt.Sprintf("%d ops: %d granted, %d busy%s, %d released, %d unknown, %d hold confirmations",
+		s.Ops, s.Granted, s.Busy, refused, s.Released, s.Unknown, s.Holds)
 }
 
 // Summarize counts ops by outcome.
@@ -261,6 +273,8 @@ func Summarize(ops []Op) Summary {
 			s.Granted++
 		case op.Kind == Acquire && op.Outcome == Busy:
 			s.Busy++
+		case op.Kind == Acquire && op.Outcome == Refused:
+			s.Refused++
 		case op.Kind == Release && op.Outcome == OK:
 			s.Released++
 		}

@@ -44,6 +44,10 @@ func TestFaultHistoryChecker(t *testing.T) {
 			acq("a", ms(0), ms(1), 1, OK), hold("a", ms(2), 1), rel("a", ms(3), ms(4), 1, OK),
 			acq("b", ms(5), ms(6), 2, OK), hold("b", ms(7), 2), rel("b", ms(8), ms(9), 2, OK),
 		}, true, ""},
+		{"refused while free (a transaction in flight held the row)", []Op{
+			acq("a", ms(0), ms(1), 1, OK), rel("a", ms(2), ms(3), 1, OK), acq("b", ms(4), ms(5), 0, Refused),
+			acq("b", ms(6), ms(7), 2, OK),
+		}, true, ""},
 		{"busy while held", []Op{
 			acq("a", ms(0), ms(1), 1, OK), acq("b", ms(2), ms(3), 0, Busy), hold("a", ms(4), 1),
 		}, true, ""},

@@ -83,6 +83,8 @@ func step(s state, in input, out output) []state {
 				return []state{s}
 			}
 			return nil
+		case Refused:
+			return []state{s}
 		default: // Unknown: it did not happen, or it took the name with a token we never saw.
 			next := []state{s}
 			if s.Holder == 0 || expired {
