@@ -1,15 +1,20 @@
 package faults
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
-
-	"github.com/anishathalye/porcupine"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
@@ -71,39 +76,50 @@ func processDeath(t *testing.T, iso *dbtest.Isolated, mode string) {
 		}
 	}
 	var files []string
-	start := func(id string) *proc {
+	start := func(id string) (*proc, string) {
 		e := env()
 		f := filepath.Join(dir, id+".jsonl")
 		files = append(files, f)
 		e["FAULTS_HISTORY"] = f
-		return startWorker(t, id, e)
+		return startWorker(t, id, e), f
 	}
 	procs := make([]*proc, workers)
+	procFiles := make([]string, workers)
 	next := 0
 	for i := range procs {
-		procs[i] = start(fmt.Sprintf("w%d", next))
+		procs[i], procFiles[i] = start(fmt.Sprintf("w%d", next))
 		next++
 	}
-	kills := 0
-	for round := 0; round < rounds; round++ {
-		time.Sleep(time.Duration(300+rand.IntN(400)) * time.Millisecond)
-		i := rand.IntN(workers)
+	// Kills alternate between the holder and a waiter, chosen on purpose:
+	// the holder by the pid in the owner the database names (lease modes)
+	// or by its history (a pessimistic row names no owner), a waiter by a
+	// pending acquire in its history. What each victim was doing when it
+	// died is read back from its history afterwards and counted.
+	var killed killCounts
+	kill := func(i int) {
 		if !procs[i].alive() {
 			t.Fatalf("worker exited on its own: %v", procs[i].err)
 		}
 		procs[i].kill()
-		kills++
-		procs[i] = start(fmt.Sprintf("w%d", next))
+		killed.count(procFiles[i])
+	}
+	for round := 0; round < rounds; round++ {
+		time.Sleep(time.Duration(200+rand.IntN(300)) * time.Millisecond)
+		var i int
+		if round%2 == 0 {
+			i = pickHolder(iso, name, mode, procs, procFiles)
+		} else {
+			i = pickWaiter(procs, procFiles)
+		}
+		kill(i)
+		procs[i], procFiles[i] = start(fmt.Sprintf("w%d", next))
 		next++
 	}
 	time.Sleep(300 * time.Millisecond)
-	for _, p := range procs {
-		if !p.alive() {
-			t.Fatalf("worker exited on its own: %v", p.err)
-		}
-		p.kill()
-		kills++
+	for i := range procs {
+		kill(i)
 	}
+	kills := killed.total()
 	lastKill := time.Now()
 
 	// No lease outlives its TTL by the database clock.
@@ -149,15 +165,129 @@ func processDeath(t *testing.T, iso *dbtest.Isolated, mode string) {
 	}
 	ops := history.Ops(recs)
 	sum := history.Summarize(ops)
-	t.Logf("%d kills; history: %v; free %v after the last kill", kills, sum, waited.Round(time.Millisecond))
+	t.Logf("%d kills (%v); history: %v; free %v after the last kill", kills, killed, sum, waited.Round(time.Millisecond))
+	if killed.holders == 0 || killed.waiters == 0 {
+		t.Errorf("kills: %v; want at least one holder and one waiter killed", killed)
+	}
 	if sum.Granted < 10 {
 		t.Fatalf("only %d acquisitions granted: the workers did not make progress", sum.Granted)
 	}
-	res, err := history.Check(ops, 30*time.Second)
+	checkHistory(t, ops, "merged history")
+}
+
+// killCounts counts what killed workers were doing, read from their
+// histories after death.
+type killCounts struct{ holders, waiters, other int }
+
+func (k *killCounts) total() int { return k.holders + k.waiters + k.other }
+
+func (k killCounts) String() string {
+	return fmt.Sprintf("%d while holding, %d while waiting in acquire, %d in between", k.holders, k.waiters, k.other)
+}
+
+// count classifies a dead worker by the last record of its history.
+func (k *killCounts) count(file string) {
+	rec, ok := lastRecord(file)
+	switch {
+	case ok && holding(rec):
+		k.holders++
+	case ok && rec.Kind == history.Acquire && !rec.Return:
+		k.waiters++
+	default:
+		k.other++
+	}
+}
+
+// holding reports whether rec, the last record of a history, says its
+// client held the lock: a hold confirmation or a granted acquire.
+func holding(rec history.Record) bool {
+	return rec.Kind == history.Hold || (rec.Kind == history.Acquire && rec.Return && rec.Outcome == history.OK)
+}
+
+// lastRecord returns the last complete record of a history file.
+func lastRecord(path string) (history.Record, bool) {
+	f, err := os.Open(path)
 	if err != nil {
-		t.Fatalf("history check: %v", err)
+		return history.Record{}, false
 	}
-	if res == porcupine.Unknown {
-		t.Logf("porcupine: no verdict within 30 s (the O(n) checks passed)")
+	defer f.Close()
+	const tailSize = 8192
+	st, err := f.Stat()
+	if err != nil {
+		return history.Record{}, false
 	}
+	off := max(st.Size()-tailSize, 0)
+	buf := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		return history.Record{}, false
+	}
+	lines := bytes.Split(bytes.TrimRight(buf, "\n"), []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		var rec history.Record
+		if json.Unmarshal(lines[i], &rec) == nil {
+			return rec, true
+		}
+	}
+	return history.Record{}, false
+}
+
+// pickHolder returns the index of the worker holding name, found within
+// 1.5 s, or a random worker if none is found: for lease modes the one whose
+// pid is in the owner the database names, for pessimistic mode the one
+// whose history says it holds the lock.
+func pickHolder(iso *dbtest.Isolated, name, mode string, procs []*proc, files []string) int {
+	end := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(end) {
+		if mode == dblock.ModePessimistic {
+			for i, f := range files {
+				if rec, ok := lastRecord(f); ok && holding(rec) {
+					return i
+				}
+			}
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			h, err := iso.DB.LeaseHolder(ctx, nil, name)
+			cancel()
+			if err == nil && h.Held() {
+				if pid := ownerPID(h.Owner); pid != 0 {
+					for i, p := range procs {
+						if p.cmd.Process.Pid == pid {
+							return i
+						}
+					}
+				}
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return rand.IntN(len(procs))
+}
+
+// pickWaiter returns the index of a worker whose history shows an acquire
+// in progress, found within 1.5 s, or a random worker.
+func pickWaiter(procs []*proc, files []string) int {
+	end := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(end) {
+		for _, i := range rand.Perm(len(procs)) {
+			if rec, ok := lastRecord(files[i]); ok && rec.Kind == history.Acquire && !rec.Return {
+				return i
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return rand.IntN(len(procs))
+}
+
+// ownerPID returns the pid in an owner made by dblock.NewOwner
+// (host:pid:random), or 0.
+func ownerPID(owner string) int {
+	parts := strings.Split(owner, ":")
+	if len(parts) < 3 {
+		return 0
+	}
+	pid, err := strconv.Atoi(parts[len(parts)-2])
+	if err != nil {
+		return 0
+	}
+	return pid
 }
