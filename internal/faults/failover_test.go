@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -14,18 +15,30 @@ import (
 	"github.com/dblock-go/dblock/internal/faults/history"
 )
 
-// ack is an acknowledged acquisition.
+// ack is an acknowledged acquisition: call is when it was sent, at when
+// it was acknowledged.
 type ack struct {
 	name, owner string
 	token       dblock.Token
-	at          time.Time
+	at, call    time.Time
 }
 
 // failoverResult is what one failover trial measured.
 type failoverResult struct {
 	acked, ackedAfter, lost, unknown int
-	hot                              []history.Record
-	tokensBackwards                  error
+	// hot is the history of the shared name; hotAfter counts its grants
+	// whose acquire started after the promotion.
+	hot      []history.Op
+	hotAfter int
+	// maxBefore is the highest hot token acknowledged before the kill,
+	// minAfter the lowest acknowledged for an acquire that started after
+	// the promotion (0 when none).
+	maxBefore, minAfter int64
+	// releasesUnsure counts acknowledged releases of the shared name that
+	// no later synchronous commit made durable before the kill;
+	// releasesUndone those the promoted standby did not have.
+	releasesUnsure, releasesUndone int
+	tokensBackwards                error
 }
 
 // failoverTrial builds a primary and a standby (synchronous with
@@ -83,6 +96,7 @@ func failoverTrial(t *testing.T, syncRep, partition bool) failoverResult {
 				name := fmt.Sprintf("k-%d-%d", w, i)
 				owner := dblock.NewOwner()
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				call := time.Now()
 				res, err := client.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Hour})
 				cancel()
 				switch {
@@ -91,7 +105,7 @@ func failoverTrial(t *testing.T, syncRep, partition bool) failoverResult {
 					time.Sleep(20 * time.Millisecond)
 				case res.Acquired:
 					mu.Lock()
-					acks = append(acks, ack{name, owner, res.Token, time.Now()})
+					acks = append(acks, ack{name, owner, res.Token, time.Now(), call})
 					mu.Unlock()
 				}
 				if w < 2 {
@@ -127,8 +141,21 @@ func failoverTrial(t *testing.T, syncRep, partition bool) failoverResult {
 		wg.Wait()
 		t.Fatalf("reconfigure the promoted standby: %v", err)
 	}
+	// The shared name as the promoted standby has it, before clients write
+	// there.
+	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	hotAtPromotion, err := newPrimary.LeaseHolder(hctx, nil, "hot")
+	hcancel()
+	if err != nil {
+		close(stop)
+		wg.Wait()
+		t.Fatalf("read the shared name on the promoted standby: %v", err)
+	}
 	promotedAt := time.Now()
-	time.Sleep(1500 * time.Millisecond)
+	// Long enough for a hot lease whose release the kill cut (TTL
+	// hotTTL from its acquire, before the kill) to run out, and for
+	// clients to take the name again.
+	time.Sleep(hotTTL + time.Second)
 	close(stop)
 	wg.Wait()
 
@@ -151,21 +178,72 @@ func failoverTrial(t *testing.T, syncRep, partition bool) failoverResult {
 			r.lost++
 		}
 	}
+	var hotRecords []history.Record
 	for _, rec := range hotRecs {
-		r.hot = append(r.hot, rec.Records()...)
+		hotRecords = append(hotRecords, rec.Records()...)
 	}
-	r.tokensBackwards = history.CheckTokens(history.Ops(r.hot))
+	r.hot = history.Ops(hotRecords)
+	// A release commits asynchronously on PostgreSQL (synchronous_commit
+	// = off: a lost release only keeps the name until its lease
+	// expires), so an acknowledged release is durable only once a later
+	// synchronous commit (any acknowledged acquisition sent after it
+	// returned, the WAL being sequential) reached the standby. Releases
+	// acknowledged after the last such acquisition before the kill may be
+	// undone by the failover: for the history they are unknown outcomes.
+	var lastSyncCall int64
+	for _, a := range acks {
+		if a.at.Before(killedAt) && a.call.UnixNano() > lastSyncCall {
+			lastSyncCall = a.call.UnixNano()
+		}
+	}
+	for _, op := range r.hot {
+		if op.Kind == history.Acquire && op.Outcome == history.OK && op.Ret < killedAt.UnixNano() && op.Call > lastSyncCall {
+			lastSyncCall = op.Call
+		}
+	}
+	for i, op := range r.hot {
+		if op.Kind == history.Release && op.Outcome == history.OK && op.Call < killedAt.UnixNano() && op.Ret >= lastSyncCall {
+			r.hot[i].Outcome, r.hot[i].Ret = history.Unknown, math.MaxInt64
+			r.releasesUnsure++
+			if hotAtPromotion.Held() && hotAtPromotion.Version == op.Token {
+				r.releasesUndone++
+			}
+		}
+	}
+	r.tokensBackwards = history.CheckTokens(r.hot)
+	for _, op := range r.hot {
+		if op.Kind != history.Acquire || op.Outcome != history.OK {
+			continue
+		}
+		if op.Ret < killedAt.UnixNano() && op.Token > r.maxBefore {
+			r.maxBefore = op.Token
+		}
+		if op.Call > promotedAt.UnixNano() {
+			r.hotAfter++
+			if r.minAfter == 0 || op.Token < r.minAfter {
+				r.minAfter = op.Token
+			}
+		}
+	}
 	if partition {
 		state += " partitioned"
 	}
-	t.Logf("%s failover: %d acquisitions acknowledged (%d after promotion), %d lost, %d unknown outcomes; promoted %v after the kill",
-		state, r.acked, r.ackedAfter, r.lost, r.unknown, promotedAt.Sub(killedAt).Round(time.Millisecond))
+	t.Logf("%s failover: %d acquisitions acknowledged (%d after promotion), %d lost, %d unknown outcomes; promoted %v after the kill; "+
+		"shared name: %v, %d granted after promotion, highest token before the kill %d, lowest after promotion %d, "+
+		"%d acknowledged releases not yet durable at the kill, %d of them undone by the failover",
+		state, r.acked, r.ackedAfter, r.lost, r.unknown, promotedAt.Sub(killedAt).Round(time.Millisecond),
+		history.Summarize(r.hot), r.hotAfter, r.maxBefore, r.minAfter, r.releasesUnsure, r.releasesUndone)
 	return r
 }
 
+// hotTTL is the lease of the shared name: short, so an acquire or release
+// whose outcome the kill made unknown leaves the name held for at most this
+// long, and later acquisitions show whether fencing survived the failover.
+const hotTTL = 2 * time.Second
+
 // hotCycle acquires and releases the shared name "hot" once, recording it.
 func hotCycle(db *dialect.DB, rec *history.Recorder) {
-	const ttl = time.Hour
+	const ttl = hotTTL
 	owner := dblock.NewOwner()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -174,6 +252,11 @@ func hotCycle(db *dialect.DB, rec *history.Recorder) {
 	switch {
 	case err != nil:
 		rec.Return(id, history.Acquire, "hot", 0, history.Unknown, err)
+		return
+	case !res.Acquired && res.Holder.Owner == "":
+		// Another transaction held the row: an acquisition waiting for
+		// the synchronous standby, which the failover may then undo.
+		rec.Return(id, history.Acquire, "hot", 0, history.Refused, nil)
 		return
 	case !res.Acquired:
 		rec.Return(id, history.Acquire, "hot", 0, history.Busy, nil)
@@ -215,6 +298,16 @@ func TestFaultFailoverSync(t *testing.T) {
 			if r.ackedAfter == 0 {
 				t.Errorf("no acquisition was acknowledged after the promotion: clients did not reconnect")
 			}
+			// The shared name: granted again after the promotion, with
+			// tokens above everything acknowledged before the kill, and a
+			// linearizable history (unknown outcomes at the kill included).
+			if r.hotAfter == 0 {
+				t.Errorf("the shared name was never granted after the promotion (%v)", history.Summarize(r.hot))
+			} else if r.minAfter <= r.maxBefore {
+				t.Errorf("fencing went backwards across the failover: token %d granted after the promotion, %d acknowledged before the kill",
+					r.minAfter, r.maxBefore)
+			}
+			checkHistory(t, r.hot, "shared name across the failover")
 		})
 	}
 	t.Logf("synchronous standby: %d lost of %d acknowledged acquisitions over %d failovers", lost, total, len(failoverTrials))

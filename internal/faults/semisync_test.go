@@ -188,6 +188,7 @@ func semiSyncTrial(t *testing.T, timeout time.Duration, partition bool) (acked, 
 				name := fmt.Sprintf("k-%d-%d", w, i)
 				owner := dblock.NewOwner()
 				actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
+				call := time.Now()
 				res, err := client.AcquireLease(actx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Hour})
 				acancel()
 				if err != nil {
@@ -196,7 +197,7 @@ func semiSyncTrial(t *testing.T, timeout time.Duration, partition bool) (acked, 
 				}
 				if res.Acquired {
 					mu.Lock()
-					acks = append(acks, ack{name, owner, res.Token, time.Now()})
+					acks = append(acks, ack{name, owner, res.Token, time.Now(), call})
 					mu.Unlock()
 				}
 			}
