@@ -14,13 +14,15 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/optimistic"
+	"github.com/dblock-go/dblock/pessimistic"
 )
 
 // stopHolder is the worker body of TestFaultSIGSTOPLeaseHolder: it acquires
 // name with a renewed lease and then, every 20 ms, writes its token into
 // fenced_writes in a transaction guarded by optimistic.Guard, printing
-// "held TOKEN", then "rejected ERR" or "lost ERR" when a write is refused or
-// the lease reports its loss.
+// "held TOKEN", then "lost ERR" when the lease reports its loss and
+// "rejected ERR" when a write is refused (after which it waits up to 10 s
+// for the loss report, if there was none yet, and stops).
 func stopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.Duration) int {
 	l, err := optimistic.New(db, &optimistic.Config{Logger: quiet})
 	if err != nil {
@@ -55,6 +57,14 @@ func stopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.Durat
 				_ = tx.Rollback()
 				wcancel()
 				fmt.Printf("rejected %v\n", strings.ReplaceAll(gerr.Error(), "\n", " "))
+				if !reportedLoss {
+					select {
+					case <-lease.Done():
+						fmt.Printf("lost %v\n", strings.ReplaceAll(fmt.Sprint(lease.Err()), "\n", " "))
+					case <-time.After(10 * time.Second):
+						fmt.Println("lost never reported")
+					}
+				}
 				return 0
 			}
 			if _, err = tx.ExecContext(wctx, q, int64(lease.Token())); err == nil {
@@ -143,7 +153,7 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 			stopped = false
 			var lost, rejected string
 			deadline := time.After(20 * time.Second)
-			for rejected == "" {
+			for rejected == "" || lost == "" {
 				select {
 				case line := <-p.lines:
 					switch {
@@ -153,11 +163,14 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 						rejected = line
 					}
 				case <-deadline:
-					t.Fatalf("the resumed holder's writes were not refused within 20 s (lost: %q)", lost)
+					t.Fatalf("the resumed holder did not both report its loss and have a write refused within 20 s (lost: %q, rejected: %q)", lost, rejected)
 				}
 			}
 			if !strings.Contains(rejected, "not held") {
 				t.Errorf("refusal %q does not say the lock is not held", rejected)
+			}
+			if !strings.Contains(lost, "lost") || strings.Contains(lost, "never") || strings.Contains(lost, "<nil>") {
+				t.Errorf("loss report %q does not say the lease was lost", lost)
 			}
 			var late int
 			if err := iso.DB.GetContext(ctx, &late, iso.DB.Rebind("SELECT count(*) FROM fenced_writes WHERE token = ? AND id > ?"), oldTok, rivalFirst); err != nil {
@@ -174,5 +187,175 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 			}
 			t.Logf("resumed holder: %s; %s", lost, rejected)
 		})
+	}
+}
+
+// stopPessimisticHolder is the worker body of
+// TestFaultSIGSTOPPessimisticHolder: it takes name in pessimistic mode (the
+// server ends its transaction once idle past ttl), prints "held", then
+// waits for Done() and prints "lost ERR", then "release ERR" (Release's
+// answer).
+func stopPessimisticHolder(ctx context.Context, db *dialect.DB, name string, ttl time.Duration) int {
+	l, err := pessimistic.New(db, &pessimistic.Config{Logger: quiet})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer l.Close()
+	fmt.Println("ready")
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	lease, err := l.Acquire(actx, name, dblock.WithTTL(ttl))
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Println("held 0")
+	select {
+	case <-lease.Done():
+		fmt.Printf("lost %v\n", strings.ReplaceAll(fmt.Sprint(lease.Err()), "\n", " "))
+	case <-ctx.Done():
+		return 0
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	fmt.Printf("release %v\n", strings.ReplaceAll(fmt.Sprint(lease.Release(rctx)), "\n", " "))
+	return 0
+}
+
+// TestFaultSIGSTOPPessimisticHolder freezes (SIGSTOP) a process holding a
+// pessimistic lock with a 2 s TTL. Its connection stays open, so only the
+// server can end its transaction (idle past the TTL): a rival on a direct
+// connection must get the name within TTL + 3 s. After SIGCONT the holder
+// must see Done() close with ErrLost, and Release must say the lock was lost.
+func TestFaultSIGSTOPPessimisticHolder(t *testing.T) {
+	for _, kind := range serverKinds() {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			const ttl = 2 * time.Second
+			p := startWorker(t, "stopped-tx", map[string]string{
+				"FAULTS_DSN": iso.DSN, "FAULTS_ROLE": "stoppess", "FAULTS_NAME": "frozen-tx",
+				"FAULTS_TTL": ttl.String(), "FAULTS_LIFETIME": "60s",
+			})
+			select {
+			case line := <-p.lines:
+				if line != "held 0" {
+					t.Fatalf("worker said %q", line)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the worker did not acquire the name")
+			}
+			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			stoppedAt := time.Now()
+			stopped := true
+			defer func() {
+				if stopped {
+					_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT)
+				}
+			}()
+			rival, err := optimistic.New(iso.DB, &optimistic.Config{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rival.Close()
+			got, at := pollAcquire(t, rival, "frozen-tx", ttl+3*time.Second)
+			if got == nil {
+				t.Fatalf("the frozen pessimistic holder still has the name %v later (TTL %v): the server did not end its transaction", ttl+3*time.Second, ttl)
+			}
+			freedAfter := at.Sub(stoppedAt)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := got.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			stopped = false
+			resumedAt := time.Now()
+			var lost, release string
+			var lostAfter time.Duration
+			deadline := time.After(20 * time.Second)
+			for release == "" {
+				select {
+				case line := <-p.lines:
+					switch {
+					case strings.HasPrefix(line, "lost "):
+						lost, lostAfter = line, time.Since(resumedAt)
+					case strings.HasPrefix(line, "release "):
+						release = line
+					}
+				case <-deadline:
+					t.Fatalf("the resumed holder did not report its loss within 20 s (lost: %q)", lost)
+				}
+			}
+			if !strings.Contains(lost, "lost") || strings.Contains(lost, "<nil>") {
+				t.Errorf("loss report %q does not say the lock was lost", lost)
+			}
+			if !strings.Contains(release, "lost") {
+				t.Errorf("Release after the loss said %q, want the loss", release)
+			}
+			t.Logf("the server freed the frozen holder's name %v after SIGSTOP (TTL %v); after SIGCONT the holder reported %q %v later; %s",
+				freedAfter.Round(time.Millisecond), ttl, lost, lostAfter.Round(time.Millisecond), release)
+		})
+	}
+}
+
+// TestFaultTCPKeepalives checks that a dblock session on PostgreSQL asks
+// the server to probe the client's TCP connection (tcp_keepalives_idle,
+// _interval, _count), so a vanished client's session, and any row lock it
+// held, ends: the defaults (10 s, 5 s, 3), and a DSN's own values.
+// MariaDB has no per-session keepalive setting: there a frozen pessimistic
+// holder is bounded by idle_transaction_timeout (TestFaultSIGSTOPPessimisticHolder).
+func TestFaultTCPKeepalives(t *testing.T) {
+	iso := dbtest.New(t, dialect.Postgres)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	show := func(db *dialect.DB) [3]string {
+		t.Helper()
+		var v [3]string
+		for i, k := range []string{"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count"} {
+			if err := db.GetContext(ctx, &v[i], "SHOW "+k); err != nil {
+				t.Fatalf("SHOW %s: %v", k, err)
+			}
+		}
+		return v
+	}
+	if !strings.Contains(iso.DSN, "@127.0.0.1:") && !strings.Contains(iso.DSN, "@localhost:") {
+		ciRequired(t, "the PostgreSQL test server is not reached over TCP (%s): keepalives do not apply", dialect.Redact(iso.DSN))
+	}
+	if got, want := show(iso.DB), [3]string{"10", "5", "3"}; got != want {
+		t.Errorf("a dblock session's keepalives (idle, interval, count) = %v, want the defaults %v", got, want)
+	}
+	// The pessimistic lock's own session.
+	pl, err := pessimistic.New(iso.DB, &pessimistic.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	lease, err := pl.Acquire(ctx, "keepalive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idle string
+	if err := lease.Tx().GetContext(ctx, &idle, "SHOW tcp_keepalives_idle"); err != nil {
+		t.Fatal(err)
+	}
+	if idle != "10" {
+		t.Errorf("the pessimistic lock's session has tcp_keepalives_idle = %s, want 10", idle)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sep := "?"
+	if strings.Contains(iso.DSN, "?") {
+		sep = "&"
+	}
+	own := openPG(t, iso.DSN+sep+"tcp_keepalives_idle=1&tcp_keepalives_interval=1&tcp_keepalives_count=2")
+	if got, want := show(own), [3]string{"1", "1", "2"}; got != want {
+		t.Errorf("keepalives with the DSN's values = %v, want %v", got, want)
 	}
 }

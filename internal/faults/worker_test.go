@@ -71,13 +71,18 @@ func (c rawClient) acquire(ctx context.Context, name string, ttl, wait time.Dura
 		if res.Acquired {
 			return &rawHeld{db: c.db, name: name, owner: owner, tok: res.Token, deadline: t0.Add(ttl)}, history.OK, nil
 		}
+		refusal := history.Busy
+		if res.Holder.Owner == "" {
+			// No holder named: another transaction held the row.
+			refusal = history.Refused
+		}
 		if time.Since(start) >= wait {
-			return nil, history.Busy, nil
+			return nil, refusal, nil
 		}
 		select {
 		case <-ctx.Done():
-			// The last attempt was a definite "busy"; nothing is pending.
-			return nil, history.Busy, nil
+			// The last attempt was a definite refusal; nothing is pending.
+			return nil, refusal, nil
 		case <-time.After(time.Duration(10+rand.IntN(20)) * time.Millisecond):
 		}
 	}
@@ -209,8 +214,11 @@ func runWorker() int {
 		return 2
 	}
 	defer db.Close()
-	if os.Getenv("FAULTS_ROLE") == "stophold" {
+	switch os.Getenv("FAULTS_ROLE") {
+	case "stophold":
 		return stopHolder(ctx, db, os.Getenv("FAULTS_NAME"), ttl)
+	case "stoppess":
+		return stopPessimisticHolder(ctx, db, os.Getenv("FAULTS_NAME"), ttl)
 	}
 	mode := os.Getenv("FAULTS_MODE")
 	c, err := newClient(mode, db)
