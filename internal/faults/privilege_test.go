@@ -12,6 +12,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/migrations"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 	"github.com/dblock-go/dblock/reaper"
@@ -33,8 +34,17 @@ var MySQLGrants = []string{
 	"GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.dblock_fence TO %[2]s",
 }
 
-// TestFaultLeastPrivilege runs every mode and a reaper pass as a role that
-// has only SELECT/INSERT/UPDATE/DELETE on the dblock tables (and USAGE on the
+// The README's last grant: read access to the migrations' version table,
+// so the schema check (migrations.Check, the CLI's status) sees which
+// migrations are applied. Without it the check probes the dblock tables.
+const (
+	PostgresVersionGrant = "GRANT SELECT ON dblock_db_version TO %s"
+	MySQLVersionGrant    = "GRANT SELECT ON %[1]s.dblock_db_version TO %[2]s"
+)
+
+// TestFaultLeastPrivilege runs every mode, a reaper pass with work of every
+// kind, and the schema check as a role that has only
+// SELECT/INSERT/UPDATE/DELETE on the dblock tables (and USAGE on the
 // PostgreSQL sequences): no DDL, no ownership, no superuser.
 func TestFaultLeastPrivilege(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
@@ -44,14 +54,16 @@ func TestFaultLeastPrivilege(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		role := "dblock_app_" + randHex(4)
-		stmts := append([]string{"CREATE ROLE " + role + " LOGIN"}, PostgresGrants...)
+		// PostgreSQL 14 and older let every role create tables in public:
+		// take that away, so "no DDL" holds on every version.
+		stmts := append([]string{"REVOKE CREATE ON SCHEMA public FROM PUBLIC", "CREATE ROLE " + role + " LOGIN"}, PostgresGrants...)
 		for _, s := range stmts {
 			if _, err := adm.ExecContext(ctx, strings.ReplaceAll(s, "%s", role)); err != nil {
 				t.Fatalf("%s: %v", s, err)
 			}
 		}
 		dsn := strings.Replace(pg.DSN(), "postgres://postgres@", "postgres://"+role+"@", 1)
-		leastPrivilege(t, openPG(t, dsn))
+		leastPrivilege(t, adm, openPG(t, dsn), strings.ReplaceAll(PostgresVersionGrant, "%s", role))
 	})
 	t.Run("mysql", func(t *testing.T) {
 		iso := dbtest.New(t, dialect.MySQL)
@@ -76,11 +88,11 @@ func TestFaultLeastPrivilege(t *testing.T) {
 			}
 		}
 		dsn := strings.Replace(iso.DSN, "mysql://root@", fmt.Sprintf("mysql://%s:%s@", user, pass), 1)
-		if dsn == iso.DSN {
-			t.Skipf("cannot put a user into %s", dialect.Redact(iso.DSN))
+		if dsn == iso.DSN || !strings.Contains(iso.DSN, "@tcp(127.0.0.1:") {
+			ciRequired(t, "the MariaDB test server's DSN %s is not root over tcp(127.0.0.1:...): cannot log in as a restricted account", dialect.Redact(iso.DSN))
 		}
 		db := openPG(t, dsn) // openPG opens any dblock DSN
-		leastPrivilege(t, db)
+		leastPrivilege(t, iso.DB, db, fmt.Sprintf(MySQLVersionGrant, dbName, account))
 	})
 }
 
@@ -93,7 +105,9 @@ func dbNameOf(dsn string) string {
 	return rest[strings.LastIndex(rest, "/")+1:]
 }
 
-func leastPrivilege(t *testing.T, db *dialect.DB) {
+// leastPrivilege runs everything as the restricted db; adm (the migration
+// role) only prepares work for the reaper and grants versionGrant.
+func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -158,9 +172,41 @@ func leastPrivilege(t *testing.T, db *dialect.DB) {
 		t.Fatalf("pessimistic release: %v", err)
 	}
 
-	// Something for the reaper: a lease left to expire.
+	// Work of every kind for the reaper: a lease left to expire; a fair
+	// waiter (inserted by the role) whose heartbeat the migration role
+	// backdates; a free row (acquired and released by the role) made idle
+	// for two days. On MySQL/MariaDB deleting the idle row raises the
+	// dblock_fence floor, which the role must be allowed to do.
 	if _, err := opt.Acquire(ctx, "priv-expired", dblock.WithTTL(50*time.Millisecond)); err != nil {
 		t.Fatal(err)
+	}
+	dbtest.AddWaiter(t, db, "priv-deadwaiter", dblock.NewOwner(), time.Minute)
+	idle, err := opt.Acquire(ctx, "priv-idle", dblock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idleToken := idle.Token()
+	if err := idle.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	backdate := []string{
+		`UPDATE dblock_waiters SET heartbeat_at = now() - interval '1 hour', expires_at = now() - interval '1 hour' WHERE name = 'priv-deadwaiter'`,
+		`UPDATE dblock_locks SET updated_at = now() - interval '48 hours' WHERE name = 'priv-idle' AND owner IS NULL`,
+	}
+	if adm.Dialect.Kind() == dialect.MySQL {
+		backdate = []string{
+			`UPDATE dblock_waiters SET heartbeat_at = UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 HOUR WHERE name = 'priv-deadwaiter'`,
+			`UPDATE dblock_locks SET updated_at = UTC_TIMESTAMP(6) - INTERVAL 48 HOUR WHERE name = 'priv-idle' AND owner IS NULL`,
+		}
+	}
+	for _, q := range backdate {
+		res, err := adm.ExecContext(ctx, q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			t.Fatalf("%s: %d rows, want 1", q, n)
+		}
 	}
 	time.Sleep(200 * time.Millisecond)
 	r, err := reaper.New(db, &reaper.Config{Logger: quiet, WaiterGrace: time.Millisecond})
@@ -171,8 +217,36 @@ func leastPrivilege(t *testing.T, db *dialect.DB) {
 	if err != nil {
 		t.Fatalf("reaper pass: %v", err)
 	}
-	if !st.Worked || st.ExpiredFreed < 1 {
-		t.Fatalf("reaper pass: %+v, want it to work and free the expired lease", st)
+	if !st.Worked || st.ExpiredFreed < 1 || st.WaitersDeleted < 1 || st.IdleDeleted < 1 {
+		t.Fatalf("reaper pass: %+v, want it to work, free the expired lease, delete the dead waiter and the idle row", st)
 	}
-	t.Logf("reaper pass as the restricted role: %+v", st)
+	var left int
+	if err := adm.GetContext(ctx, &left, "SELECT count(*) FROM dblock_locks WHERE name = 'priv-idle'"); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("the idle row is still there after a pass that deleted %d idle rows", st.IdleDeleted)
+	}
+	again, err := opt.Acquire(ctx, "priv-idle", dblock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("acquire the deleted name: %v", err)
+	}
+	if again.Token() <= idleToken {
+		t.Fatalf("token %d after the idle row was deleted is not above the deleted row's %d", again.Token(), idleToken)
+	}
+	_ = again.Release(ctx)
+	t.Logf("reaper pass as the restricted role: %+v; token of the deleted name %d, then %d", st, idleToken, again.Token())
+
+	// The schema check, as the CLI's status runs it: without read access
+	// to the version table it probes the dblock tables; with the README's
+	// grant it reads the applied versions.
+	if err := migrations.Check(ctx, db); err != nil {
+		t.Errorf("migrations.Check as the restricted role, without access to the version table: %v", err)
+	}
+	if _, err := adm.ExecContext(ctx, versionGrant); err != nil {
+		t.Fatalf("%s: %v", versionGrant, err)
+	}
+	if err := migrations.Check(ctx, db); err != nil {
+		t.Errorf("migrations.Check as the restricted role, after %s: %v", versionGrant, err)
+	}
 }
