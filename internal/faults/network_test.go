@@ -232,46 +232,68 @@ func TestFaultResetDuringAcquire(t *testing.T) {
 	}
 }
 
-// TestFaultResetDuringRelease resets the connection as a release is sent
-// (reset_peer on the way to the server for 300 ms). Release is a CAS on
-// (name, owner, token), so it can be retried on a fresh connection; the name
-// must be free soon after, not held by the released lease for its TTL.
+// TestFaultResetDuringRelease breaks a release in two ways. "request":
+// reset_peer on the way to the server for 300 ms while Release runs, so the
+// request may never arrive. "answer": the release runs and commits on the
+// server, then its answer is lost (every proxied connection cut). Release is
+// a CAS on (name, owner, token), retried on a fresh connection after
+// reading the row: either way the caller must not be told the lease was
+// lost or not held (it was held, and it is released), and the name must be
+// free at once, not held by the released lease for its TTL.
 func TestFaultResetDuringRelease(t *testing.T) {
 	for _, kind := range serverKinds() {
-		t.Run(string(kind), func(t *testing.T) {
-			t.Parallel()
-			iso := dbtest.New(t, kind)
-			px := newProxy(t, iso)
-			client, err := optimistic.New(px.open(t), &optimistic.Config{Logger: quiet, DisableNotify: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer client.Close()
-			const ttl = 30 * time.Second
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			lease, err := client.Acquire(ctx, "reset-rel", dblock.WithTTL(ttl))
-			if err != nil {
-				t.Fatal(err)
-			}
-			reset := px.add(t, "reset_peer", "upstream", `{"timeout":0}`)
-			res := make(chan error, 1)
-			go func() {
-				rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer rcancel()
-				res <- lease.Release(rctx)
-			}()
-			time.Sleep(300 * time.Millisecond)
-			px.remove(t, reset)
-			var relErr error
-			select {
-			case relErr = <-res:
-			case <-time.After(10 * time.Second):
-				t.Fatal("Release did not return")
-			}
-			t.Logf("release across the reset: %v", relErr)
-			phantomCheck(t, iso, "reset-rel", ttl, 3*time.Second, "release across a reset")
-		})
+		for _, sub := range []string{"request", "answer"} {
+			t.Run(string(kind)+"/"+sub, func(t *testing.T) {
+				t.Parallel()
+				iso := dbtest.New(t, kind)
+				px := newProxy(t, iso)
+				client, err := optimistic.New(px.open(t), &optimistic.Config{Logger: quiet, DisableNotify: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer client.Close()
+				const ttl = 30 * time.Second
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				lease, err := client.Acquire(ctx, "reset-rel", dblock.WithTTL(ttl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var relErr error
+				if sub == "request" {
+					reset := px.add(t, "reset_peer", "upstream", `{"timeout":0}`)
+					res := make(chan error, 1)
+					go func() {
+						rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+						defer rcancel()
+						res <- lease.Release(rctx)
+					}()
+					time.Sleep(300 * time.Millisecond)
+					px.remove(t, reset)
+					select {
+					case relErr = <-res:
+					case <-time.After(10 * time.Second):
+						t.Fatal("Release did not return")
+					}
+				} else {
+					freed := func() bool {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						defer cancel()
+						h, err := iso.DB.LeaseHolder(ctx, nil, "reset-rel")
+						return err == nil && h.Owner != lease.Owner()
+					}
+					relErr = cutWhile(t, px, freed, func(ctx context.Context) error { return lease.Release(ctx) })
+				}
+				t.Logf("release across the %s reset: %v", sub, relErr)
+				if errors.Is(relErr, dblock.ErrNotHeld) || errors.Is(relErr, dblock.ErrLost) {
+					t.Errorf("Release of a held lease whose connection was reset = %v: it says the lease was not held or lost", relErr)
+				}
+				if relErr != nil && !errors.Is(relErr, dblock.ErrUnavailable) {
+					t.Errorf("Release across a reset = %v, want nil or an error wrapping ErrUnavailable", relErr)
+				}
+				phantomCheck(t, iso, "reset-rel", ttl, 3*time.Second, "release across a "+sub+" reset")
+			})
+		}
 	}
 }
 
