@@ -90,8 +90,8 @@ faults: ## Run the fault-injection tests (own module: kill -9, killed connection
 			echo "faults: installing$$missing (Debian packages) for the pooler and Galera tests"; \
 			apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; \
 		fi; \
-		echo "cd internal/faults && $(GO) test -race -count=1 -timeout 20m ./..."; \
-		cd internal/faults && $(GO) test -race -count=1 -timeout 20m ./...; \
+		echo "cd internal/faults && $(GO) test -race -count=1 -timeout 15m ./..."; \
+		cd internal/faults && $(GO) test -race -count=1 -timeout 15m ./...; \
 	else \
 		echo "faults: no fault tests yet (internal/faults does not exist)"; \
 	fi
