@@ -191,7 +191,10 @@ func (a *app) exec(ctx context.Context, args []string) int {
 			a.errorLine(notAcquiredLine(*name, holderOf(ctx, db, *name, err), err, wait))
 			return exitNotAcquired
 		}
-		return a.fail(fmt.Errorf("exec: acquire %q: %w", *name, a.schemaError(err)))
+		if serr := a.schemaError(err); serr != err {
+			return a.fail(fmt.Errorf("exec: acquire %q: %w", *name, serr))
+		}
+		return a.fail(fmt.Errorf("exec: %w", err)) // The library's error names the lock.
 	}
 	a.logger.Debug("exec: acquired", "lock", *name, "owner", lease.Owner(), "token", int64(lease.Token()))
 	stopKeepAlive := locker.keepAlive(lease, ttl.d)
@@ -261,7 +264,7 @@ wait:
 		case <-done:
 			done = nil
 			lost = lease.Err()
-			a.errorLine(fmt.Errorf("exec: lock %q lost while %s ran (%v): sending SIGTERM", lease.Name(), argv[0], lost))
+			a.errorLine(fmt.Errorf("exec: lock %q lost while %s ran (%v): sending SIGTERM", lease.Name(), argv[0], lostReason(lost)))
 			signalCmd(cmd, syscall.SIGTERM)
 			killNow = time.After(killGrace)
 		case <-killNow:
@@ -282,10 +285,10 @@ wait:
 	case lost != nil:
 		return exitLost
 	case errors.Is(relErr, dblock.ErrLost):
-		a.errorLine(fmt.Errorf("exec: lock %q was lost before %s finished: %w", lease.Name(), argv[0], relErr))
+		a.errorLine(fmt.Errorf("exec: %s finished after the lock was lost: %w", argv[0], relErr))
 		return exitLost
 	case relErr != nil:
-		a.errorLine(fmt.Errorf("exec: release %q: %w (the lease ends by itself when it expires)", lease.Name(), relErr))
+		a.errorLine(fmt.Errorf("exec: %w (the lease ends by itself when it expires)", relErr))
 	}
 	return exitStatus(cmd.ProcessState)
 }
@@ -300,8 +303,18 @@ func (a *app) release1(ctx context.Context, lease *dblock.Lease) error {
 // releaseAfter releases a lease that CMD never ran under, reporting failures.
 func (a *app) releaseAfter(ctx context.Context, lease *dblock.Lease) {
 	if err := a.release1(ctx, lease); err != nil {
-		a.errorLine(fmt.Errorf("exec: release %q: %w", lease.Name(), err))
+		a.errorLine(fmt.Errorf("exec: %w", err))
 	}
+}
+
+// lostReason is why a lock was lost, without the lock's name that a
+// *dblock.LostError repeats.
+func lostReason(err error) error {
+	var le *dblock.LostError
+	if errors.As(err, &le) && le.Reason != nil {
+		return le.Reason
+	}
+	return err
 }
 
 // holder is who holds a name, as the exit-75 line tells it.

@@ -86,3 +86,15 @@ func TestNotAcquiredLine(t *testing.T) {
 		}
 	}
 }
+
+func TestLostReason(t *testing.T) {
+	t.Parallel()
+	lost := fmt.Errorf("x: %w", &dblock.LostError{Name: "n", Reason: dblock.ErrForceReleased})
+	if got := oneLine(lostReason(lost).Error()); got != "dblock: released by an administrator" {
+		t.Errorf("lostReason = %q", got)
+	}
+	other := errors.New("boom")
+	if got := lostReason(other); got != other {
+		t.Errorf("lostReason(%v) = %v", other, got)
+	}
+}

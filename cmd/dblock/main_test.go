@@ -201,6 +201,11 @@ func assertOneLine(t *testing.T, s string, parts ...string) {
 	if !strings.HasPrefix(s, "dblock: ") {
 		t.Errorf("stderr line %q does not start with \"dblock: \"", s)
 	}
+	for _, rep := range []string{"dblock: ", "exec: ", `acquire "`, `release "`} {
+		if strings.Count(s, rep) > 1 {
+			t.Errorf("stderr line %q repeats %q", s, rep)
+		}
+	}
 	for _, p := range parts {
 		if !strings.Contains(s, p) {
 			t.Errorf("stderr line %q does not contain %q", s, p)
