@@ -155,8 +155,10 @@ type Locker interface {
 	// Do acquires name, runs fn under a context cancelled if the lock is lost,
 	// and releases.
 	Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error
-	// Close releases the leases still held through this locker (best effort,
-	// bounded in time) and stops its background work.
+	// Close ends the leases still held through this locker, as lost (Done
+	// closes, Err wraps ErrLost and the mode's ErrClosed, a running Do's fn
+	// has its context cancelled), then frees them (best effort, bounded in
+	// time), and stops its background work.
 	Close() error
 }
 

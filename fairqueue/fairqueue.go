@@ -172,7 +172,7 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 	}
 	l.keeper = leasekeeper.New(leasekeeper.Config{
 		DB: db, Prefix: "fairqueue", Logger: l.logger, Hooks: l.hooks, RetryMin: c.PollMin,
-		ReleaseTimeout: c.ReleaseTimeout, CountStatement: l.count, WriteMu: l.writeMu,
+		ReleaseTimeout: c.ReleaseTimeout, CountStatement: l.count, WriteMu: l.writeMu, Closed: ErrClosed,
 	})
 	if !c.DisableNotify && db.Dialect.Caps().Notify {
 		l.hub = wake.New(db, l.logger)
@@ -254,9 +254,11 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 }
 
 // Close ends waits in progress with ErrClosed (their queue rows removed),
-// releases every lease still held through l (bounded by
-// Config.ReleaseTimeout), stops the watchdogs and the wake-up connection, and
-// returns when they have stopped. Calling it again does nothing.
+// ends every lease still held through l as lost (Err wraps dblock.ErrLost
+// and ErrClosed; a running Do's fn has its context cancelled) and frees its
+// row (bounded by Config.ReleaseTimeout), stops the watchdogs and the
+// wake-up connection, and returns when they have stopped. Calling it again
+// does nothing.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {

@@ -9,8 +9,9 @@
 // Invariants: renewal stops before the release statement runs (Release
 // cancels the watchdog and waits for it), a transient renewal error is
 // retried until the local deadline and never reported as a loss before it,
-// and the local deadline (request start + TTL on the monotonic clock) is
-// never later than the database's expiry.
+// the local deadline (request start + TTL on the monotonic clock) is never
+// later than the database's expiry, a lease lost by any path stops its
+// watchdog at once, and every statement runs under its own timeout.
 package leasekeeper
 
 import (
@@ -27,8 +28,9 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 )
 
-// ErrClosed is returned by Start after Close.
-var ErrClosed = errors.New("leasekeeper: closed")
+// ErrClosed is returned by Start after Close, and is the default reason of
+// the leases that Close ends (Config.Closed).
+var ErrClosed = errors.New("locker closed")
 
 // Config configures a Keeper.
 type Config struct {
@@ -41,8 +43,14 @@ type Config struct {
 	Hooks dblock.Hooks
 	// RetryMin is the shortest pause before retrying a failed renewal.
 	RetryMin time.Duration
-	// ReleaseTimeout bounds Close's releases and the reads that classify a loss.
+	// ReleaseTimeout bounds Close's releases, the reads that classify a
+	// loss, and each attempt of a release (a connection that stops
+	// answering is given up, and the release tried again on another).
 	ReleaseTimeout time.Duration
+	// Closed is the reason (wrapped in a *dblock.LostError) of the leases
+	// still held when Close runs: the mode's own ErrClosed. Defaults to
+	// ErrClosed.
+	Closed error
 	// CountStatement, when set, is called once per statement sent.
 	CountStatement func()
 	// WriteMu, when set, is held around every write. On SQLite, which has one
@@ -77,6 +85,9 @@ func New(cfg Config) *Keeper {
 	}
 	if cfg.ReleaseTimeout <= 0 {
 		cfg.ReleaseTimeout = 5 * time.Second
+	}
+	if cfg.Closed == nil {
+		cfg.Closed = ErrClosed
 	}
 	return &Keeper{cfg: cfg, logger: dblock.LoggerOrDefault(cfg.Logger),
 		held: map[*dblock.Lease]*held{}, reentry: map[nameOwner]map[dblock.Token]int{}}
@@ -186,23 +197,42 @@ func (k *Keeper) Held() int {
 	return len(k.held)
 }
 
-// Close releases every lease still held (bounded by Config.ReleaseTimeout),
-// stops the watchdogs and waits for them. Later Starts fail with ErrClosed.
+// Close ends every lease still held and frees its row (bounded by
+// Config.ReleaseTimeout), stops the watchdogs and waits for them. Later
+// Starts fail with ErrClosed.
+//
+// A lease ended by Close is lost to its holder, not released by it: Done
+// closes and Err wraps dblock.ErrLost and Config.Closed before the row is
+// freed, so code still working under the lease (Do's fn, whose context is
+// cancelled) learns that the lock is gone. Hooks see the release
+// (OnReleased), not a loss. A lease whose Release is already under way is
+// left to it.
 func (k *Keeper) Close() error {
 	k.mu.Lock()
 	k.closed = true
-	leases := make([]*dblock.Lease, 0, len(k.held))
-	for lease := range k.held {
-		leases = append(leases, lease)
+	holds := make([]*held, 0, len(k.held))
+	for _, h := range k.held {
+		holds = append(holds, h)
 	}
 	k.mu.Unlock()
 
+	for _, h := range holds {
+		if h.ctl.LoseIfHeld(k.cfg.Closed) {
+			k.logger.LogAttrs(context.Background(), slog.LevelDebug, k.cfg.Prefix+": lease ended by Close", h.attrs()...)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), k.cfg.ReleaseTimeout)
 	defer cancel()
 	var errs []error
-	for _, lease := range leases {
-		err := lease.Release(ctx)
-		if err != nil && !errors.Is(err, dblock.ErrReleased) && !errors.Is(err, dblock.ErrLost) {
+	for _, h := range holds {
+		err := h.lease.Release(ctx)
+		var lost *dblock.LostError
+		switch {
+		case err == nil || errors.Is(err, dblock.ErrReleased):
+		case errors.As(err, &lost) && error(lost) == err:
+			// Only the loss (Close's own, or an earlier one): the row was
+			// freed, or was no longer ours.
+		default:
 			errs = append(errs, err)
 		}
 	}
@@ -267,11 +297,22 @@ func (h *held) currentDeadline() time.Time {
 	return h.deadline
 }
 
-// watch renews the lease every TTL/3 when asked to, and declares it expired
-// when the local deadline passes without a successful renewal.
+// watch renews the lease every TTL/3 when asked to, and declares it lost
+// when the local deadline passes without a successful renewal or a renewal
+// finds the row no longer ours. The loss is declared after watchDone closes,
+// so an OnLost hook may call Release (which waits for watchDone).
 func (h *held) watch() {
 	defer h.k.wg.Done()
-	defer close(h.watchDone)
+	reason := h.renewLoop()
+	close(h.watchDone)
+	if reason != nil {
+		h.lose(reason)
+	}
+}
+
+// renewLoop runs until Release begins (it returns nil) or the lease is lost
+// (it returns the reason).
+func (h *held) renewLoop() error {
 	deadline := h.currentDeadline()
 	expiry := time.NewTimer(time.Until(deadline))
 	defer expiry.Stop()
@@ -288,12 +329,12 @@ func (h *held) watch() {
 	for attempt := 1; ; attempt++ {
 		select {
 		case <-h.ctx.Done():
-			return
+			return nil
 		case <-expiry.C:
-			if h.ctx.Err() == nil {
-				h.lose(dblock.ErrExpired)
+			if h.ctx.Err() != nil {
+				return nil
 			}
-			return
+			return dblock.ErrExpired
 		case <-renewC:
 		}
 		reqStart := time.Now()
@@ -307,7 +348,7 @@ func (h *held) watch() {
 		unlock()
 		cancel()
 		if h.ctx.Err() != nil {
-			return // Release began; it owns the row from here.
+			return nil // Release began, or the lease was lost elsewhere; the row is not the watchdog's any more.
 		}
 		if err != nil {
 			h.k.logger.LogAttrs(h.ctx, slog.LevelWarn, h.k.cfg.Prefix+": renewal failed, retrying until the lease deadline",
@@ -324,8 +365,7 @@ func (h *held) watch() {
 			continue
 		}
 		if !ok {
-			h.lose(h.classify(h.ctx))
-			return
+			return h.classify(h.ctx)
 		}
 		attempt, quick = 0, 0
 		deadline = reqStart.Add(h.p.TTL)
@@ -342,13 +382,17 @@ func (h *held) watch() {
 // at once, before the usual retry interval applies.
 const quickRetries = 3
 
-// lose ends the lease with reason, once, and reports it.
+// lose ends the lease with reason, once, and reports it. Outside Release it
+// also stops the watchdog: a lease found lost by a mode's own statement
+// (Keeper.Lost) must not keep renewing, nor keep Close waiting for its
+// local deadline.
 func (h *held) lose(reason error) {
 	if !h.ctl.Lose(reason) {
 		return
 	}
 	if !h.ctl.Releasing() {
 		h.k.forget(h)
+		h.stop()
 	}
 	h.k.logger.LogAttrs(context.Background(), slog.LevelWarn, h.k.cfg.Prefix+": lease lost",
 		h.attrs(slog.String("error", reason.Error()))...)
@@ -410,26 +454,35 @@ func (h *held) release(ctx context.Context) error {
 }
 
 // releaseRow runs the release CAS, retrying transient failures until ctx
-// ends: a statement that may not wait for a row lock (MariaDB's NOWAIT
-// variant, SQLite's busy timeout) fails while another transaction briefly
-// holds the row, a connection breaks, and a release given up on would leave
-// the name held until the lease expires.
+// ends or the lease's local deadline passes (renewal has stopped, so from
+// then on the lease ends by expiry anyway): a statement that may not wait
+// for a row lock (MariaDB's NOWAIT variant, SQLite's busy timeout) fails
+// while another transaction briefly holds the row, a connection breaks, and
+// a release given up on would leave the name held until the lease expires.
+// Each attempt is bounded by Config.ReleaseTimeout, so a connection that
+// stops answering (a black-holed server) is given up and the release tried
+// again on another, even when ctx has no deadline.
 //
-// A statement whose connection broke may have committed. Before sending it
-// again, the row is read: if it no longer names (owner, token), or its
-// reentry count is already below this Keeper's handles on the hold, the
-// earlier attempt was applied, and a second decrement would release an outer
-// handle's hold. (The count is only this Keeper's: an owner that re-enters
-// one hold from several processes, and loses a release's answer, can
-// release one entry too many.)
+// A statement whose connection broke (or that timed out) may have
+// committed. Before sending it again, the row is read: if it no longer
+// names (owner, token), or its reentry count is already below this Keeper's
+// handles on the hold, the earlier attempt was applied, and a second
+// decrement would release an outer handle's hold. (The count is only this
+// Keeper's: an owner that re-enters one hold from several processes, and
+// loses a release's answer, can release one entry too many.)
 func (h *held) releaseRow(ctx context.Context) (bool, error) {
 	backoff := h.k.cfg.RetryMin
 	uncertain := false // An earlier attempt may have been applied.
+	var lastErr error
 	for attempt := 1; ; attempt++ {
 		if uncertain {
+			actx, cancel := context.WithTimeout(ctx, h.k.cfg.ReleaseTimeout)
 			h.k.count()
-			row, err := h.k.cfg.DB.LeaseHolder(ctx, nil, h.p.Name)
-			if err == nil {
+			row, err := h.k.cfg.DB.LeaseHolder(actx, nil, h.p.Name)
+			cancel()
+			if err != nil {
+				lastErr = err
+			} else {
 				if row.Owner != h.p.Owner || row.Version != int64(h.p.Token) || row.Reentry < h.k.Handles(h.p.Name, h.p.Owner, h.p.Token) {
 					return true, nil
 				}
@@ -437,18 +490,29 @@ func (h *held) releaseRow(ctx context.Context) (bool, error) {
 			}
 		}
 		if !uncertain {
+			actx, cancel := context.WithTimeout(ctx, h.k.cfg.ReleaseTimeout)
 			h.k.count()
 			unlock := h.k.lockWrites()
-			ok, err := h.k.cfg.DB.ReleaseLease(ctx, nil, h.p.Name, h.p.Owner, h.p.Token)
+			ok, err := h.k.cfg.DB.ReleaseLease(actx, nil, h.p.Name, h.p.Owner, h.p.Token)
 			unlock()
-			if err == nil || !Transient(err) || ctx.Err() != nil {
+			timedOut := actx.Err() != nil && ctx.Err() == nil
+			cancel()
+			if err == nil || ctx.Err() != nil || !timedOut && !Transient(err) {
 				return ok, err
 			}
-			uncertain = errors.Is(err, dblock.ErrUnavailable)
+			lastErr = err
+			// A broken connection, or an attempt given up on, may have
+			// been applied.
+			uncertain = timedOut || errors.Is(err, dblock.ErrUnavailable)
 			h.k.logger.LogAttrs(ctx, slog.LevelDebug, h.k.cfg.Prefix+": release failed, retrying",
 				h.attrs(slog.Int("attempt", attempt), slog.String("error", err.Error()))...)
 		}
-		t := time.NewTimer(jitter(backoff))
+		pause := jitter(backoff)
+		if deadline := h.currentDeadline(); time.Until(deadline) < pause {
+			return false, fmt.Errorf("%w: release not confirmed before the lease's deadline, so the name stays held until the lease expires: %w",
+				dblock.ErrUnavailable, lastErr)
+		}
+		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
 		case <-ctx.Done():

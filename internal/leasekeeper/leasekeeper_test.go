@@ -1,0 +1,421 @@
+package leasekeeper_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/leasekeeper"
+	"github.com/dblock-go/dblock/internal/locktest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, locktest.LeakOptions()...)
+}
+
+// hangGuard bounds every wait of these tests (a guard against hangs, not a
+// timing assertion).
+const hangGuard = time.Minute
+
+// quiet keeps the keepers' warnings (expected losses) out of the test output.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newKeeper(t *testing.T, cfg leasekeeper.Config) *leasekeeper.Keeper {
+	t.Helper()
+	cfg.Logger = quiet
+	k := leasekeeper.New(cfg)
+	t.Cleanup(func() {
+		if err := k.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return k
+}
+
+// start takes name in the database and hands the lease to k.
+func start(t *testing.T, k *leasekeeper.Keeper, db *dialect.DB, name string, ttl time.Duration, renew bool) *dblock.Lease {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	owner := dblock.NewOwner()
+	reqStart := time.Now()
+	res, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
+	if err != nil || !res.Acquired {
+		t.Fatalf("acquire %q: %+v %v", name, res, err)
+	}
+	lease, err := k.Start(leasekeeper.Params{
+		Name: name, Owner: owner, Mode: dblock.ModeOptimistic, Token: res.Token, TTL: ttl, Renew: renew,
+		ReqStart: reqStart, Reentry: res.Reentry,
+	})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	return lease
+}
+
+// blockRow makes another transaction hold name's row (on SQLite, the
+// database's write lock) until the returned function is called.
+func blockRow(t *testing.T, iso *dbtest.Isolated, name string) func() {
+	t.Helper()
+	// The transaction outlives this call: database/sql rolls a transaction
+	// back when its context ends.
+	ctx := context.Background()
+	tx, err := iso.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatalf("begin blocker: %v", err)
+	}
+	if iso.Kind != dialect.SQLite {
+		q := "SELECT name FROM dblock_locks WHERE name = ? FOR UPDATE"
+		if iso.Kind == dialect.Postgres {
+			q = "SELECT name FROM dblock_locks WHERE name = $1 FOR UPDATE"
+		}
+		var got string
+		if err := tx.QueryRowxContext(ctx, q, name).Scan(&got); err != nil {
+			_ = tx.Rollback()
+			t.Fatalf("lock the row: %v", err)
+		}
+	}
+	var once sync.Once
+	unblock := func() {
+		once.Do(func() {
+			if err := tx.Commit(); err != nil {
+				t.Errorf("end blocker: %v", err)
+			}
+		})
+	}
+	t.Cleanup(unblock)
+	return unblock
+}
+
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(hangGuard):
+		t.Fatalf("%s: no answer", what)
+		panic("unreachable")
+	}
+}
+
+// fromRenewal reports whether the calling statement is sent by the
+// watchdog's renewal loop (rather than by a release or a read).
+func fromRenewal() bool {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, ".(*held).renewLoop") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// TestRenewalStopsWhenReleaseBegins counts the renewal statements the
+// keeper sends: once Release begins there are none, even while the release
+// waits behind another transaction for several renewal intervals.
+func TestRenewalStopsWhenReleaseBegins(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		var renewals, others atomic.Int64
+		renewed := make(chan struct{}, 1)
+		k := newKeeper(t, leasekeeper.Config{DB: iso.DB, CountStatement: func() {
+			if !fromRenewal() {
+				others.Add(1)
+				return
+			}
+			renewals.Add(1)
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		}})
+		const ttl = 1500 * time.Millisecond // Renewed every 500 ms.
+		name := locktest.RandomName("renewstop")
+		lease := start(t, k, iso.DB, name, ttl, true)
+		// Right after a renewal is sent, the next one is an interval away.
+		receive(t, renewed, "first renewal")
+		unblock := blockRow(t, iso, name)
+		before := renewals.Load()
+		released := make(chan error, 1)
+		go func() { released <- lease.Release(context.Background()) }()
+		time.Sleep(ttl) // Three renewal intervals with the release waiting.
+		unblock()
+		if err := receive(t, released, "release"); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		if n := renewals.Load() - before; n != 0 {
+			t.Fatalf("%d renewals sent after Release began, want none", n)
+		}
+		if others.Load() == 0 {
+			t.Fatalf("no release statement counted")
+		}
+	})
+}
+
+// TestLostStopsWatchdog: a lease that a mode finds lost in a statement of
+// its own (Keeper.Lost, as Guard does) stops its watchdog at once, so
+// Close does not wait for the lease's local deadline; no goroutine is left
+// (TestMain checks).
+func TestLostStopsWatchdog(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		k := leasekeeper.New(leasekeeper.Config{DB: iso.DB, Logger: quiet})
+		const ttl = time.Minute
+		for _, renew := range []bool{false, true} {
+			name := locktest.RandomName("lost")
+			lease := start(t, k, iso.DB, name, ttl, renew)
+			if ok, err := iso.DB.ForceRelease(ctx, nil, name); err != nil || !ok {
+				t.Fatalf("force release: %v %v", ok, err)
+			}
+			if reason := k.Lost(ctx, lease); !errors.Is(reason, dblock.ErrForceReleased) {
+				t.Fatalf("Lost: %v, want ErrForceReleased", reason)
+			}
+			receive(t, lease.Done(), "Done after Lost")
+		}
+		if n := k.Held(); n != 0 {
+			t.Fatalf("%d leases held after both were lost", n)
+		}
+		began := time.Now()
+		closed := make(chan error, 1)
+		go func() { closed <- k.Close() }()
+		if err := receive(t, closed, "Close"); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		if d := time.Since(began); d > ttl/2 {
+			t.Fatalf("Close took %v with leases lost through Lost (TTL %v): their watchdogs kept running", d, ttl)
+		}
+	})
+}
+
+// TestCloseEndsLeasesAsLost: Close ends a held lease as lost with
+// Config.Closed before it frees the row, and frees it.
+func TestCloseEndsLeasesAsLost(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		closedErr := errors.New("mode: locker closed")
+		var released atomic.Int32
+		k := leasekeeper.New(leasekeeper.Config{DB: iso.DB, Logger: quiet, Closed: closedErr, Hooks: dblock.Hooks{
+			OnReleased: func(string, string, dblock.Token, time.Duration) { released.Add(1) },
+			OnLost:     func(string, string, dblock.Token, error) { t.Errorf("OnLost called for a lease ended by Close") },
+		}})
+		name := locktest.RandomName("close")
+		lease := start(t, k, iso.DB, name, time.Minute, true)
+		fnCtx, stop := lease.Context(ctx)
+		defer stop()
+		if err := k.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		receive(t, fnCtx.Done(), "lease context after Close")
+		if cause := context.Cause(fnCtx); !errors.Is(cause, dblock.ErrLost) || !errors.Is(cause, closedErr) {
+			t.Fatalf("cause: %v, want ErrLost and the Closed reason", cause)
+		}
+		if err := lease.Err(); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, closedErr) {
+			t.Fatalf("Err after Close: %v, want ErrLost and the Closed reason", err)
+		}
+		if released.Load() != 1 {
+			t.Fatalf("OnReleased called %d times, want 1", released.Load())
+		}
+		h, err := iso.DB.LeaseHolder(ctx, nil, name)
+		if err != nil || h.Owner != "" {
+			t.Fatalf("row after Close: owner %q (%v), want free", h.Owner, err)
+		}
+		if _, err := k.Start(leasekeeper.Params{Name: name, Owner: "o", Token: 1, TTL: time.Minute, ReqStart: time.Now()}); !errors.Is(err, leasekeeper.ErrClosed) {
+			t.Fatalf("Start after Close: %v, want ErrClosed", err)
+		}
+	})
+}
+
+// TestOnLostMayRelease: an OnLost hook that releases the lease (it runs on
+// the watchdog, which Release waits for) does not deadlock.
+func TestOnLostMayRelease(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		leases := make(chan *dblock.Lease, 1)
+		hookReleased := make(chan error, 1)
+		k := newKeeper(t, leasekeeper.Config{DB: iso.DB, Hooks: dblock.Hooks{
+			OnLost: func(string, string, dblock.Token, error) {
+				hookReleased <- (<-leases).Release(context.Background())
+			},
+		}})
+		name := locktest.RandomName("onlost")
+		lease := start(t, k, iso.DB, name, 600*time.Millisecond, true)
+		leases <- lease
+		if ok, err := iso.DB.ForceRelease(ctx, nil, name); err != nil || !ok {
+			t.Fatalf("force release: %v %v", ok, err)
+		}
+		err := receive(t, hookReleased, "Release called by OnLost")
+		if !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrForceReleased) {
+			t.Fatalf("Release in OnLost: %v, want ErrLost and ErrForceReleased", err)
+		}
+	})
+}
+
+// proxy forwards TCP connections to a database server; stall makes the
+// connections open so far swallow everything (a black-holed connection),
+// while new connections still pass.
+type proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	conns []*proxied
+	wg    sync.WaitGroup
+}
+
+type proxied struct {
+	client, server net.Conn
+	stalled        atomic.Bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	p := &proxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			_ = c.client.Close()
+			_ = c.server.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		c := &proxied{client: client, server: server}
+		p.mu.Lock()
+		p.conns = append(p.conns, c)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(c, client, server)
+		go p.pipe(c, server, client)
+	}
+}
+
+func (p *proxy) pipe(c *proxied, from, to net.Conn) {
+	defer p.wg.Done()
+	defer func() { _ = from.Close(); _ = to.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 && !c.stalled.Load() {
+			if _, werr := to.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *proxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.stalled.Store(true)
+	}
+}
+
+var mysqlAddr = regexp.MustCompile(`tcp\(([^)]*)\)`)
+
+// viaProxy returns iso's DSN rewritten to go through a new proxy.
+func viaProxy(t *testing.T, iso *dbtest.Isolated) (string, *proxy) {
+	t.Helper()
+	switch iso.Kind {
+	case dialect.Postgres:
+		u, err := url.Parse(iso.DSN)
+		if err != nil {
+			t.Fatalf("dsn: %v", err)
+		}
+		p := newProxy(t, u.Host)
+		u.Host = p.ln.Addr().String()
+		return u.String(), p
+	default:
+		m := mysqlAddr.FindStringSubmatchIndex(iso.DSN)
+		if m == nil {
+			t.Fatalf("dsn %q has no tcp(address)", dialect.Redact(iso.DSN))
+		}
+		p := newProxy(t, iso.DSN[m[2]:m[3]])
+		return iso.DSN[:m[2]] + p.ln.Addr().String() + iso.DSN[m[3]:], p
+	}
+}
+
+// TestReleaseGivesUpStalledConnection: a release whose connection stops
+// answering is given up after Config.ReleaseTimeout and tried again on
+// another connection, even when Release's ctx has no deadline; the name is
+// freed. (SQLite runs in process: no connection to lose.)
+func TestReleaseGivesUpStalledConnection(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			dsn, p := viaProxy(t, iso)
+			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+			defer cancel()
+			db, err := dialect.Open(ctx, dsn)
+			if err != nil {
+				t.Fatalf("open via proxy: %v", err)
+			}
+			defer db.Close()
+			k := newKeeper(t, leasekeeper.Config{DB: db, ReleaseTimeout: time.Second})
+			name := locktest.RandomName("stalled")
+			lease := start(t, k, db, name, time.Minute, false)
+			p.stall()
+			released := make(chan error, 1)
+			go func() { released <- lease.Release(context.Background()) }()
+			if err := receive(t, released, "Release on a stalled connection"); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+			h, err := iso.DB.LeaseHolder(ctx, nil, name)
+			if err != nil || h.Owner != "" {
+				t.Fatalf("row after the release: owner %q (%v), want free", h.Owner, err)
+			}
+		})
+	}
+}
