@@ -1,8 +1,12 @@
 // Package locktest is the conformance suite every lock mode must pass, on
-// every dialect: mutual exclusion, reentrancy, expiry and takeover,
-// TryAcquire, owner-only release, the lost signal, fencing monotonicity,
-// cancellation while waiting, bad input, Release twice, Do, and leaks after
-// Close. RunProcesses adds a multi-process stress test.
+// every dialect: mutual exclusion, reentrancy, expiry and takeover (by
+// expiry and by another owner's write), TryAcquire, owner-only release (also
+// by a stranger's release statement), the lost signal, renewal stopping when
+// Release begins, Guard (for modes that have one), fencing monotonicity (also
+// across the reaper's deletions), cancellation while waiting, bad input,
+// Release twice, Do (also when fn panics), Close (ending held leases as lost,
+// also under a running Do) and leaks (goroutines, and the connections of
+// every pool) after Close. RunProcesses adds a multi-process stress test.
 //
 // A mode's test package calls Run with a Factory that builds its Locker on
 // iso.DB (the suite checks that pool for open connections after Close), and
@@ -23,15 +27,18 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"go.uber.org/goleak"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 )
 
@@ -43,6 +50,10 @@ type Caps struct {
 	Lease     bool // Leases expire by TTL (optimistic, fair); false for pessimistic (transaction-held).
 	Reentrant bool // The same owner re-enters.
 	Fencing   bool // Tokens strictly increase per name (the suite always passes WithToken()).
+	// Guard, when set, runs the mode's Guard on l: a check, inside the
+	// caller's transaction tx, that lease still holds, kept so until tx
+	// ends (optimistic.Locker.Guard). Nil skips the Guard checks.
+	Guard func(ctx context.Context, l dblock.Locker, tx *sqlx.Tx, lease *dblock.Lease) error
 }
 
 // hangGuard bounds every wait of the suite. It is a guard against hangs, not
@@ -69,18 +80,25 @@ func RunOn(t *testing.T, newIso func(t *testing.T) *dbtest.Isolated, newLocker F
 		{"Reentrancy", checkReentrancy, caps.Reentrant},
 		{"NotReentrantByAccident", checkNotReentrantByAccident, true},
 		{"ExpiryAndTakeover", checkExpiryAndTakeover, caps.Lease},
+		{"TakenOver", checkTakenOver, caps.Lease},
 		{"RenewalKeepsLease", checkRenewal, caps.Lease},
+		{"RenewalStopsOnRelease", checkRenewalStopsOnRelease, caps.Lease},
 		{"TryAcquire", checkTryAcquire, true},
 		{"OwnerOnlyRelease", checkOwnerOnlyRelease, true},
+		{"StrangerRelease", checkStrangerRelease, caps.Lease},
 		{"LostSignal", checkLostSignal, caps.Lease},
+		{"GuardUntilCommit", checkGuardUntilCommit, caps.Lease && caps.Guard != nil},
 		{"Fencing", checkFencing, caps.Fencing},
+		{"FencingAcrossReaper", checkFencingAcrossReaper, caps.Fencing},
 		{"CancelWhileWaiting", checkCancelWhileWaiting, true},
 		{"WaitOption", checkWaitOption, true},
 		{"BadInput", checkBadInput, true},
 		{"ReleaseTwice", checkReleaseTwice, true},
 		{"Do", checkDo, true},
+		{"DoPanics", checkDoPanics, true},
 		{"DoCancelsOnLoss", checkDoCancelsOnLoss, caps.Lease},
 		{"Close", checkClose, true},
+		{"CloseAfterGuardLoss", checkCloseAfterGuardLoss, caps.Lease && caps.Guard != nil},
 	}
 	for _, c := range checks {
 		if !c.only {
@@ -90,6 +108,9 @@ func RunOn(t *testing.T, newIso func(t *testing.T) *dbtest.Isolated, newLocker F
 			t.Parallel()
 			run := func(t *testing.T, iso *dbtest.Isolated) {
 				s := &suite{t: t, iso: iso, factory: newLocker, caps: caps}
+				// Registered first, so it runs after every Locker of the
+				// check on this pool is closed.
+				noConnsInUse(t, iso.DB, "the test database's pool")
 				c.fn(t, s)
 			}
 			if newIso != nil {
@@ -132,11 +153,23 @@ func (s *suite) locker() dblock.Locker {
 	return l
 }
 
+// noConnsInUse fails t, at cleanup, if db has connections in use (a leak:
+// every Locker on db is closed by then).
+func noConnsInUse(t *testing.T, db *dialect.DB, what string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if n := db.Stats().InUse; n != 0 {
+			t.Errorf("%d connections of %s in use after every Locker on it was closed", n, what)
+		}
+	})
+}
+
 // otherLocker returns a Locker on a second pool to the same database, as
 // another process would have.
 func (s *suite) otherLocker() dblock.Locker {
 	s.t.Helper()
 	iso2 := &dbtest.Isolated{Kind: s.iso.Kind, DSN: s.iso.DSN, DB: s.iso.Open(s.t)}
+	noConnsInUse(s.t, iso2.DB, "the other Locker's pool")
 	l := s.factory(s.t, iso2)
 	s.t.Cleanup(func() {
 		if err := l.Close(); err != nil {
@@ -628,6 +661,32 @@ func checkClose(t *testing.T, s *suite) {
 		_, err := l.Acquire(ctx, busy, opts()...)
 		waiter <- err
 	}()
+	// A Do whose fn runs while Close runs: Close must tell fn (cancel its
+	// context) that the lock is gone, not free the name under it silently.
+	doName := RandomName("close-do")
+	fnRunning := make(chan struct{})
+	fnCause := make(chan error, 1)
+	doErr := make(chan error, 1)
+	go func() {
+		doErr <- l.Do(ctx, doName, func(fctx context.Context) error {
+			close(fnRunning)
+			select {
+			case <-fctx.Done():
+				fnCause <- context.Cause(fctx)
+				return fctx.Err()
+			case <-time.After(hangGuard):
+				fnCause <- nil
+				return errors.New("fn's context was not cancelled by Close")
+			}
+		}, opts()...)
+	}()
+	select {
+	case <-fnRunning:
+	case err := <-doErr:
+		t.Fatalf("Do returned before fn ran: %v", err)
+	case <-time.After(hangGuard):
+		t.Fatalf("Do's fn did not start")
+	}
 	time.Sleep(100 * time.Millisecond)
 	if err := call(t, l.Close); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -635,11 +694,21 @@ func checkClose(t *testing.T, s *suite) {
 	if err := call(t, func() error { return <-waiter }); !errors.Is(err, dblock.ErrNotAcquired) {
 		t.Fatalf("waiter ended by Close: %v, want ErrNotAcquired", err)
 	}
+	if cause := call(t, func() error { return <-fnCause }); !errors.Is(cause, dblock.ErrLost) {
+		t.Fatalf("cause of the cancellation of a Do's fn by Close: %v, want ErrLost", cause)
+	}
+	if err := call(t, func() error { return <-doErr }); !errors.Is(err, dblock.ErrLost) {
+		t.Fatalf("Do ended by Close: %v, want ErrLost", err)
+	}
+	wantFree(t, other, ctx, doName)
 	for _, lease := range []*dblock.Lease{la, lb} {
 		select {
 		case <-lease.Done():
 		default:
 			t.Errorf("lease %q still open after Close", lease.Name())
+		}
+		if err := lease.Err(); !errors.Is(err, dblock.ErrLost) {
+			t.Errorf("lease %q after Close: Err %v, want ErrLost (the holder did not release it)", lease.Name(), err)
 		}
 	}
 	wantFree(t, other, ctx, a)
@@ -654,6 +723,281 @@ func checkClose(t *testing.T, s *suite) {
 		t.Errorf("%d connections in use after Close", n)
 	}
 	release(t, holder)
+}
+
+func checkDoPanics(t *testing.T, s *suite) {
+	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("dopanic")
+	type boom struct{}
+	var fnCtx context.Context
+	got := func() (r any) {
+		defer func() { r = recover() }()
+		_ = l.Do(ctx, name, func(fctx context.Context) error {
+			fnCtx = fctx
+			panic(boom{})
+		}, opts()...)
+		return nil
+	}()
+	if _, ok := got.(boom); !ok {
+		t.Fatalf("recovered %v from Do, want fn's panic value", got)
+	}
+	if fnCtx == nil || fnCtx.Err() == nil {
+		t.Errorf("fn's context not cancelled after fn panicked")
+	}
+	// The panic did not leave the name held (nor, for a lease, renewed).
+	wantFree(t, other, ctx, name)
+}
+
+// ph returns the n-th bind marker of kind.
+func ph(kind dialect.Kind, n int) string {
+	if kind == dialect.Postgres {
+		return "$" + strconv.Itoa(n)
+	}
+	return "?"
+}
+
+func checkTakenOver(t *testing.T, s *suite) {
+	l, ctx, name := s.locker(), s.ctx(), RandomName("takenover")
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(900*time.Millisecond), dblock.WithRenewal(true))
+	// Another owner takes the row over behind the holder's back (as after a
+	// stall past its lease): a new owner and a newer token, unexpired.
+	k := s.iso.Kind
+	r, err := s.iso.DB.ExecContext(ctx, "UPDATE dblock_locks SET owner = "+ph(k, 1)+", version = version + 1 WHERE name = "+ph(k, 2)+" AND owner = "+ph(k, 3),
+		"intruder", name, lease.Owner())
+	if err != nil {
+		t.Fatalf("take the row over: %v", err)
+	}
+	if n, err := r.RowsAffected(); err != nil || n != 1 {
+		t.Fatalf("take the row over: %d rows (%v), want 1", n, err)
+	}
+	waitDone(t, lease)
+	if err := lease.Err(); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrTakenOver) {
+		t.Fatalf("Err after a takeover: %v, want ErrLost and ErrTakenOver", err)
+	}
+	if err := lease.Release(ctx); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrTakenOver) {
+		t.Fatalf("Release after a takeover: %v, want ErrLost and ErrTakenOver", err)
+	}
+	h, err := s.iso.DB.LeaseHolder(ctx, nil, name)
+	if err != nil || h.Owner != "intruder" {
+		t.Fatalf("row after the old holder's Release: owner %q (%v), want the new owner's, untouched", h.Owner, err)
+	}
+}
+
+// blockRow makes another transaction hold name's row (on SQLite, the
+// database's write lock), so that writes to it wait; unblock ends it.
+func blockRow(t *testing.T, s *suite, ctx context.Context, name string) (unblock func()) {
+	t.Helper()
+	tx, err := s.iso.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatalf("begin blocker: %v", err)
+	}
+	if s.iso.Kind != dialect.SQLite { // BEGIN IMMEDIATE already holds the write lock.
+		var got string
+		if err := tx.QueryRowxContext(ctx, "SELECT name FROM dblock_locks WHERE name = "+ph(s.iso.Kind, 1)+" FOR UPDATE", name).Scan(&got); err != nil {
+			_ = tx.Rollback()
+			t.Fatalf("lock the row: %v", err)
+		}
+	}
+	var once sync.Once
+	unblock = func() {
+		once.Do(func() {
+			if err := tx.Commit(); err != nil {
+				t.Errorf("end blocker: %v", err)
+			}
+		})
+	}
+	t.Cleanup(unblock)
+	return unblock
+}
+
+func checkRenewalStopsOnRelease(t *testing.T, s *suite) {
+	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("renewstop")
+	const ttl = 300 * time.Millisecond
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl), dblock.WithRenewal(true))
+	// The release statement waits behind another transaction for longer
+	// than the lease. Renewal stops the instant Release begins, so nothing
+	// renews the lease meanwhile, and nothing declares it lost either: the
+	// release, once through, frees the row and reports success.
+	unblock := blockRow(t, s, ctx, name)
+	released := make(chan error, 1)
+	go func() { released <- lease.Release(context.WithoutCancel(ctx)) }()
+	time.Sleep(2 * ttl)
+	unblock()
+	if err := call(t, func() error { return <-released }); err != nil {
+		t.Fatalf("Release whose statement waited past the lease: %v, want success (no renewal or expiry after Release began)", err)
+	}
+	if err := lease.Err(); !errors.Is(err, dblock.ErrReleased) || errors.Is(err, dblock.ErrLost) {
+		t.Fatalf("Err after Release: %v, want ErrReleased", err)
+	}
+	wantFree(t, other, ctx, name)
+}
+
+func checkStrangerRelease(t *testing.T, s *suite) {
+	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("stranger")
+	db := s.iso.DB
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(time.Minute))
+	// The release statement itself refuses anyone but (owner, token).
+	for _, c := range []struct {
+		who   string
+		owner string
+		token dblock.Token
+	}{
+		{"a stranger with the holder's token", "stranger", lease.Token()},
+		{"the holder's owner with another token", lease.Owner(), lease.Token() + 1},
+		{"the holder's owner with an older token", lease.Owner(), lease.Token() - 1},
+	} {
+		if ok, err := db.ReleaseLease(ctx, nil, name, c.owner, c.token); err != nil || ok {
+			t.Fatalf("release by %s: released %v (%v), want refused", c.who, ok, err)
+		}
+	}
+	if err := lease.Err(); err != nil {
+		t.Fatalf("holder's lease after strangers' releases: %v", err)
+	}
+	wantHeld(t, other, ctx, name)
+	// The same owner's earlier hold (an old token) cannot release a newer one.
+	owner, old := lease.Owner(), lease.Token()
+	release(t, lease)
+	again := mustAcquire(t, l, ctx, name, dblock.WithOwner(owner), dblock.WithTTL(time.Minute))
+	if ok, err := db.ReleaseLease(ctx, nil, name, owner, old); err != nil || ok {
+		t.Fatalf("release with the owner's previous token: released %v (%v), want refused", ok, err)
+	}
+	wantHeld(t, other, ctx, name)
+	release(t, again)
+	wantFree(t, other, ctx, name)
+}
+
+// waitExpired waits (bounded) until the database clock is past name's lease.
+func waitExpired(t *testing.T, s *suite, ctx context.Context, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(hangGuard); ; {
+		h, err := s.iso.DB.LeaseHolder(ctx, nil, name)
+		if err != nil {
+			t.Fatalf("read %q: %v", name, err)
+		}
+		if !h.ExpiresAt.After(h.Now) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q: lease not expired by the database clock", name)
+		}
+		time.Sleep(min(h.ExpiresAt.Sub(h.Now)+time.Millisecond, 100*time.Millisecond))
+	}
+}
+
+// busy keeps tx running a statement for d (on SQLite, which has no idle
+// bound, it just waits).
+func busy(ctx context.Context, kind dialect.Kind, tx *sqlx.Tx, d time.Duration) error {
+	switch kind {
+	case dialect.Postgres:
+		_, err := tx.ExecContext(ctx, "SELECT pg_sleep($1)", d.Seconds())
+		return err
+	case dialect.MySQL:
+		_, err := tx.ExecContext(ctx, "SELECT SLEEP(?)", d.Seconds())
+		return err
+	}
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func checkGuardUntilCommit(t *testing.T, s *suite) {
+	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("guard")
+	const ttl = 2 * time.Second
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl))
+	tx, err := s.iso.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := s.caps.Guard(ctx, l, tx, lease); err != nil {
+		t.Fatalf("guard of a held lease: %v", err)
+	}
+	// The guarded transaction runs past the lease's end by the database
+	// clock (running a statement: an idle one may be ended by the server at
+	// the lease's end). Until it commits, nobody takes the name.
+	busyDone := make(chan error, 1)
+	go func() { busyDone <- busy(ctx, s.iso.Kind, tx, ttl+1500*time.Millisecond) }()
+	waitExpired(t, s, ctx, name)
+	wantHeld(t, other, ctx, name)
+	if err := call(t, func() error { return <-busyDone }); err != nil {
+		t.Fatalf("statement in the guarded transaction: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("commit of the guarded transaction: %v", err)
+	}
+	next := mustAcquire(t, other, ctx, name)
+	if s.caps.Fencing && next.Token() <= lease.Token() {
+		t.Errorf("token after the guarded transaction %d, want > %d", next.Token(), lease.Token())
+	}
+	release(t, next)
+}
+
+func checkCloseAfterGuardLoss(t *testing.T, s *suite) {
+	ctx, name := s.ctx(), RandomName("guardloss")
+	l := s.factory(t, s.iso)
+	const ttl = time.Minute
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl))
+	if ok, err := s.iso.DB.ForceRelease(ctx, nil, name); err != nil || !ok {
+		t.Fatalf("force release: %v %v", ok, err)
+	}
+	tx, err := s.iso.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	err = s.caps.Guard(ctx, l, tx, lease)
+	_ = tx.Rollback()
+	if !errors.Is(err, dblock.ErrNotHeld) || !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrForceReleased) {
+		t.Fatalf("guard after a force release: %v, want ErrNotHeld, ErrLost and ErrForceReleased", err)
+	}
+	waitDone(t, lease)
+	// The lease is lost and never released: Close must not wait for its
+	// watchdog to reach the lease's local deadline.
+	start := time.Now()
+	if err := call(t, l.Close); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if d := time.Since(start); d > ttl/2 {
+		t.Fatalf("Close took %v with a lease lost through Guard (TTL %v): its watchdog kept running", d, ttl)
+	}
+}
+
+func checkFencingAcrossReaper(t *testing.T, s *suite) {
+	lockers := []dblock.Locker{s.locker(), s.otherLocker()}
+	ctx, name := s.ctx(), RandomName("fence-reaped")
+	var last dblock.Token
+	for i := 0; i < 4; i++ {
+		lease := mustAcquire(t, lockers[i%2], ctx, name)
+		if lease.Token() <= last {
+			t.Fatalf("acquisition %d after the reaper deleted the row: token %d, want > %d", i, lease.Token(), last)
+		}
+		last = lease.Token()
+		release(t, lease)
+		reapRow(t, s, ctx, name)
+	}
+}
+
+// reapRow runs the reaper's idle-row deletion until name's row is gone.
+func reapRow(t *testing.T, s *suite, ctx context.Context, name string) {
+	t.Helper()
+	k := s.iso.Kind
+	for attempt := 0; ; attempt++ {
+		if _, err := s.iso.DB.ReapIdle(ctx, dialect.ReapParams{Limit: 1000}); err != nil {
+			t.Fatalf("reap idle rows: %v", err)
+		}
+		var n int
+		if err := s.iso.DB.GetContext(ctx, &n, "SELECT count(*) FROM dblock_locks WHERE name = "+ph(k, 1), name); err != nil {
+			t.Fatalf("count %q: %v", name, err)
+		}
+		if n == 0 {
+			return
+		}
+		if attempt == 50 {
+			t.Fatalf("the reaper did not delete the idle row of %q", name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // countRows counts rows of table (a fixed dblock table) matching where.
