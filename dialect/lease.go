@@ -112,10 +112,24 @@ FROM dblock_locks WHERE name = $1`,
 
 	// FOR SHARE blocks every update of the row (a takeover, a release) until
 	// the caller's transaction ends; clock_timestamp() because now() is the
-	// transaction's start.
-	Guard: `SELECT 1 FROM dblock_locks
-WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > clock_timestamp()
-FOR SHARE`,
+	// transaction's start. So that a holder frozen inside that transaction
+	// cannot keep the name past its lease, the same statement bounds the
+	// transaction server-side: idle_in_transaction_session_timeout, local to
+	// the transaction (set_config's is_local), becomes the lease's time left
+	// by the database clock (at least 1 ms, since 0 turns it off), or the
+	// session's own value if that is shorter. The server then ends the
+	// session of a transaction left idle past the lease, and the rival
+	// acquires. The value goes back to the session's at commit or rollback.
+	Guard: `WITH g AS (
+    SELECT expires_at FROM dblock_locks
+    WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > clock_timestamp()
+    FOR SHARE
+)
+SELECT (set_config('idle_in_transaction_session_timeout', least(
+    greatest(1, ceil(extract(epoch FROM g.expires_at - clock_timestamp()) * 1000)),
+    coalesce(nullif(ceil(extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000), 0), 2147483647)
+)::bigint::text, true) IS NOT NULL)::int
+FROM g`,
 
 	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = now()
 WHERE name = $1 AND owner IS NOT NULL
@@ -207,6 +221,10 @@ WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)`
 var mysqlHolder = `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `, reentry
 FROM dblock_locks WHERE name = ?`
 
+// mysqlGuard cannot bound the caller's transaction as the PostgreSQL Guard
+// does: MariaDB's idle_transaction_timeout is session-scoped (SET STATEMENT
+// covers one statement, not the idle time after it) and MySQL has none. See
+// optimistic.Locker.Guard for what users set instead.
 const mysqlGuard = `SELECT 1 FROM dblock_locks
 WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
 LOCK IN SHARE MODE`

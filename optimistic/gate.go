@@ -17,6 +17,13 @@ import (
 // The order is local: waiters in other processes (or on other Lockers) still
 // compete with the head through the database, as in any unfair lock. Mutual
 // exclusion never depends on the gate; it only decides who asks next.
+//
+// Reentrancy never waits in line: a caller whose owner is known to hold the
+// name (the holder the line last saw, from this process or another) asks at
+// once, and a waiter already in line is kicked when the line learns that
+// its owner holds the name (the head before it took it, or the head found
+// it held by that owner), so that it re-enters instead of waiting for
+// itself.
 type gates struct {
 	mu sync.Mutex
 	m  map[string]*line
@@ -32,11 +39,14 @@ type line struct {
 
 // waiter is one Acquire call waiting in a line.
 type waiter struct {
+	owner string
 	// turn receives once when the waiter becomes the head; the value says
 	// whether the name may be free (false: the previous head took it).
 	turn chan bool
 	// kick receives when a release through this Locker may have freed the
-	// name. Buffered one deep; sends never block.
+	// name (sent to the head), or when the name was found held by the
+	// waiter's own owner (sent to any waiter). Buffered one deep; sends
+	// never block.
 	kick chan struct{}
 }
 
@@ -49,10 +59,20 @@ func (g *gates) busy(name string) bool {
 	return g.m[name] != nil
 }
 
-// join puts a new waiter at the end of name's line and reports whether it is
-// the head (the line was empty); a head records seen, the holder it found.
-func (g *gates) join(name string, seen dialect.Holder) (*waiter, bool) {
-	w := &waiter{turn: make(chan bool, 1), kick: make(chan struct{}, 1)}
+// heldBy reports whether the holder the head of name's line last saw is owner.
+func (g *gates) heldBy(name, owner string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ln := g.m[name]
+	return ln != nil && ln.holder.Owner == owner
+}
+
+// join puts a new waiter for owner at the end of name's line and reports
+// whether it is the head (the line was empty); a head records seen, the
+// holder it found. A waiter that joins behind a holder of its own owner is
+// kicked at once.
+func (g *gates) join(name, owner string, seen dialect.Holder) (*waiter, bool) {
+	w := &waiter{owner: owner, turn: make(chan bool, 1), kick: make(chan struct{}, 1)}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ln := g.m[name]
@@ -63,16 +83,48 @@ func (g *gates) join(name string, seen dialect.Holder) (*waiter, bool) {
 	ln.q = append(ln.q, w)
 	if len(ln.q) == 1 {
 		ln.holder = seen
+	} else if owner != "" && ln.holder.Owner == owner {
+		w.poke()
 	}
 	return w, len(ln.q) == 1
 }
 
-// note records the holder the head found.
+// isHead reports whether w is the head of name's line.
+func (g *gates) isHead(name string, w *waiter) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ln := g.m[name]
+	return ln != nil && len(ln.q) > 0 && ln.q[0] == w
+}
+
+// note records the holder a waiter found.
 func (g *gates) note(name string, h dialect.Holder) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if ln := g.m[name]; ln != nil {
-		ln.holder = h
+		ln.saw(h)
+	}
+}
+
+// saw records h as the name's holder and kicks the waiters of its owner:
+// they may re-enter. g.mu is held.
+func (ln *line) saw(h dialect.Holder) {
+	ln.holder = h
+	if h.Owner == "" {
+		return
+	}
+	for _, x := range ln.q {
+		if x.owner == h.Owner {
+			x.poke()
+		}
+	}
+}
+
+// poke sends w a kick unless one is pending.
+func (w *waiter) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -88,7 +140,8 @@ func (g *gates) holder(name string) dialect.Holder {
 
 // leave takes w out of name's line. When w was the head, the next waiter
 // becomes the head; taken, when not nil, is the hold w leaves with (then
-// the next head waits for a release before it asks).
+// the next head waits for a release before it asks, and the waiters of
+// taken's owner are kicked to re-enter).
 func (g *gates) leave(name string, w *waiter, taken *dialect.Holder) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -103,11 +156,13 @@ func (g *gates) leave(name string, w *waiter, taken *dialect.Holder) {
 		ln.q = append(ln.q[:i], ln.q[i+1:]...)
 		if len(ln.q) == 0 {
 			delete(g.m, name)
-		} else if i == 0 {
-			if taken != nil {
-				ln.holder = *taken
+		} else {
+			if i == 0 {
+				ln.q[0].turn <- taken == nil
 			}
-			ln.q[0].turn <- taken == nil
+			if taken != nil {
+				ln.saw(*taken)
+			}
 		}
 		return
 	}
@@ -118,9 +173,6 @@ func (g *gates) kick(name string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if ln := g.m[name]; ln != nil {
-		select {
-		case ln.q[0].kick <- struct{}{}:
-		default:
-		}
+		ln.q[0].poke()
 	}
 }

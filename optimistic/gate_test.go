@@ -47,6 +47,23 @@ func newGateLocker(t *testing.T, iso *dbtest.Isolated) *Locker {
 	return l
 }
 
+// waitInLine starts a goroutine that acquires name through l (waiting in
+// line), releases it and sends the outcome; it returns once the goroutine
+// is in line behind inLine others.
+func waitInLine(ctx context.Context, t *testing.T, l *Locker, name string, inLine int) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, name)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		done <- err
+	}()
+	waitLine(t, l, name, inLine+1)
+	return done
+}
+
 // TestLineOrder: the waiters of one Locker get the name in the order they
 // asked for it, and a goroutine that releases and asks again goes to the
 // back of the line instead of taking the name straight back.
@@ -132,15 +149,7 @@ func TestLineReentry(t *testing.T) {
 		if err != nil {
 			t.Fatalf("outer: %v", err)
 		}
-		waited := make(chan error, 1)
-		go func() {
-			lease, err := l.Acquire(ctx, name)
-			if err == nil {
-				err = lease.Release(ctx)
-			}
-			waited <- err
-		}()
-		waitLine(t, l, name, 1)
+		waited := waitInLine(ctx, t, l, name, 0)
 		inner, err := l.Acquire(ctx, name, dblock.WithOwner(owner), dblock.WithWait(5*time.Second))
 		if err != nil {
 			t.Fatalf("re-entry with a waiter in line: %v", err)
@@ -173,15 +182,7 @@ func TestLineGiveUp(t *testing.T) {
 		if err != nil {
 			t.Fatalf("holder: %v", err)
 		}
-		first := make(chan error, 1)
-		go func() {
-			lease, err := l.Acquire(ctx, name)
-			if err == nil {
-				err = lease.Release(ctx)
-			}
-			first <- err
-		}()
-		waitLine(t, l, name, 1)
+		first := waitInLine(ctx, t, l, name, 0)
 		giveUp, stop := context.WithCancel(ctx)
 		second := make(chan error, 1)
 		go func() {
@@ -204,6 +205,114 @@ func TestLineGiveUp(t *testing.T) {
 		}
 		if err := <-first; err != nil {
 			t.Fatalf("first waiter: %v", err)
+		}
+		if n := l.lineLen(name); n != 0 {
+			t.Fatalf("%d waiters left in line", n)
+		}
+	})
+}
+
+// TestLineOwnerReenters: a caller whose owner holds the name re-enters at
+// once even when waiters of other owners are in this Locker's line, whether
+// the hold was taken in another process (another Locker) before the caller
+// came, or by a goroutine of the same owner that was ahead of it in line.
+// Queueing behind waiters who wait for its own owner would make the caller
+// wait for itself.
+func TestLineOwnerReenters(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+
+		// The owner holds the name through another Locker (another process).
+		l, other := newGateLocker(t, iso), newGateLocker(t, iso)
+		name, owner := locktest.RandomName("line-owner"), dblock.NewOwner()
+		outer, err := other.Acquire(ctx, name, dblock.WithOwner(owner))
+		if err != nil {
+			t.Fatalf("outer: %v", err)
+		}
+		waited := waitInLine(ctx, t, l, name, 0)
+		inner, err := l.Acquire(ctx, name, dblock.WithOwner(owner), dblock.WithWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("re-entry of a hold taken in another process, with a waiter in line: %v", err)
+		}
+		if inner.Token() != outer.Token() {
+			t.Fatalf("re-entry: token %d, want %d", inner.Token(), outer.Token())
+		}
+		if err := inner.Release(ctx); err != nil {
+			t.Fatalf("release inner: %v", err)
+		}
+		if err := outer.Release(ctx); err != nil {
+			t.Fatalf("release outer: %v", err)
+		}
+		if err := <-waited; err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+
+		// Two goroutines of one owner wait in line with a waiter of another
+		// owner between them; when the first takes the name, the second
+		// re-enters without waiting for the name to be released.
+		name, owner = locktest.RandomName("line-owner2"), dblock.NewOwner()
+		holder, err := other.Acquire(ctx, name)
+		if err != nil {
+			t.Fatalf("holder: %v", err)
+		}
+		first := make(chan *dblock.Lease, 1)
+		errs := make(chan error, 3)
+		go func() {
+			lease, err := l.Acquire(ctx, name, dblock.WithOwner(owner))
+			if err != nil {
+				errs <- err
+				return
+			}
+			first <- lease
+		}()
+		waitLine(t, l, name, 1)
+		go func() {
+			lease, err := l.Acquire(ctx, name)
+			if err == nil {
+				err = lease.Release(ctx)
+			}
+			errs <- err
+		}()
+		waitLine(t, l, name, 2)
+		second := make(chan *dblock.Lease, 1)
+		go func() {
+			lease, err := l.Acquire(ctx, name, dblock.WithOwner(owner))
+			if err != nil {
+				errs <- err
+				return
+			}
+			second <- lease
+		}()
+		waitLine(t, l, name, 3)
+		if err := holder.Release(ctx); err != nil {
+			t.Fatalf("release holder: %v", err)
+		}
+		var a, b *dblock.Lease
+		select {
+		case a = <-first:
+		case err := <-errs:
+			t.Fatalf("waiter: %v", err)
+		}
+		select {
+		case b = <-second:
+		case err := <-errs:
+			t.Fatalf("waiter: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the second goroutine of the holding owner did not re-enter while the first held the name")
+		}
+		if a.Token() != b.Token() {
+			t.Fatalf("re-entry: token %d, want %d", b.Token(), a.Token())
+		}
+		if err := b.Release(ctx); err != nil {
+			t.Fatalf("release second: %v", err)
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Fatalf("release first: %v", err)
+		}
+		if err := <-errs; err != nil {
+			t.Fatalf("waiter of another owner: %v", err)
 		}
 		if n := l.lineLen(name); n != 0 {
 			t.Fatalf("%d waiters left in line", n)

@@ -22,6 +22,27 @@ type Tx interface {
 // other writer. Write to the protected tables after Guard, in the same
 // transaction, and the writes commit only while the lock is really held.
 //
+// A holder that freezes (or is partitioned) inside tx after Guard must not
+// keep the name forever, so Guard bounds tx by the lease:
+//   - PostgreSQL: Guard sets idle_in_transaction_session_timeout, for tx only,
+//     to the lease's time left by the database clock (or keeps the session's
+//     value if shorter). A tx left idle past the lease is ended by the server
+//     (its session closed) and rolled back, and another owner acquires. The
+//     renewal of the lease waits for tx (the row is share-locked), so keep tx
+//     shorter than the lease's time left, which Lease.Deadline bounds from
+//     below.
+//   - MySQL and MariaDB cannot bound one transaction: MariaDB's
+//     idle_transaction_timeout is a session variable (SET STATEMENT scopes it
+//     to one statement only, and a session value would outlive tx on a pooled
+//     connection), and MySQL has no such setting. Guard therefore leaves the
+//     session alone: set idle_transaction_timeout (MariaDB) for the
+//     application's sessions yourself, e.g. in the DSN
+//     (?idle_transaction_timeout=30), and keep wait_timeout and TCP keepalives
+//     bounded, or a holder frozen inside tx blocks the name until the server
+//     drops its session.
+//   - SQLite is single-host: a frozen holder's write transaction blocks every
+//     writer of the database, whatever Guard does.
+//
 // When the lease no longer holds, Guard returns an error wrapping
 // dblock.ErrNotHeld and the *dblock.LostError saying why (ErrLost with
 // ErrExpired, ErrTakenOver or ErrForceReleased, or ErrReleased after

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
 )
@@ -77,4 +78,83 @@ func TestGuard(t *testing.T) {
 			t.Fatalf("guard after expiry: %v, want ErrNotHeld and ErrExpired", err)
 		}
 	})
+}
+
+// TestGuardBoundsIdleTransaction (PostgreSQL): a transaction that guarded a
+// lease and then idles past it, as a frozen holder's would, is ended by the
+// server, and another owner acquires; the bound is local to the
+// transaction, so a guarded transaction that commits leaves its pooled
+// session's setting as it was.
+func TestGuardBoundsIdleTransaction(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.Postgres)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, other := newOptimistic(t, iso.DB), newOptimistic(t, iso.DB)
+	name := locktest.RandomName("guard-idle")
+	lease, err := l.Acquire(ctx, name, dblock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	tx, err := iso.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := l.Guard(ctx, tx, lease); err != nil {
+		t.Fatalf("guard: %v", err)
+	}
+	// The holder freezes: tx idles with the row share-locked. The rival
+	// gets the name once the server has ended tx (about a second); the
+	// generous bound only guards against a wait that would never end.
+	next, err := other.Acquire(ctx, name, dblock.WithWait(20*time.Second))
+	if err != nil {
+		t.Fatalf("rival of an idle guarded transaction: %v", err)
+	}
+	if next.Token() <= lease.Token() {
+		t.Errorf("rival's token %d, want > %d", next.Token(), lease.Token())
+	}
+	if err := tx.Commit(); err == nil {
+		t.Fatalf("commit of a guarded transaction the server ended: succeeded")
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+
+	// A guarded transaction that commits: the session's setting is back.
+	conn, err := iso.DB.Connx(ctx)
+	if err != nil {
+		t.Fatalf("conn: %v", err)
+	}
+	defer conn.Close()
+	lease, err = l.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	tx2, err := conn.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	if err := l.Guard(ctx, tx2, lease); err != nil {
+		t.Fatalf("guard: %v", err)
+	}
+	var inTx, after string
+	if err := tx2.GetContext(ctx, &inTx, "SHOW idle_in_transaction_session_timeout"); err != nil {
+		t.Fatalf("show: %v", err)
+	}
+	if inTx == "0" {
+		t.Errorf("idle_in_transaction_session_timeout inside the guarded transaction is %q, want the lease's time left", inTx)
+	}
+	if err := tx2.Commit(); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if err := conn.GetContext(ctx, &after, "SHOW idle_in_transaction_session_timeout"); err != nil {
+		t.Fatalf("show: %v", err)
+	}
+	if after != "0" {
+		t.Errorf("idle_in_transaction_session_timeout after commit is %q, want the session's 0", after)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
 }

@@ -45,9 +45,13 @@ type Config struct {
 	// PollMax caps a waiter's backoff. Defaults to PollMaxDefault.
 	PollMax time.Duration
 	// ReleaseTimeout bounds the release run by Do after fn returns and by
-	// Close for every lease still held. Defaults to ReleaseTimeoutDefault.
+	// Close for every lease still held, and each attempt of any release (a
+	// Release whose ctx has no deadline still gives up a connection that
+	// stops answering, and retries on another until the lease's deadline).
+	// Defaults to ReleaseTimeoutDefault.
 	ReleaseTimeout time.Duration
-	// StatementTimeout bounds each acquire statement. The statement is not
+	// StatementTimeout bounds each acquire statement and each read of a
+	// waiter. The acquire statement is not
 	// cut short when ctx ends: a statement cancelled in flight may have
 	// taken the lock without the caller knowing, leaving the name held until
 	// the lease expires. A cancelled wait therefore returns after at most
@@ -112,6 +116,7 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 	}
 	l.keeper = leasekeeper.New(leasekeeper.Config{
 		DB: db, Prefix: "optimistic", Logger: l.logger, Hooks: l.hooks, RetryMin: c.PollMin, ReleaseTimeout: c.ReleaseTimeout,
+		Closed: ErrClosed,
 	})
 	if !c.DisableNotify && db.Dialect.Caps().Notify {
 		l.hub = wake.New(db, l.logger)
@@ -148,10 +153,14 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return dblock.Run(ctx, lease, l.cfg.ReleaseTimeout, fn)
 }
 
-// Close releases every lease still held through l (bounded by
-// Config.ReleaseTimeout), ends waits in progress with ErrClosed, stops the
+// Close ends waits in progress with ErrClosed, ends every lease still held
+// through l and frees its row (bounded by Config.ReleaseTimeout), stops the
 // watchdogs and the wake-up connection, and returns when they have stopped.
 // Calling it again does nothing.
+//
+// A lease ended by Close is lost to its holder: Done closes, Err wraps
+// dblock.ErrLost and ErrClosed, and the context of a Do running under it is
+// cancelled with that error as its cause, before the row is freed.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -228,12 +237,13 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	// whether to ask the database at once: the head asks at once when it
 	// has not asked yet, or when it just subscribed (a release announced
 	// before the subscription would be missed); a later head asks at once
-	// unless the head before it left holding the name.
+	// unless the head before it left holding the name (for another owner).
 	unsubscribe := func() {}
 	defer func() { unsubscribe() }()
+	var waitTurn func() (bool, error)
 	queue := func(asked bool) (bool, error) {
 		var head bool
-		w, head = l.gates.join(name, res.Holder)
+		w, head = l.gates.join(name, o.Owner, res.Holder)
 		kickCh = w.kick
 		subscribed := false
 		if wakeCh == nil && l.hub != nil {
@@ -243,12 +253,21 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 		if head {
 			return !asked || subscribed, nil
 		}
+		return waitTurn()
+	}
+	// waitTurn waits until this call is the head, or is kicked because the
+	// name was found held by its own owner (it then asks, to re-enter,
+	// keeping its place in line).
+	waitTurn = func() (bool, error) {
 		select {
 		case free := <-w.turn:
 			if !free {
 				res = dialect.AcquireResult{Holder: l.gates.holder(name)}
+				return res.Holder.Owner == o.Owner, nil
 			}
-			return free, nil
+			return true, nil
+		case <-w.kick:
+			return true, nil
 		case <-waitCtx.Done():
 			return false, l.gaveUp(name, unknown, lastErr, context.Cause(waitCtx))
 		case <-l.closing:
@@ -256,10 +275,11 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 		}
 	}
 	ask := true // Ask the database this round (else wait first).
-	if wait && l.gates.busy(name) && !l.keeper.Holds(name, o.Owner) {
+	if wait && l.gates.busy(name) && !l.keeper.Holds(name, o.Owner) && !l.gates.heldBy(name, o.Owner) {
 		// Others of this Locker already wait for the name: queue behind
-		// them rather than race them. (An owner that holds the name
-		// re-enters at once; queueing would wait for itself.)
+		// them rather than race them. (An owner that holds the name, here
+		// or in another process, re-enters at once; queueing would wait for
+		// itself.)
 		if ask, err = queue(false); err != nil {
 			return nil, err
 		}
@@ -281,7 +301,9 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 			// A timer wake-up reads first: a read takes no write lock, so
 			// pollers never compete with the holder's release (SQLite has
 			// one writer) and cost one round trip while the name stays held.
-			h, err := l.db.LeaseHolder(waitCtx, nil, name)
+			rctx, cancel := context.WithTimeout(waitCtx, l.cfg.StatementTimeout)
+			h, err := l.db.LeaseHolder(rctx, nil, name)
+			cancel()
 			if err == nil && h.Held() && h.Owner != o.Owner {
 				res, lastErr, ask = dialect.AcquireResult{Holder: h}, nil, false
 				l.gates.note(name, h)
@@ -337,6 +359,16 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 				}
 			} else {
 				l.gates.note(name, res.Holder)
+				if !l.gates.isHead(name, w) {
+					// Kicked to re-enter, and the name is not (or no
+					// longer) this owner's: back to waiting for the turn.
+					if ask, err = waitTurn(); err != nil {
+						return nil, err
+					}
+					if ask {
+						continue
+					}
+				}
 			}
 		}
 		ask = true

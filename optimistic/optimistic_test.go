@@ -1,8 +1,10 @@
 package optimistic_test
 
 import (
+	"context"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
 	"go.uber.org/goleak"
 
 	"github.com/dblock-go/dblock"
@@ -32,9 +34,14 @@ func newLocker(t *testing.T, iso *dbtest.Isolated) dblock.Locker {
 	return l
 }
 
+// guard is the suite's view of Locker.Guard.
+func guard(ctx context.Context, l dblock.Locker, tx *sqlx.Tx, lease *dblock.Lease) error {
+	return l.(*optimistic.Locker).Guard(ctx, tx, lease)
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	locktest.Run(t, newLocker, locktest.Caps{Lease: true, Reentrant: true, Fencing: true})
+	locktest.Run(t, newLocker, locktest.Caps{Lease: true, Reentrant: true, Fencing: true, Guard: guard})
 }
 
 func TestProcesses(t *testing.T) {
