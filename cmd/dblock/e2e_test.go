@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -988,4 +989,102 @@ func TestExecFairQueue(t *testing.T) {
 			t.Errorf("fair waiters ran in order %q, want \"w1 w2\"", got)
 		}
 	})
+}
+
+// TestStatusReadOnlyRole runs status as a role that may only read the dblock
+// tables while a pessimistic transaction holds a name. MariaDB lets such a
+// role take the shared lock of the probe, so the hold is shown; PostgreSQL
+// wants UPDATE for any locking read, so status shows the leases and says on
+// one stderr line that transaction holds are not shown.
+func TestStatusReadOnlyRole(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			roDSN := readOnlyRole(t, iso)
+			dir := t.TempDir()
+			ready := filepath.Join(dir, "ready")
+			c := cli{dsn: iso.DSN}
+			holder := c.start(t, "exec", "--lock", "ro-p", "--mode", "pessimistic", "--ttl", "5m", "--",
+				"sh", "-c", `echo ok > "$1"; exec sleep 120`, "sh", ready)
+			waitFile(t, ready)
+			expireLease(t, iso, "ro-x", "someone")
+
+			r := cli{dsn: roDSN}.expect(t, 0, "status", "--json")
+			var st statusJSON
+			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+				t.Fatalf("status --json as a read-only role: %v\n%s", err, r.stdout)
+			}
+			names := []string{}
+			for _, l := range st.Locks {
+				names = append(names, l.Name+"/"+l.Mode)
+			}
+			if kind == dialect.Postgres {
+				assertOneLine(t, r.stderr, "status: transaction (pessimistic) holds not shown", "grant it UPDATE")
+				if strings.Join(names, " ") != "ro-x/optimistic" {
+					t.Errorf("locks as a read-only role: %v, want the expired lease only", names)
+				}
+			} else {
+				if r.stderr != "" {
+					t.Errorf("stderr %q", r.stderr)
+				}
+				if strings.Join(names, " ") != "ro-p/pessimistic ro-x/optimistic" {
+					t.Errorf("locks as a read-only role: %v, want the pessimistic hold and the expired lease", names)
+				}
+			}
+			holder.signal(syscall.SIGTERM)
+			holder.wait()
+		})
+	}
+}
+
+// readOnlyRole creates a login that may only read iso's tables (dropped at
+// cleanup) and returns iso's DSN for it.
+func readOnlyRole(t *testing.T, iso *dbtest.Isolated) string {
+	t.Helper()
+	ctx := context.Background()
+	role := fmt.Sprintf("dbt_ro_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000_000)
+	admin := iso.DB // Connected as the server's superuser.
+	var stmts, drop []string
+	var dsn string
+	switch iso.Kind {
+	case dialect.Postgres:
+		u, err := url.Parse(iso.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schema := u.Query().Get("search_path")
+		stmts = []string{"CREATE ROLE " + role + " LOGIN", "GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+			"GRANT SELECT ON ALL TABLES IN SCHEMA " + schema + " TO " + role}
+		drop = []string{"DROP OWNED BY " + role, "DROP ROLE " + role}
+		u.User = url.User(role)
+		dsn = u.String()
+	case dialect.MySQL:
+		rest := strings.TrimPrefix(iso.DSN, "mysql://")
+		at, slash := strings.Index(rest, "@"), strings.LastIndex(rest, "/")
+		if at < 0 || slash < at {
+			t.Fatalf("unexpected MySQL DSN %q", dialect.Redact(iso.DSN))
+		}
+		database := rest[slash+1:]
+		if i := strings.IndexByte(database, '?'); i >= 0 {
+			database = database[:i]
+		}
+		stmts = []string{"CREATE USER '" + role + "'@'%'", "GRANT SELECT ON `" + database + "`.* TO '" + role + "'@'%'"}
+		drop = []string{"DROP USER '" + role + "'@'%'"}
+		dsn = "mysql://" + role + rest[at:]
+	}
+	t.Cleanup(func() {
+		for _, q := range drop {
+			if _, err := admin.ExecContext(context.WithoutCancel(ctx), q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	for _, q := range stmts {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return dsn
 }

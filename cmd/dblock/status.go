@@ -26,16 +26,18 @@ A lease past its expiry that the reaper has not freed yet is shown as
 "expired ... ago": anyone may take it.
 
 A lock held in pessimistic mode is a running transaction's row lock and
-writes no owner: status finds it with a locking read that never waits
-(SKIP LOCKED; its own shared lock lasts one statement), and shows it with
-mode pessimistic, no owner, no token (the holder's is not committed yet) and
-no lease: it lasts until its transaction ends. With NAMEs, those names are
+writes no owner: status finds it with a locking read that never waits (SKIP
+LOCKED; its own shared lock lasts one statement) and shows it with mode
+pessimistic, no owner, no token (the holder's is not committed yet) and no
+lease: it lasts until its transaction ends. With NAMEs, those names are
 probed; without, up to 1000 rows that no live lease names (PostgreSQL: only
 rows a lock has marked), in name order, and a note says when there were
-more: name a lock to be sure. On SQLite a pessimistic hold is the database's
-write lock, which does not say which name it is for: status says "database
-write-locked by a transaction", and reports every NAME asked for that no
-lease row names as held by it (none can be taken until it ends).
+more: name a lock to be sure. On PostgreSQL the locking read needs UPDATE on
+dblock_locks: a role without it gets the rest, and one line on stderr saying
+that transaction holds are not shown. On SQLite a pessimistic hold is the
+database's write lock, which does not say which name it is for: status says
+"database write-locked by a transaction", and reports every NAME asked for
+that no lease row names as held by it (none can be taken until it ends).
 
 Flags:
   --json   print one JSON document instead of tables (see below)
@@ -138,7 +140,13 @@ func (a *app) status(ctx context.Context, args []string) error {
 		return fmt.Errorf("status: %w", a.schemaError(err))
 	}
 	tx, err := db.ProbeTxHolds(ctx, names, dialect.TxProbeLimitDefault)
-	if err != nil {
+	switch {
+	case dialect.PermissionDenied(err):
+		// A read-only role (PostgreSQL wants UPDATE for a locking read)
+		// still gets the lease holders, with a word about what is missing.
+		a.errorLine(fmt.Errorf("status: transaction (pessimistic) holds not shown: this role may not lock rows of dblock_locks (PostgreSQL: grant it UPDATE): %w", err))
+		tx = dialect.TxHolds{}
+	case err != nil:
 		return fmt.Errorf("status: probe for transaction holds: %w", a.schemaError(err))
 	}
 	var now time.Time
