@@ -69,6 +69,14 @@ innodb_buffer_pool_size=32M
 	if err := os.WriteFile(m.cnf, []byte(cnf), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(m.kill)
+	m.start(t)
+	return m
+}
+
+// start starts the server and waits (at most 60 s) until it answers.
+func (m *mariaInstance) start(t *testing.T) {
+	t.Helper()
 	bin, err := exec.LookPath("mariadbd")
 	if err != nil {
 		bin = "/usr/sbin/mariadbd"
@@ -78,9 +86,10 @@ innodb_buffer_pool_size=32M
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	m.done = make(chan struct{})
-	go func() { _ = m.cmd.Wait(); close(m.done) }()
-	t.Cleanup(m.kill)
+	done := make(chan struct{})
+	m.done = done
+	cmd := m.cmd
+	go func() { _ = cmd.Wait(); close(done) }()
 	end := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -88,18 +97,32 @@ innodb_buffer_pool_size=32M
 		cancel()
 		if err == nil {
 			_ = db.Close()
-			return m
+			return
 		}
 		select {
-		case <-m.done:
+		case <-done:
 			log, _ := os.ReadFile(m.errLog)
-			t.Fatalf("%s exited: %s", name, tail(string(log), 3000))
+			t.Fatalf("%s exited: %s", m.name, tail(string(log), 3000))
 		default:
 		}
 		if time.Now().After(end) {
-			t.Fatalf("%s not answering after 60 s: %v", name, err)
+			t.Fatalf("%s not answering after 60 s: %v", m.name, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// shutdown stops the server the normal way (SIGTERM: client sessions are
+// ended, InnoDB is flushed) and waits at most 60 s for it to exit.
+func (m *mariaInstance) shutdown() error {
+	if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case <-m.done:
+		return nil
+	case <-time.After(60 * time.Second):
+		return fmt.Errorf("%s still running 60 s after SIGTERM", m.name)
 	}
 }
 
