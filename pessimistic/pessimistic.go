@@ -1018,10 +1018,11 @@ func isConnErr(err error) bool {
 		errors.Is(err, driver.ErrBadConn)
 }
 
-// Close rolls back the locks still held through this Locker (their handles
-// report ErrReleased), each bounded by a clean-up timeout, stops the session
-// watcher and gives the Locker's own connection back. It does not close the
-// database.
+// Close rolls back the locks still held through this Locker, each bounded by
+// a clean-up timeout (their handles are ended as lost first: Err wraps
+// dblock.ErrLost and ErrClosed, and a running Do's fn has its context
+// cancelled), stops the session watcher and gives the Locker's own
+// connection back. It does not close the database.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -1044,6 +1045,11 @@ func (l *Locker) Close() error {
 		}
 	}
 	l.mu.Unlock()
+	// End the holds as lost before rolling them back, so that code still
+	// working under them (a Do's fn) has its context cancelled first.
+	for _, lease := range leases {
+		lease.ctl.LoseIfHeld(ErrClosed)
+	}
 	var errs []error
 	for _, lease := range leases {
 		lease.rollback.Store(true)
