@@ -19,6 +19,11 @@ import (
 // overrides it for quicker experiments.
 var benchRows = envInt("DBLOCK_BENCH_ROWS", 1_000_000)
 
+// benchIdleRows is how many idle rows (free for two days) BenchmarkPass seeds
+// beside them; DBLOCK_BENCH_IDLE_ROWS overrides it. Their deletion raises the
+// fencing floor on MySQL once a batch, which foreground acquisitions meet.
+var benchIdleRows = envInt("DBLOCK_BENCH_IDLE_ROWS", 200_000)
+
 // benchPause is the reaper's BatchPause in BenchmarkPass (DBLOCK_BENCH_PAUSE,
 // a Go duration; the default pause when unset).
 var benchPause, _ = time.ParseDuration(os.Getenv("DBLOCK_BENCH_PAUSE"))
@@ -33,17 +38,19 @@ func envInt(key string, def int) int {
 // benchWorkers is how many goroutines acquire and release in the foreground.
 const benchWorkers = 4
 
-// BenchmarkPass seeds 1,000,000 expired leases, then measures one pass and
-// the foreground acquire+release rate (4 goroutines, each on its own name)
-// while it runs, beside the rate with no pass running (the mean of 5 s before
-// and 5 s after the pass). It runs only with
+// BenchmarkPass seeds 1,000,000 expired leases and 200,000 idle rows, then
+// measures one pass and the foreground acquire+release rate (4 goroutines,
+// each on its own name) while it runs, beside the rate with no pass running
+// (the mean of 5 s before and 5 s after the pass). It runs only with
 // -bench (go test -run '^$' -bench Pass -benchtime 1x ./reaper/) and reports:
 //
 //	pass-s          the pass's wall time
-//	freed           rows the pass freed
+//	freed           expired leases the pass freed
+//	idle-deleted    idle rows the pass deleted
 //	idle-ops/s      foreground acquire+release pairs per second without a pass
 //	during-ops/s    the same while the pass runs
 //	during/idle     their ratio (the design asks for at least 0.8)
+//	fg-errors       foreground acquisitions refused or failed during the pass (want 0)
 func BenchmarkPass(b *testing.B) {
 	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
 		b.Run(string(kind), func(b *testing.B) {
@@ -59,7 +66,8 @@ func benchPass(b *testing.B, iso *dbtest.Isolated) {
 	ctx := context.Background()
 	seedStart := time.Now()
 	seedExpired(b, iso.DB, benchRows)
-	b.Logf("%s: seeded %d expired leases in %v", iso.Kind, benchRows, time.Since(seedStart).Round(time.Millisecond))
+	seedIdle(b, iso.DB, fmt.Sprintf("idle-%d", b.N), benchIdleRows, int64(benchRows))
+	b.Logf("%s: seeded %d expired leases and %d idle rows in %v", iso.Kind, benchRows, benchIdleRows, time.Since(seedStart).Round(time.Millisecond))
 
 	fg := iso.Open(b)
 	before, _ := foreground(b, fg, 5*time.Second, nil)
@@ -83,6 +91,9 @@ func benchPass(b *testing.B, iso *dbtest.Isolated) {
 	if st.ExpiredFreed < benchRows {
 		b.Fatalf("pass freed %d, want at least %d", st.ExpiredFreed, benchRows)
 	}
+	if st.IdleDeleted < benchIdleRows {
+		b.Fatalf("pass deleted %d idle rows, want at least %d", st.IdleDeleted, benchIdleRows)
+	}
 	// The database is still writing back the seed, and other work may share
 	// the server: the rate without a pass is the mean of one measured before
 	// and one after it.
@@ -90,11 +101,13 @@ func benchPass(b *testing.B, iso *dbtest.Isolated) {
 	idleRate := (before + after) / 2
 	b.ReportMetric(passDur.Seconds(), "pass-s")
 	b.ReportMetric(float64(st.ExpiredFreed), "freed")
+	b.ReportMetric(float64(st.IdleDeleted), "idle-deleted")
+	b.ReportMetric(float64(errs), "fg-errors")
 	b.ReportMetric(idleRate, "idle-ops/s")
 	b.ReportMetric(duringRate, "during-ops/s")
 	b.ReportMetric(duringRate/idleRate, "during/idle")
-	b.Logf("%s: batch pause %v: pass %v freed %d in %d batches; foreground %.0f ops/s idle (%.0f before, %.0f after), %.0f ops/s during the pass (%.2fx), %d foreground errors",
-		iso.Kind, r.Config().BatchPause, passDur.Round(time.Millisecond), st.ExpiredFreed, st.Batches, idleRate, before, after, duringRate, duringRate/idleRate, errs)
+	b.Logf("%s: batch pause %v: pass %v freed %d and deleted %d idle in %d batches; foreground %.0f ops/s idle (%.0f before, %.0f after), %.0f ops/s during the pass (%.2fx), %d foreground errors",
+		iso.Kind, r.Config().BatchPause, passDur.Round(time.Millisecond), st.ExpiredFreed, st.IdleDeleted, st.Batches, idleRate, before, after, duringRate, duringRate/idleRate, errs)
 }
 
 // foreground runs benchWorkers goroutines acquiring and releasing their own

@@ -23,6 +23,7 @@ const (
 	metricOldestStale  = "dblock_reaper_oldest_stale_age_seconds"
 	metricLocksHeld    = "dblock_reaper_locks_held"
 	metricWaiters      = "dblock_reaper_waiters"
+	metricDeadWaiters  = "dblock_reaper_dead_waiters"
 	metricLastSuccess  = "dblock_reaper_last_success_timestamp_seconds"
 	rowsExpiredFreed   = "expired_freed"
 	rowsWaitersDeleted = "waiters_deleted"
@@ -42,6 +43,7 @@ type metrics struct {
 	oldestStale float64
 	locksHeld   float64
 	waiters     float64
+	deadWaiters float64
 	lastSuccess float64 // Unix seconds; 0 until a pass succeeds
 }
 
@@ -67,6 +69,7 @@ func (m *metrics) observe(st Stats, err error) {
 		m.oldestStale = st.OldestStale.Seconds()
 		m.locksHeld = float64(st.LocksHeld)
 		m.waiters = float64(st.Waiters)
+		m.deadWaiters = float64(st.DeadWaiters)
 		m.lastSuccess = float64(time.Now().UnixMicro()) / 1e6
 	}
 }
@@ -98,12 +101,14 @@ func (m *metrics) writeText(w io.Writer) error {
 	sample(metricSkipped, "", m.skipped)
 	family(metricDuration, "gauge", "Duration of the last successful pass, in seconds.")
 	sample(metricDuration, "", m.duration)
-	family(metricOldestStale, "gauge", "Seconds since the oldest lease still in the table expired, at the end of the last pass.")
+	family(metricOldestStale, "gauge", "Seconds since the oldest lease not yet freed expired, as the last successful pass found it (how far behind the reaper is).")
 	sample(metricOldestStale, "", m.oldestStale)
-	family(metricLocksHeld, "gauge", "Unexpired leases at the end of the last pass.")
+	family(metricLocksHeld, "gauge", "Unexpired leases, as the last successful pass found them.")
 	sample(metricLocksHeld, "", m.locksHeld)
-	family(metricWaiters, "gauge", "Fair-queue waiters at the end of the last pass.")
+	family(metricWaiters, "gauge", "Live fair-queue waiters, as the last successful pass found them.")
 	sample(metricWaiters, "", m.waiters)
+	family(metricDeadWaiters, "gauge", "Fair-queue waiters whose heartbeat stopped, as the last successful pass found them (before deleting them).")
+	sample(metricDeadWaiters, "", m.deadWaiters)
 	family(metricLastSuccess, "gauge", "Unix time of the last successful pass (0 before the first).")
 	sample(metricLastSuccess, "", m.lastSuccess)
 	_, err := w.Write(b)
@@ -111,9 +116,8 @@ func (m *metrics) writeText(w io.Writer) error {
 }
 
 // Handler serves /metrics (Prometheus text exposition format) and /healthz:
-// 200 "ok" when the last pass succeeded (or none ran yet) and the database
-// answers a ping, 503 with the reason otherwise. Mount it on a server of
-// your own, e.g. http.ListenAndServe(addr, r.Handler()).
+// 200 "ok" when Healthy returns nil, 503 with the reason otherwise. Mount it
+// on a server of your own, e.g. http.ListenAndServe(addr, r.Handler()).
 func (r *Reaper) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
@@ -135,13 +139,39 @@ func (r *Reaper) Handler() http.Handler {
 // healthPingTimeout bounds the database ping of a health check.
 const healthPingTimeout = 2 * time.Second
 
-// Healthy returns nil when the last pass succeeded (or none ran yet) and the
-// database answers a ping, and the reason otherwise.
+// HealthyRuns is how many scheduled runs may pass without a success before a
+// started Reaper reports itself unhealthy.
+const HealthyRuns = 3
+
+// Healthy returns nil when the reaper does its job and the database answers
+// a ping, and the reason otherwise. A started Reaper does its job while some
+// pass succeeded (or was skipped because another replica holds the reaper
+// lease), or some batch of a long pass succeeded, no longer ago than
+// HealthyRuns scheduled runs (counted from Start before the first success):
+// one failed pass, a database restart say, does not make it unhealthy, three
+// in a row do. A Reaper that was not started (RunOnce only) does its job
+// unless its last pass failed.
 func (r *Reaper) Healthy(ctx context.Context) error {
 	r.mu.Lock()
-	lastErr := r.lastErr
+	started, lastErr, lastOK := r.started && !r.stopped, r.lastErr, r.lastOK
+	if lastOK.IsZero() {
+		lastOK = r.startAt
+	}
 	r.mu.Unlock()
-	if lastErr != nil {
+	switch {
+	case started:
+		due := lastOK
+		for range HealthyRuns {
+			due = r.schedule.Next(due)
+		}
+		if now := time.Now(); now.After(due) {
+			err := fmt.Errorf("reaper: no pass succeeded since %s (%d scheduled runs)", lastOK.UTC().Format(time.RFC3339), HealthyRuns)
+			if lastErr != nil {
+				err = fmt.Errorf("%w; last pass failed: %w", err, lastErr)
+			}
+			return err
+		}
+	case lastErr != nil:
 		return fmt.Errorf("reaper: last pass failed: %w", lastErr)
 	}
 	ctx, cancel := context.WithTimeout(ctx, healthPingTimeout)

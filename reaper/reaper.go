@@ -2,6 +2,8 @@ package reaper
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,6 +44,9 @@ type Config struct {
 	// Defaults to "@every 15s".
 	Schedule string
 	// BatchSize bounds the rows one statement frees or deletes (1 to 10000).
+	// On SQLite, where a batch holds the database's only write lock, batches
+	// start at a sixteenth of it and grow (or shrink back) to hold that lock
+	// about 20 ms, a fifth of what a lease acquisition waits for it.
 	// Defaults to 1000.
 	BatchSize int
 	// Retention is how long a free row stays before it is deleted (at least
@@ -56,13 +61,18 @@ type Config struct {
 	// pause. Defaults to 100ms.
 	BatchPause time.Duration
 	// QueryTimeout bounds each batch (and each statement on the reaper's own
-	// lease). The reaper's lease lasts four times this and is renewed between
-	// batches. Defaults to 30s.
+	// lease). The reaper's lease lasts four times this and is renewed before
+	// a batch once a third of it has passed; no batch runs past the lease's
+	// local deadline. Defaults to 30s.
 	QueryTimeout time.Duration
-	// Owner names this replica as the holder of the reaper lease. Defaults to
-	// dblock.NewOwner().
+	// Owner names this replica. Each pass holds the reaper lease as Owner
+	// followed by "#" and a random pass id, so two passes never share an
+	// owner (and never re-enter each other's lease), even two passes of one
+	// Reaper or of replicas given the same Owner. At most 238 bytes.
+	// Defaults to dblock.NewOwner().
 	Owner string
-	// Logger receives per-pass counts (Info), skipped passes and retries
+	// Logger receives per-pass counts (Info when the pass freed or deleted
+	// rows, Debug when it found nothing to do), skipped passes and retries
 	// (Debug, Warn) and failed scheduled passes (Error). Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks observe passes, for metrics and tracing. Optional.
@@ -90,6 +100,8 @@ type Stats struct {
 	Stopped bool
 	// Token is the reaper lease's fencing token when the pass worked.
 	Token dblock.Token
+	// Owner is the pass's owner of the reaper lease (Config.Owner#pass id).
+	Owner string
 	// ExpiredFreed counts leases freed because they expired.
 	ExpiredFreed int
 	// WaitersDeleted counts fair-queue waiters deleted because their heartbeat stopped.
@@ -100,11 +112,15 @@ type Stats struct {
 	Batches int
 	// Duration is how long the pass took.
 	Duration time.Duration
-	// LocksHeld, Waiters and OldestStale are read at the end of a pass that
-	// worked: unexpired leases (not counting the reaper's own), fair-queue
-	// waiters, and how long ago the oldest lease still in the table expired.
+	// LocksHeld, Waiters, DeadWaiters and OldestStale describe the tables
+	// as a pass that worked found them, read once it held the reaper lease
+	// and before it changed anything: unexpired leases (not counting the
+	// reaper's own), live fair-queue waiters, waiters whose heartbeat
+	// deadline passed, and how long ago the oldest lease not yet freed
+	// expired (how far the reaper is behind).
 	LocksHeld   int64
 	Waiters     int64
+	DeadWaiters int64
 	OldestStale time.Duration
 }
 
@@ -124,13 +140,21 @@ type Reaper struct {
 	mu       sync.Mutex
 	cron     *cron.Cron
 	started  bool
+	startAt  time.Time // when Start ran
 	stopped  bool
 	rootCtx  context.Context
 	cancel   context.CancelFunc
 	stopping chan struct{} // closed by Stop: passes end after their current batch
 	lastErr  error         // the last pass's error (nil when it succeeded)
+	lastOK   time.Time     // the end of the last pass that succeeded or was skipped, or of a batch that succeeded
 	passes   int
+	// sqliteLimit is the batch size learned on SQLite (see writeBudgetLimit).
+	sqliteLimit int
 }
+
+// passIDLen is the length of the suffix "#" + 16 hex digits that makes each
+// pass's lease owner unique.
+const passIDLen = 17
 
 // cronParser accepts five standard fields and descriptors (including @every).
 var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -196,6 +220,10 @@ func New(db *dialect.DB, cfg *Config) (*Reaper, error) {
 	if err := dblock.ValidateOwner(c.Owner); err != nil {
 		return nil, fmt.Errorf("reaper: %w", err)
 	}
+	if len(c.Owner) > dblock.MaxOwnerLen-passIDLen {
+		return nil, fmt.Errorf("reaper: %w: owner of %d bytes, at most %d (a pass id is appended)",
+			dblock.ErrInvalidOption, len(c.Owner), dblock.MaxOwnerLen-passIDLen)
+	}
 	r := &Reaper{
 		db: db, cfg: c, schedule: sched, leaseTTL: leaseTTL,
 		log: dblock.LoggerOrDefault(c.Logger), metrics: newMetrics(), startedAt: time.Now(),
@@ -233,11 +261,15 @@ func (r *Reaper) Start() {
 		return
 	}
 	r.started = true
+	r.startAt = time.Now()
 	l := cronLogger{r.log}
 	r.cron = cron.New(
 		cron.WithLocation(time.UTC),
 		cron.WithLogger(l),
-		cron.WithChain(cron.Recover(l), cron.SkipIfStillRunning(l)),
+		// Recover inside SkipIfStillRunning: cron v3's SkipIfStillRunning
+		// gives its token back only when the job returns, so a panic passing
+		// through it would make every later run skip.
+		cron.WithChain(cron.SkipIfStillRunning(l), cron.Recover(l)),
 	)
 	r.cron.Schedule(r.schedule, cron.FuncJob(r.scheduled))
 	r.cron.Start()
@@ -296,65 +328,110 @@ func (r *Reaper) isStopping() bool {
 }
 
 // RunOnce runs one pass now, on ctx: it takes the reaper lease (skipping the
-// pass when another replica holds it), frees expired leases, deletes dead
-// waiters and idle rows, reads the gauges and releases the lease. Each batch
-// is bounded by Config.QueryTimeout and ctx is checked between batches. The
+// pass when another pass, of this or another replica, holds it), reads the
+// gauges, frees expired leases, deletes dead waiters and idle rows, and
+// releases the lease. Each batch is bounded by Config.QueryTimeout and by the
+// lease's local deadline; ctx and Stop are checked between batches. The
 // error, if any, says which step failed; RunOnce returns it and does not log
-// it. Missing tables give an error wrapping dblock.ErrSchemaMissing.
-func (r *Reaper) RunOnce(ctx context.Context) (Stats, error) {
+// it. Missing tables give an error wrapping dblock.ErrSchemaMissing. A panic
+// in the pass (in a hook, say) releases the lease, counts as a failed pass,
+// and is re-raised.
+func (r *Reaper) RunOnce(ctx context.Context) (st Stats, err error) {
 	start := time.Now()
-	st, l, err := r.pass(ctx, start)
-	st.Duration = time.Since(start)
-	if h := r.hooks.OnPass; h != nil {
-		h(st, err)
-	}
-	if l != nil {
-		if rerr := r.release(ctx, l); rerr != nil && err == nil {
-			err = rerr
+	var l *lease
+	defer func() {
+		p := recover()
+		if p != nil {
+			err = fmt.Errorf("reaper: pass panicked: %v", p)
 		}
-	}
-	r.record(st, err)
-	switch {
-	case st.Skipped:
-		r.log.DebugContext(ctx, "reaper: pass skipped: another replica holds the reaper lease", "lock_key", LeaseName, "owner", r.cfg.Owner)
-	case err == nil:
-		r.log.InfoContext(ctx, "reaper: pass done",
-			"expired_freed", st.ExpiredFreed, "waiters_deleted", st.WaitersDeleted, "idle_deleted", st.IdleDeleted,
-			"duration", st.Duration, "stopped", st.Stopped, "token", int64(st.Token))
-	}
+		st.Duration = time.Since(start)
+		r.finish(ctx, &st, l, err, p != nil)
+		if p != nil {
+			panic(p)
+		}
+	}()
+	st, err = r.pass(ctx, start, &l)
 	return st, err
+}
+
+// finish ends a pass: the OnPass hook, the release of the reaper lease (even
+// if the hook panics), the metrics and the log line.
+func (r *Reaper) finish(ctx context.Context, st *Stats, l *lease, err error, panicked bool) {
+	defer func() {
+		if l != nil {
+			if rerr := r.release(ctx, l); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
+		r.record(*st, err)
+		switch {
+		case panicked:
+		case st.Skipped:
+			r.log.DebugContext(ctx, "reaper: pass skipped: another pass holds the reaper lease", "lock_key", LeaseName, "owner", st.Owner)
+		case err == nil:
+			level := slog.LevelInfo
+			if st.ExpiredFreed+st.WaitersDeleted+st.IdleDeleted == 0 {
+				level = slog.LevelDebug // Nothing to do: every 15 s by default, not worth an Info line.
+			}
+			r.log.Log(ctx, level, "reaper: pass done",
+				"expired_freed", st.ExpiredFreed, "waiters_deleted", st.WaitersDeleted, "idle_deleted", st.IdleDeleted,
+				"duration", st.Duration, "stopped", st.Stopped, "owner", st.Owner, "token", int64(st.Token))
+		}
+	}()
+	if h := r.hooks.OnPass; h != nil {
+		h(*st, err)
+	}
 }
 
 // lease is the reaper lease held by one pass.
 type lease struct {
+	owner    string
 	token    dblock.Token
 	acked    time.Time // local start of the last successful acquire or renew
 	deadline time.Time // acked + TTL: past it the lease cannot be trusted
 }
 
-// pass runs one pass and returns the reaper lease it holds (nil if none), for
-// RunOnce to release after the OnPass hook.
-func (r *Reaper) pass(ctx context.Context, start time.Time) (st Stats, l *lease, err error) {
+// passOwner returns a fresh owner for one pass: Config.Owner#16 hex digits.
+func (r *Reaper) passOwner() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return r.cfg.Owner + "#" + hex.EncodeToString(b[:])
+}
+
+// pass runs one pass, storing the reaper lease in *held as soon as it is
+// taken, so that RunOnce releases it however the pass ends.
+func (r *Reaper) pass(ctx context.Context, start time.Time, held **lease) (st Stats, err error) {
 	if err := ctx.Err(); err != nil {
-		return st, nil, fmt.Errorf("reaper: %w", err)
+		return st, fmt.Errorf("reaper: %w", err)
 	}
+	st.Owner = r.passOwner()
 	actx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	res, err := r.db.AcquireLease(actx, nil, dialect.AcquireParams{
-		Name: LeaseName, Owner: r.cfg.Owner, Mode: dblock.ModeOptimistic, TTL: r.leaseTTL, Metadata: "dblock reaper",
+		Name: LeaseName, Owner: st.Owner, Mode: dblock.ModeOptimistic, TTL: r.leaseTTL, Metadata: "dblock reaper",
 	})
 	cancel()
 	if err != nil {
-		return st, nil, fmt.Errorf("reaper: take lease %q: %w", LeaseName, err)
+		return st, fmt.Errorf("reaper: take lease %q: %w", LeaseName, err)
 	}
 	if !res.Acquired {
 		st.Skipped = true
-		return st, nil, nil
+		return st, nil
 	}
-	l = &lease{token: res.Token, acked: start, deadline: start.Add(r.leaseTTL)}
+	l := &lease{owner: st.Owner, token: res.Token, acked: start, deadline: start.Add(r.leaseTTL)}
+	*held = l
 	st.Worked, st.Token = true, res.Token
 	if h := r.hooks.OnPassStart; h != nil {
 		h(l.token)
 	}
+
+	// The gauges describe what the pass found: read before it frees anything
+	// (the oldest stale age says how far behind the reaper is).
+	g, err := step(ctx, r, l, "read gauges", r.db.ReapGauges)
+	if err != nil {
+		return st, err
+	}
+	// The reaper's own lease is held while the gauges are read: leave it out.
+	st.LocksHeld, st.Waiters, st.DeadWaiters, st.OldestStale = max(g.LocksHeld-1, 0), g.Waiters, g.DeadWaiters, g.OldestStale
 
 	steps := []struct {
 		what  string
@@ -366,56 +443,67 @@ func (r *Reaper) pass(ctx context.Context, start time.Time) (st Stats, l *lease,
 		{"delete dead waiters", &st.WaitersDeleted, r.cfg.WaiterGrace, r.db.ReapWaiters},
 		{"delete idle rows", &st.IdleDeleted, r.cfg.Retention, r.db.ReapIdle},
 	}
+	oneWriter := !r.db.Dialect.Caps().RowLocks
 	for _, s := range steps {
+		p := dialect.ReapParams{Limit: r.cfg.BatchSize, Age: s.age}
+		if oneWriter {
+			p.Limit = r.writeLimit(0)
+		}
 		for more := true; more; {
 			if r.isStopping() {
 				st.Stopped = true
-				return st, l, nil
+				return st, nil
 			}
-			if err := r.keep(ctx, l); err != nil {
-				return st, l, err
-			}
-			res, err := r.batch(ctx, s.what, s.run, dialect.ReapParams{Limit: r.cfg.BatchSize, Age: s.age})
+			began := time.Now()
+			res, err := step(ctx, r, l, s.what, func(ctx context.Context) (dialect.ReapResult, error) { return s.run(ctx, p) })
 			if err != nil {
-				return st, l, err
+				return st, err
+			}
+			if oneWriter {
+				p.Limit = r.writeLimit(writeBudgetLimit(p.Limit, r.cfg.BatchSize, time.Since(began)))
 			}
 			*s.count += res.Rows
 			if res.Rows > 0 {
 				st.Batches++
 			}
+			r.progress()
 			more = res.More
 			if more && r.cfg.BatchPause > 0 {
+				t := time.NewTimer(r.cfg.BatchPause)
 				select {
 				case <-ctx.Done():
 				case <-r.stopping:
-				case <-time.After(r.cfg.BatchPause):
+				case <-t.C:
 				}
+				t.Stop()
 			}
 		}
 	}
-	gctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-	g, err := r.db.ReapGauges(gctx)
-	cancel()
-	if err != nil {
-		return st, l, fmt.Errorf("reaper: read gauges: %w", err)
-	}
-	// The reaper's own lease is held while the gauges are read: leave it out.
-	st.LocksHeld, st.Waiters, st.OldestStale = max(g.LocksHeld-1, 0), g.Waiters, g.OldestStale
-	return st, l, nil
+	return st, nil
 }
 
 // batchAttempts bounds the tries of one batch that failed with a retryable
-// error (a deadlock, or a lock wait on the fencing floor that ran out).
+// error (a deadlock, or a fencing-floor raise that found the row locked for
+// its whole time).
 const batchAttempts = 3
 
-// batch runs one bounded batch under its own timeout, retrying retryable errors.
-func (r *Reaper) batch(ctx context.Context, what string, run func(context.Context, dialect.ReapParams) (dialect.ReapResult, error), p dialect.ReapParams) (dialect.ReapResult, error) {
+// step runs one bounded batch (or statement) of a pass while the reaper lease
+// holds, retrying retryable errors. Before every attempt it renews the lease
+// if due; each attempt gets Config.QueryTimeout, cut short at the lease's
+// local deadline, so no attempt runs after the lease may have expired.
+func step[T any](ctx context.Context, r *Reaper, l *lease, what string, run func(context.Context) (T, error)) (T, error) {
+	var zero T
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return dialect.ReapResult{}, fmt.Errorf("reaper: %s: %w", what, err)
+			return zero, fmt.Errorf("reaper: %s: %w", what, err)
 		}
-		bctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		res, err := run(bctx, p)
+		if err := r.keep(ctx, l); err != nil {
+			return zero, err
+		}
+		deadline := earlier(time.Now().Add(r.cfg.QueryTimeout), l.deadline)
+		bctx, cancel := context.WithDeadline(ctx, deadline)
+		res, err := run(bctx)
+		leaseCut := bctx.Err() != nil && !deadline.Before(l.deadline)
 		cancel()
 		if err == nil {
 			return res, nil
@@ -423,31 +511,88 @@ func (r *Reaper) batch(ctx context.Context, what string, run func(context.Contex
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("reaper: %s: %w", what, ctx.Err())
 		}
+		if leaseCut {
+			return res, fmt.Errorf("reaper: %s: cut at the reaper lease's deadline: %w", what,
+				&dblock.LostError{Name: LeaseName, Reason: dblock.ErrExpired})
+		}
 		if !dialect.IsRetryable(err) || attempt == batchAttempts {
 			return res, fmt.Errorf("reaper: %s: %w", what, err)
 		}
-		r.log.WarnContext(ctx, "reaper: batch failed, retrying", "attempt", attempt, "error", err)
+		r.log.WarnContext(ctx, "reaper: batch failed, retrying", "step", what, "attempt", attempt, "error", err)
+		t := time.NewTimer(time.Duration(attempt) * 50 * time.Millisecond)
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+		case <-t.C:
 		}
+		t.Stop()
 	}
 }
 
+// sqliteWriteBudget is how long one batch may hold SQLite's single write lock:
+// a fifth of the 100 ms a lease acquisition waits for it, so acquisitions
+// never time out behind a pass however slow the machine.
+const sqliteWriteBudget = 20 * time.Millisecond
+
+// writeLimit stores limit as the SQLite batch size learned so far, if it is
+// positive, and returns the size to use: at first a sixteenth of the
+// configured size, grown as batches prove fast.
+func (r *Reaper) writeLimit(limit int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case limit > 0:
+		r.sqliteLimit = limit
+	case r.sqliteLimit == 0:
+		r.sqliteLimit = max(r.cfg.BatchSize/16, 1)
+	}
+	return r.sqliteLimit
+}
+
+// writeBudgetLimit adapts a SQLite batch size to sqliteWriteBudget after a
+// batch of limit rows took took: halved when over the budget, doubled when
+// well under it, between a sixteenth of the configured size and the size (a
+// batch's fixed cost, a commit's fsync, does not shrink with it).
+func writeBudgetLimit(limit, size int, took time.Duration) int {
+	switch {
+	case took > sqliteWriteBudget:
+		return max(limit/2, size/16, 1)
+	case took < sqliteWriteBudget/2:
+		return min(limit*2, size)
+	}
+	return limit
+}
+
+// earlier returns the earlier of a and b.
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // keep renews the reaper lease once a third of its TTL has passed, and
-// refuses to go on once it can no longer be trusted.
+// refuses to go on once it can no longer be trusted (past its local
+// deadline, or taken over). A renewal that fails for another reason (a
+// timeout, a broken connection) is logged and retried before the next batch:
+// the lease is still valid until its deadline, which bounds every batch.
 func (r *Reaper) keep(ctx context.Context, l *lease) error {
 	now := time.Now()
-	if now.After(l.deadline) {
+	if !now.Before(l.deadline) {
 		return fmt.Errorf("reaper: lease %q: %w", LeaseName, &dblock.LostError{Name: LeaseName, Reason: dblock.ErrExpired})
 	}
 	if now.Sub(l.acked) < r.leaseTTL/3 {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-	ok, err := r.db.RenewLease(rctx, nil, LeaseName, r.cfg.Owner, l.token, r.leaseTTL)
+	rctx, cancel := context.WithDeadline(ctx, earlier(now.Add(r.cfg.QueryTimeout), l.deadline))
+	ok, err := r.db.RenewLease(rctx, nil, LeaseName, l.owner, l.token, r.leaseTTL)
 	cancel()
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("reaper: renew lease %q: %w", LeaseName, ctx.Err())
+	case err != nil && time.Now().Before(l.deadline):
+		r.log.WarnContext(ctx, "reaper: renewing the reaper lease failed; it holds until its deadline, retrying before the next batch",
+			"lock_key", LeaseName, "owner", l.owner, "deadline", l.deadline, "error", err)
+		return nil
 	case err != nil:
 		return fmt.Errorf("reaper: renew lease %q: %w", LeaseName, err)
 	case !ok:
@@ -461,12 +606,12 @@ func (r *Reaper) keep(ctx context.Context, l *lease) error {
 func (r *Reaper) release(ctx context.Context, l *lease) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.QueryTimeout)
 	defer cancel()
-	ok, err := r.db.ReleaseLease(rctx, nil, LeaseName, r.cfg.Owner, l.token)
+	ok, err := r.db.ReleaseLease(rctx, nil, LeaseName, l.owner, l.token)
 	if err != nil {
 		return fmt.Errorf("reaper: release lease %q: %w", LeaseName, err)
 	}
 	if !ok {
-		r.log.WarnContext(ctx, "reaper: lease was gone at release", "lock_key", LeaseName, "owner", r.cfg.Owner, "token", int64(l.token))
+		r.log.WarnContext(ctx, "reaper: lease was gone at release", "lock_key", LeaseName, "owner", l.owner, "token", int64(l.token))
 	}
 	return nil
 }
@@ -480,6 +625,17 @@ func (r *Reaper) record(st Stats, err error) {
 	r.mu.Lock()
 	r.lastErr = err
 	r.passes++
+	if err == nil {
+		r.lastOK = time.Now()
+	}
+	r.mu.Unlock()
+}
+
+// progress notes a batch that succeeded: a long pass working off a backlog
+// is healthy although it has not ended.
+func (r *Reaper) progress() {
+	r.mu.Lock()
+	r.lastOK = time.Now()
 	r.mu.Unlock()
 }
 

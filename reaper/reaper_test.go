@@ -68,8 +68,9 @@ func TestPassFreesStaleKeepsLive(t *testing.T) {
 		if st.ExpiredFreed != 1 || st.WaitersDeleted != 1 || st.IdleDeleted != 0 {
 			t.Fatalf("counts: %+v, want 1 expired freed, 1 waiter deleted, 0 idle deleted", st)
 		}
-		if st.LocksHeld != 1 || st.Waiters != 2 || st.OldestStale != 0 {
-			t.Fatalf("gauges: %+v, want 1 lock held, 2 waiters, no stale lease", st)
+		// The gauges describe the tables as the pass found them.
+		if st.LocksHeld != 1 || st.Waiters != 1 || st.DeadWaiters != 2 || st.OldestStale < 59*time.Minute {
+			t.Fatalf("gauges: %+v, want 1 lock held, 1 live and 2 dead waiters, a lease stale for an hour", st)
 		}
 
 		after := holder(t, db, live)
@@ -104,10 +105,14 @@ func TestPassFreesStaleKeepsLive(t *testing.T) {
 			}
 		}
 
-		// A second pass finds nothing.
+		// A second pass finds nothing to do: no stale lease, the dead waiter
+		// within grace still there.
 		st = runOnce(t, r)
 		if st.ExpiredFreed != 0 || st.WaitersDeleted != 0 || st.IdleDeleted != 0 {
 			t.Fatalf("second pass: %+v, want nothing to do", st)
+		}
+		if st.OldestStale != 0 || st.Waiters != 1 || st.DeadWaiters != 1 {
+			t.Fatalf("second pass gauges: %+v, want no stale lease, 1 live and 1 dead waiter", st)
 		}
 	})
 }
@@ -128,8 +133,9 @@ func TestPassBatchesUntilShort(t *testing.T) {
 		if st.ExpiredFreed != n || st.WaitersDeleted != n {
 			t.Fatalf("counts: %+v, want %d freed and %d waiters deleted", st, n, n)
 		}
-		// 23 rows in batches of 5: 5 batches per step.
-		if st.Batches != 10 {
+		// 23 rows in batches of 5: 5 batches per step. SQLite starts smaller
+		// (see Config.BatchSize): at least as many there.
+		if st.Batches != 10 && (iso.Kind != dialect.SQLite || st.Batches < 10) {
 			t.Fatalf("batches %d, want 10", st.Batches)
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,8 +69,8 @@ func TestScheduleRunsPassesAndStops(t *testing.T) {
 		r.Start() // A second Start does nothing.
 		select {
 		case st := <-passes:
-			if !st.Worked || st.ExpiredFreed != 1 {
-				t.Fatalf("first scheduled pass: %+v, want it to free the stale lease", st)
+			if !st.Worked || st.ExpiredFreed != 1 || st.OldestStale < 59*time.Minute {
+				t.Fatalf("first scheduled pass: %+v, want it to find and free the lease stale for an hour", st)
 			}
 		case <-time.After(time.Minute):
 			t.Fatal("hang guard: no scheduled pass within a minute")
@@ -96,7 +97,7 @@ func TestScheduleRunsPassesAndStops(t *testing.T) {
 			"# TYPE dblock_reaper_pass_duration_seconds gauge\n",
 			"dblock_reaper_locks_held 0\n",
 			"dblock_reaper_waiters 0\n",
-			"dblock_reaper_oldest_stale_age_seconds 0\n",
+			"dblock_reaper_dead_waiters 0\n",
 		} {
 			if !strings.Contains(body, want) {
 				t.Fatalf("metrics lack %q:\n%s", want, body)
@@ -131,6 +132,85 @@ func TestHealthzFailsAfterFailedPass(t *testing.T) {
 	}
 	if _, body := get(t, srv, "/metrics"); !strings.Contains(body, "dblock_reaper_errors_total 1\n") {
 		t.Fatalf("metrics do not count the failed pass:\n%s", body)
+	}
+}
+
+// TestHealthzToleratesOneFailedPass starts a Reaper whose first scheduled
+// pass fails (a hook panics): /healthz stays 200, since a pass succeeded (or
+// the reaper started) less than three scheduled runs ago.
+func TestHealthzToleratesOneFailedPass(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.SQLite)
+	var first atomic.Bool
+	results := make(chan error, 100)
+	r := newReaper(t, iso.DB, &Config{Schedule: "@every 1s", Hooks: &Hooks{
+		OnPassStart: func(dblock.Token) {
+			if first.CompareAndSwap(false, true) {
+				panic("first pass fails")
+			}
+		},
+		OnPass: func(_ Stats, err error) {
+			select {
+			case results <- err:
+			default:
+			}
+		},
+	}})
+	srv := httptest.NewServer(r.Handler())
+	defer srv.Close()
+	r.Start()
+	defer func() { _ = r.Stop(context.Background()) }()
+	select {
+	case err := <-results:
+		if err == nil {
+			t.Fatal("first pass succeeded, want the hook's panic")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("hang guard: no pass")
+	}
+	if code, body := get(t, srv, "/healthz"); code != http.StatusOK {
+		t.Fatalf("healthz after one failed pass: %d %q, want 200", code, body)
+	}
+	select {
+	case err := <-results:
+		if err != nil {
+			t.Fatalf("second pass: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("hang guard: no second pass")
+	}
+	if code, body := get(t, srv, "/healthz"); code != http.StatusOK {
+		t.Fatalf("healthz after a good pass: %d %q", code, body)
+	}
+}
+
+// TestHealthzFailsWithoutSuccess starts a Reaper on a database without
+// tables, so every pass fails: /healthz is 200 at first, and 503 naming the
+// missing success once three scheduled runs went by without one.
+func TestHealthzFailsWithoutSuccess(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.NewEmpty(t, dialect.SQLite)
+	r := newReaper(t, iso.DB, &Config{Schedule: "@every 1s"})
+	srv := httptest.NewServer(r.Handler())
+	defer srv.Close()
+	r.Start()
+	defer func() { _ = r.Stop(context.Background()) }()
+	if code, body := get(t, srv, "/healthz"); code != http.StatusOK {
+		t.Fatalf("healthz right after Start: %d %q, want 200", code, body)
+	}
+	guard := time.Now().Add(time.Minute)
+	for {
+		code, body := get(t, srv, "/healthz")
+		if code == http.StatusServiceUnavailable {
+			if !strings.Contains(body, "no pass succeeded") || !strings.Contains(body, "schema missing") {
+				t.Fatalf("healthz body %q, want the missing success and the last failure", body)
+			}
+			break
+		}
+		if time.Now().After(guard) {
+			t.Fatalf("hang guard: healthz still %d %q", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
