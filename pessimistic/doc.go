@@ -36,56 +36,115 @@
 // A transaction that cannot be ended cleanly has its connection destroyed,
 // never returned to the pool while it may still hold a lock.
 //
+// Release, Commit and Rollback are bounded by their ctx: when it ends first,
+// the connection is closed (on MySQL the session is killed from the Locker's
+// own connection) and the error says the outcome is unknown.
+//
 // A lock is reentrant per owner within one Locker: a second Acquire by the
 // same owner (WithOwner, or dblock.ContextWithOwner) returns a handle on the
-// same transaction, with Reentry counting the acquisitions; the transaction
-// ends with the last handle (rolled back if any handle asked for a rollback).
-// Reentry from another process is impossible: another process cannot join
-// this transaction, so it waits like any other owner.
+// same transaction, with Reentry counting the acquisitions, and takes a
+// savepoint. Such a handle's Rollback (or a failed nested Do) rolls back its
+// own work only, to that savepoint, and the transaction goes on; its Commit
+// releases the savepoint. The transaction ends with the last handle. The
+// first handle's Rollback rolls the whole transaction back; a Commit whose
+// work is rolled back that way (or by an earlier re-entrant handle's
+// rollback) returns ErrRolledBack, never nil. Reentry from another process
+// is impossible: another process cannot join this transaction, so it waits
+// like any other owner.
 //
 // # Fencing tokens
 //
 // The transaction already fences the database's own writes, and a write costs
-// a log flush, so a lock gets a token only when asked (dblock.WithToken): the
-// row's version is bumped in the locking transaction (PostgreSQL from
-// dblock_token_seq, the others version + 1), strictly above every token issued
-// earlier for the name in any mode. Without WithToken, Token is zero.
+// a log flush, so a lock gets a token only when asked (dblock.WithToken);
+// without it, Token is zero and the lock writes nothing that a hand-written
+// SELECT ... FOR UPDATE does not. A token is strictly above every token issued
+// earlier for the name in any mode, and it is committed before it is handed
+// out, so a holder that dies before its commit never sees it issued again,
+// even across a crash or failover: PostgreSQL takes it from dblock_token_seq
+// in an autocommit statement that also writes a transactional logical
+// message (pg_logical_emit_message, prefix "dblock"), since nextval alone
+// would let the commit skip the WAL flush; MySQL raises dblock_fence.floor in
+// an autocommit statement. Both run on the Locker's own connection, then the
+// token is written into the row in the locking transaction. SQLite cannot
+// commit anything while the lock holds the database, so the token is issued
+// first, on the attempt's connection, and checked under the lock; there a
+// token can only be asked for by the first acquisition of a hold.
 //
 // # When the holder fails
 //
 // A crashed client frees its locks as soon as its connection closes. A frozen
 // or partitioned client keeps its connection, so the server is told to end a
 // transaction that stays idle longer than the TTL (Config.TTL, or WithTTL):
-// PostgreSQL's idle_in_transaction_session_timeout, set per transaction, and
-// MariaDB's idle_transaction_timeout, a session setting that stays on the
-// pooled connection (so give this Locker its own pool if your other
-// transactions may idle longer than the TTL). MySQL 8 and SQLite have no such
-// bound: there, rely on TCP keepalives and wait_timeout. A lock held by a busy
-// transaction (a statement running) is not ended by this bound.
+// PostgreSQL's idle_in_transaction_session_timeout, local to the transaction;
+// MariaDB's idle_transaction_timeout and, on MySQL 8, which has no such
+// setting, wait_timeout (the bound on an idle session), both set on the
+// session when the lock is taken and restored when it ends (one more
+// statement per lock; the restore shares a round trip with the check below).
+// SQLite has no such bound. A lock held by a busy transaction (a statement
+// running) is not ended by this bound.
 //
 // Whether the holding sessions still exist is asked of the server every
-// Config.WatchInterval from another pooled connection (pg_stat_activity,
+// Config.WatchInterval on the Locker's own connection (pg_stat_activity,
 // information_schema.PROCESSLIST); the holding connection itself is never
 // touched, because the caller may be running statements on it. When a session
 // is gone (killed, ended by the idle bound, server restarted), every handle on
 // it is lost: Done closes, Err wraps dblock.ErrLost and dblock.ErrConnLost,
 // Do's context is cancelled, statements on Tx fail, and Release reports the
 // loss. When the server cannot be asked, a lock is declared lost once its
-// session has gone unconfirmed for half its TTL.
+// session has gone unconfirmed for half its TTL, and its transaction is ended
+// on the client (statements on Tx then fail with sql.ErrTxDone; the
+// connection is destroyed), since the server may already have ended it.
+//
+// # Connections
+//
+// On PostgreSQL and MySQL a Locker that holds or takes locks keeps one
+// connection of the pool for itself, taken before the first holder's: the
+// watcher asks on it, tokens are committed on it, missing rows are created and
+// abandoned waits cancelled from it. Holders that take every other connection
+// therefore neither stall the watcher (a stalled watcher would have to declare
+// live locks lost) nor deadlock a token. Size the pool for the holders plus
+// one per Locker. TryAcquire and TryLock do not wait for the pool: when it has
+// no free connection they fail at once with dblock.ErrNotAcquired and
+// ErrPoolExhausted (a connection being returned or dialled at that moment is
+// waited for at most TryConnWait); Acquire waits for a connection within its
+// wait bound. With SetMaxOpenConns(1) there is no room for the Locker's own
+// connection: locks work, the watcher is off, and WithToken is refused.
+//
+// # When the server ends the transaction
+//
+// On MySQL and MariaDB a deadlock victim's whole transaction is rolled back
+// by the server, and some statements (DDL) commit it implicitly, while the
+// client's *sql.Tx still looks open: statements run on it afterwards run in
+// autocommit mode, each committed on its own. When dblock sees such a loss
+// (a deadlock in Lock or LockRows), it ends the Tx in database/sql at once, so
+// later statements fail with sql.ErrTxDone. It cannot see your own
+// statements' errors, so before COMMIT it asks the server whether the
+// transaction is still open (@@in_transaction on MariaDB; on MySQL 8 whether
+// SET TRANSACTION is refused): if not, it sends no COMMIT and Release reports
+// the lock lost (dblock.ErrLost with ErrTxEnded). PostgreSQL keeps a failed
+// transaction open and aborted until it ends: its statements fail, and
+// Commit returns ErrRolledBack.
 //
 // # Deadlocks
 //
-// Locks taken one name at a time never deadlock in the database, but
-// transactions that lock more rows (LockRows, your own statements) can; the
-// database then picks a victim, whose error wraps dblock.ErrDeadlock. On
-// MySQL the victim's whole transaction is rolled back, which releases its
-// lock: LockRows then marks the lock lost. If your own statements on Tx get
-// error 1213, treat the lock as lost.
+// Each Acquire runs a transaction of its own. So when the holder of one name
+// calls Acquire for a second name while the holder of that name calls
+// Acquire for the first, each waits in a different transaction and the
+// database sees no cycle: both wait until their bounds (ctx, WithWait,
+// Config.LockTimeout) and fail with dblock.ErrNotAcquired. To take more names
+// while holding a lock, call Lock (or TryLock) on its handle: the names are
+// locked in the held transaction, so such a cycle is a deadlock the database
+// detects, and one of the calls returns an error wrapping dblock.ErrDeadlock
+// (on PostgreSQL the victim keeps what it held before the call; on MySQL its
+// whole transaction is rolled back and the lock is lost). Transactions that
+// lock rows of your own (LockRows, your own statements) can deadlock the same
+// way, with the same error.
 //
 // AcquireMany locks several names with one statement, in name order, so two
 // callers asking for overlapping sets never deadlock on each other. LockRows
 // locks rows of your own tables, many keys in key order, with NOWAIT or SKIP
-// LOCKED (work-queue style), inside your transaction.
+// LOCKED (work-queue style), inside your transaction; on MySQL the key column
+// must be indexed (otherwise InnoDB locks every row it scans).
 //
 // # Other modes
 //
@@ -104,9 +163,12 @@
 // the optimistic mode for anything held long. Waiting is SQLite's busy
 // handler (polling), in slices of at most SQLiteWaitChunk when the wait is
 // bounded; TryAcquire sets the connection's busy timeout to zero for the
-// attempt and so returns at once. Locks are exclusive between the processes of
-// one host that share the file; a killed process's lock is freed by the
-// operating system.
+// attempt (the token, when asked for, is issued on that connection too) and so
+// returns at once. Locks are exclusive between the processes of one host that
+// share the file; a killed process's lock is freed by the operating system.
+// LockRows takes the database's write lock in the caller's transaction (so it
+// also holds in a transaction begun DEFERRED); NoWait and SkipLocked, which
+// need row locks, are refused.
 //
 // # Not exclusive across Galera writers
 //

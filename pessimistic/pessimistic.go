@@ -82,8 +82,9 @@ type Config struct {
 	// (no statement running): past it the server ends the transaction and
 	// its session, so a frozen or partitioned holder cannot keep a name
 	// forever (PostgreSQL idle_in_transaction_session_timeout, MariaDB
-	// idle_transaction_timeout; MySQL 8 and SQLite have no such bound). A
-	// per-call WithTTL overrides it. Defaults to dblock.TTLDefault (30 s).
+	// idle_transaction_timeout, MySQL 8 wait_timeout, each for the hold
+	// only; SQLite has no such bound). A per-call WithTTL overrides it.
+	// Defaults to dblock.TTLDefault (30 s).
 	TTL time.Duration
 	// WatchInterval is how often a Locker holding locks asks the server,
 	// on the Locker's own connection (see Locker), whether the holding
@@ -668,9 +669,7 @@ func (l *Locker) txTrouble(h *hold, err error) {
 // running outside the transaction (MySQL runs a deadlock victim's next
 // statements in autocommit mode).
 func (l *Locker) abort(h *hold, reason error) {
-	if l.lose(h, reason, false) {
-		_ = h.tx.Rollback()
-	}
+	l.loseThen(h, reason, false, func() { _ = h.tx.Rollback() })
 }
 
 // register records a fresh hold and returns its first handle.
@@ -850,6 +849,12 @@ func (l *Locker) released(lease *Lease, h *hold) {
 // lose marks every handle of h lost with reason and reports whether this
 // call did (false if h was already lost, or ended and !ended).
 func (l *Locker) lose(h *hold, reason error, ended bool) bool {
+	return l.loseThen(h, reason, ended, nil)
+}
+
+// loseThen is lose, running before (when not nil) once h is marked lost and
+// before anyone is told.
+func (l *Locker) loseThen(h *hold, reason error, ended bool, before func()) bool {
 	l.mu.Lock()
 	if h.lost != nil || h.ended && !ended {
 		l.mu.Unlock()
@@ -858,6 +863,9 @@ func (l *Locker) lose(h *hold, reason error, ended bool) bool {
 	h.lost = reason
 	handles := slices.Clone(h.handles)
 	l.mu.Unlock()
+	if before != nil {
+		before()
+	}
 	l.openGates(h)
 	for _, lease := range handles {
 		if lease.ctl.Lose(reason) {

@@ -219,10 +219,28 @@ func (l *Locker) watch() {
 				l.mu.Lock()
 				stale := !h.ended && now.Sub(h.lastSeen) > h.ttl/2
 				l.mu.Unlock()
-				if stale && l.lose(h, fmt.Errorf("%w: session unconfirmed: %w", dblock.ErrConnLost, err), false) {
-					h.txCancel()
+				if stale {
+					l.loseUnreachable(h, fmt.Errorf("%w: session unconfirmed: %w", dblock.ErrConnLost, err))
 				}
 			}
 		}
 	}
+}
+
+// loseUnreachable declares h lost when the server could not be reached to
+// confirm its session, and ends the session from this side: the transaction
+// is ended in database/sql before the loss is announced (later statements on
+// Tx fail with sql.ErrTxDone), and the connection is destroyed once the
+// driver lets go of it, so that the server ends the session (and frees the
+// lock) as soon as it hears from this client again, instead of the holder
+// carrying on in a transaction it no longer owns.
+func (l *Locker) loseUnreachable(h *hold, reason error) {
+	if !l.loseThen(h, reason, false, h.txCancel) {
+		return
+	}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		closeConn(h.conn, true) // Waits for database/sql to end the transaction.
+	}()
 }

@@ -34,11 +34,18 @@ func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
 	mustExec(t, iso, "CREATE TABLE p_marks (id INT PRIMARY KEY)")
 	l1 := newLocker(t, db1, nil)
 	l2 := newLocker(t, db2, nil)
-	la, err := l1.Acquire(ctx, randName(t))
+	na, nb := randName(t), randName(t)
+	for _, n := range []string{na, nb} {
+		// Created with the server's own dialect (see mysql8Flavour).
+		if err := iso.DB.EnsureRow(ctx, nil, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	la, err := l1.Acquire(ctx, na)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb, err := l2.Acquire(ctx, randName(t))
+	lb, err := l2.Acquire(ctx, nb)
 	if err != nil {
 		t.Fatal(err)
 	}

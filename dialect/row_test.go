@@ -1,0 +1,104 @@
+package dialect_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/dbtest"
+)
+
+// TestIssueTokenFlushed: on PostgreSQL a token is durable when IssueToken
+// returns: its commit flushed the WAL past every record written before the
+// call (nextval alone writes WAL once per 32 values, and a transaction that
+// wrote none commits without a flush).
+func TestIssueTokenFlushed(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.Postgres)
+	ctx := context.Background()
+	conn, err := iso.DB.Connx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var last int64
+	for i := 0; i < 40; i++ { // More than the 32 values one sequence record covers.
+		var before string
+		if err := conn.GetContext(ctx, &before, "SELECT pg_current_wal_insert_lsn()::text"); err != nil {
+			t.Fatal(err)
+		}
+		tok, err := iso.DB.IssueToken(ctx, conn, "n")
+		if err != nil {
+			t.Fatalf("issue: %v", err)
+		}
+		if int64(tok) <= last {
+			t.Fatalf("token %d after %d", tok, last)
+		}
+		last = int64(tok)
+		var flushed bool
+		if err := conn.GetContext(ctx, &flushed, "SELECT pg_current_wal_flush_lsn() > $1::pg_lsn", before); err != nil {
+			t.Fatal(err)
+		}
+		if !flushed {
+			t.Fatalf("token %d returned before the WAL was flushed past %s", tok, before)
+		}
+	}
+}
+
+// TestEndHold: on MySQL/MariaDB EndHold reports a transaction the server
+// ended (here: committed implicitly by DDL) and restores the session bound
+// SetHoldBound changed; the MySQL 8 statements are run on MariaDB too.
+func TestEndHold(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.MySQL)
+	ctx := context.Background()
+	for _, flavour := range []dialect.Dialect{dialect.MySQLDialect(true), dialect.MySQLDialect(false)} {
+		db := &dialect.DB{DB: iso.Open(t).DB, Dialect: flavour}
+		variable := "idle_transaction_timeout"
+		if flavour != dialect.MySQLDialect(true) {
+			variable = "wait_timeout"
+		}
+		conn, err := db.Connx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var orig int
+		if err := conn.GetContext(ctx, &orig, "SELECT @@SESSION."+variable); err != nil {
+			t.Fatal(err)
+		}
+		for _, ddl := range []bool{false, true} {
+			tx, err := conn.BeginTxx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.SetHoldBound(ctx, tx, 1500*time.Millisecond); err != nil {
+				t.Fatalf("%s: set bound: %v", variable, err)
+			}
+			var during int
+			if err := tx.GetContext(ctx, &during, "SELECT @@SESSION."+variable); err != nil || during != 2 {
+				t.Fatalf("%s during the hold: %d %v, want 2", variable, during, err)
+			}
+			if ddl {
+				if _, err := tx.ExecContext(ctx, "CREATE TABLE p_implicit (id INT)"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			open, err := db.EndHold(ctx, tx)
+			if err != nil || open == ddl {
+				t.Fatalf("%s, ddl %v: end hold: open %v, %v", variable, ddl, open, err)
+			}
+			_ = tx.Rollback()
+			if !ddl {
+				var after int
+				if err := conn.GetContext(ctx, &after, "SELECT @@SESSION."+variable); err != nil || after != orig {
+					t.Fatalf("%s after the hold: %d %v, want %d", variable, after, err, orig)
+				}
+			}
+			if _, err := conn.ExecContext(ctx, "DROP TABLE IF EXISTS p_implicit"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = conn.Close()
+	}
+}
