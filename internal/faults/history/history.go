@@ -375,6 +375,40 @@ func HeldIntervals(ops []Op) []Interval {
 	return out
 }
 
+// CheckHoldOrder verifies that fencing tokens increase in the order the
+// lock was held: a definitely-held interval that starts after another one
+// ended has a greater token. (CheckTokens compares acquisitions by when
+// they were called and returned; a waiter whose acquire was called early
+// and granted late is caught here.)
+func CheckHoldOrder(ops []Op) error {
+	byName := map[string][]Interval{}
+	for _, iv := range HeldIntervals(ops) {
+		byName[iv.Name] = append(byName[iv.Name], iv)
+	}
+	var errs []error
+	for name, ivs := range byName {
+		byEnd := append([]Interval(nil), ivs...)
+		sort.Slice(byEnd, func(i, j int) bool { return byEnd[i].End < byEnd[j].End })
+		var maxTok int64
+		var maxFrom Interval
+		j := 0
+		for _, iv := range ivs { // sorted by start
+			for j < len(byEnd) && byEnd[j].End < iv.Start {
+				if byEnd[j].Token > maxTok {
+					maxTok, maxFrom = byEnd[j].Token, byEnd[j]
+				}
+				j++
+			}
+			if maxTok != 0 && iv.Token <= maxTok {
+				errs = append(errs, fmt.Errorf("%s: token went backwards in hold order: %s held with token %d from %s, after %s had held it with token %d until %s",
+					name, iv.Client, iv.Token, time.Unix(0, iv.Start).UTC().Format("15:04:05.000000"),
+					maxFrom.Client, maxTok, time.Unix(0, maxFrom.End).UTC().Format("15:04:05.000000")))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // CheckOverlaps verifies that no two definitely-held intervals of one name overlap.
 func CheckOverlaps(ops []Op) error {
 	byName := map[string][]Interval{}
@@ -399,12 +433,12 @@ func CheckOverlaps(ops []Op) error {
 	return errors.Join(errs...)
 }
 
-// Check runs every check on ops: the O(n log n) token and overlap checks and
+// Check runs every check on ops: the O(n log n) token, overlap and hold-order checks and
 // porcupine (bounded by timeout). It returns porcupine's verdict (Unknown when
 // the timeout ran out, which is not an error by itself) and an error for every
 // violation found.
 func Check(ops []Op, timeout time.Duration) (linearizable porcupine.CheckResult, err error) {
-	if err := errors.Join(CheckTokens(ops), CheckOverlaps(ops)); err != nil {
+	if err := errors.Join(CheckTokens(ops), CheckOverlaps(ops), CheckHoldOrder(ops)); err != nil {
 		// Already illegal; porcupine would only spend its timeout saying so.
 		return porcupine.Illegal, err
 	}

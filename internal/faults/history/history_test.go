@@ -69,6 +69,10 @@ func TestFaultHistoryChecker(t *testing.T) {
 		{"token goes backwards", []Op{
 			acq("a", ms(0), ms(1), 5, OK), rel("a", ms(2), ms(3), 5, OK), acq("b", ms(4), ms(5), 3, OK),
 		}, false, "backwards"},
+		{"token lower than an earlier holder's (acquire called before it, granted after)", []Op{
+			acq("a", ms(0), ms(40), 5, OK), acq("b", ms(10), ms(11), 6, OK), hold("b", ms(12), 6), rel("b", ms(20), ms(21), 6, OK),
+			hold("a", ms(41), 5),
+		}, false, "hold order"},
 		{"token granted twice", []Op{
 			acq("a", ms(0), ms(1), 5, OK), rel("a", ms(2), ms(3), 5, OK), acq("b", ms(4), ms(5), 5, OK),
 		}, false, "twice"},
