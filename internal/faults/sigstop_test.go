@@ -117,6 +117,7 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			stoppedAt := time.Now()
 			stopped := true
 			defer func() {
 				if stopped {
@@ -128,7 +129,7 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer rival.Close()
-			got, _ := pollAcquire(t, rival, "frozen", 3*ttl)
+			got, rivalAt := pollAcquire(t, rival, "frozen", 3*ttl)
 			if got == nil {
 				t.Fatal("the rival never got the name from the frozen holder")
 			}
@@ -185,7 +186,8 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				t.Fatal("test ran out of time")
 			}
-			t.Logf("resumed holder: %s; %s", lost, rejected)
+			t.Logf("a rival got the name %v after SIGSTOP (TTL %v); resumed holder: %s; %s",
+				rivalAt.Sub(stoppedAt).Round(time.Millisecond), ttl, lost, rejected)
 		})
 	}
 }
@@ -357,5 +359,159 @@ func TestFaultTCPKeepalives(t *testing.T) {
 	own := openPG(t, iso.DSN+sep+"tcp_keepalives_idle=1&tcp_keepalives_interval=1&tcp_keepalives_count=2")
 	if got, want := show(own), [3]string{"1", "1", "2"}; got != want {
 		t.Errorf("keepalives with the DSN's values = %v, want %v", got, want)
+	}
+}
+
+// guardStopHolder is the worker body of TestFaultSIGSTOPInsideGuard: it
+// takes name with a renewed lease, begins a transaction, guards it
+// (optimistic.Guard), inserts its token into fenced_writes, prints
+// "guarded TOKEN" and sleeps 2 s (the parent freezes it there), then
+// commits, printing "commit ERR", and waits up to 10 s for the lease to
+// report its loss ("lost ERR").
+func guardStopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.Duration) int {
+	l, err := optimistic.New(db, &optimistic.Config{Logger: quiet})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer l.Close()
+	fmt.Println("ready")
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	lease, err := l.Acquire(actx, name, dblock.WithTTL(ttl), dblock.WithRenewal(true))
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if err := l.Guard(ctx, tx, lease); err != nil {
+		fmt.Fprintln(os.Stderr, "guard:", err)
+		return 2
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO fenced_writes (token) VALUES ("+db.Dialect.Placeholder(1)+")", int64(lease.Token())); err != nil {
+		fmt.Fprintln(os.Stderr, "insert:", err)
+		return 2
+	}
+	fmt.Printf("guarded %d\n", lease.Token())
+	time.Sleep(2 * time.Second)
+	fmt.Printf("commit %v\n", strings.ReplaceAll(fmt.Sprint(tx.Commit()), "\n", " "))
+	select {
+	case <-lease.Done():
+		fmt.Printf("lost %v\n", strings.ReplaceAll(fmt.Sprint(lease.Err()), "\n", " "))
+	case <-time.After(10 * time.Second):
+		fmt.Println("lost never reported")
+	}
+	return 0
+}
+
+// TestFaultSIGSTOPInsideGuard freezes (SIGSTOP) a holder of a renewed 2 s
+// lease between optimistic.Guard and Commit, with a guarded row written.
+// Guard's share lock on the lease row blocks any takeover, so only the
+// server can free the name: on PostgreSQL Guard bounds the transaction by
+// the lease's time left (idle_in_transaction_session_timeout); on MariaDB,
+// where Guard cannot bound one transaction, the application's sessions set
+// idle_transaction_timeout themselves (here in the DSN, 2 s, as Guard's
+// documentation recommends). A rival must get the name within TTL + 3 s;
+// after SIGCONT the holder's Commit must fail, the guarded row must not be
+// there, and the lease must report its loss.
+func TestFaultSIGSTOPInsideGuard(t *testing.T) {
+	for _, kind := range serverKinds() {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			ddl := "CREATE TABLE fenced_writes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, token bigint NOT NULL)"
+			dsn := iso.DSN
+			if kind == dialect.MySQL {
+				ddl = "CREATE TABLE fenced_writes (id bigint AUTO_INCREMENT PRIMARY KEY, token bigint NOT NULL)"
+				sep := "?"
+				if strings.Contains(dsn, "?") {
+					sep = "&"
+				}
+				dsn += sep + "idle_transaction_timeout=2"
+			}
+			if _, err := iso.DB.ExecContext(ctx, ddl); err != nil {
+				t.Fatal(err)
+			}
+			const ttl = 2 * time.Second
+			p := startWorker(t, "guard-stopped", map[string]string{
+				"FAULTS_DSN": dsn, "FAULTS_ROLE": "guardstop", "FAULTS_NAME": "frozen-guard",
+				"FAULTS_TTL": ttl.String(), "FAULTS_LIFETIME": "60s",
+			})
+			var tok int64
+			select {
+			case line := <-p.lines:
+				if _, err := fmt.Sscanf(line, "guarded %d", &tok); err != nil {
+					t.Fatalf("worker said %q", line)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the worker did not guard a transaction")
+			}
+			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			stoppedAt := time.Now()
+			stopped := true
+			defer func() {
+				if stopped {
+					_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT)
+				}
+			}()
+			rival, err := optimistic.New(iso.DB, &optimistic.Config{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rival.Close()
+			got, at := pollAcquire(t, rival, "frozen-guard", ttl+3*time.Second)
+			if got == nil {
+				t.Fatalf("the holder frozen inside its guarded transaction still blocks the name %v later (TTL %v)", ttl+3*time.Second, ttl)
+			}
+			freedAfter := at.Sub(stoppedAt)
+			if int64(got.Token()) <= tok {
+				t.Errorf("rival token %d is not above the frozen holder's %d", got.Token(), tok)
+			}
+			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			stopped = false
+			var commit, lost string
+			deadline := time.After(20 * time.Second)
+			for lost == "" {
+				select {
+				case line := <-p.lines:
+					switch {
+					case strings.HasPrefix(line, "commit "):
+						commit = line
+					case strings.HasPrefix(line, "lost "):
+						lost = line
+					}
+				case <-deadline:
+					t.Fatalf("the resumed holder did not finish within 20 s (commit: %q)", commit)
+				}
+			}
+			if commit == "" || commit == "commit <nil>" {
+				t.Errorf("the resumed holder's guarded transaction committed (%q) after a rival took the name", commit)
+			}
+			if !strings.Contains(lost, "lost") || strings.Contains(lost, "never") {
+				t.Errorf("loss report %q", lost)
+			}
+			var n int
+			if err := iso.DB.GetContext(ctx, &n, iso.DB.Rebind("SELECT count(*) FROM fenced_writes WHERE token = ?"), tok); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Errorf("%d guarded rows of the frozen holder (token %d) were committed", n, tok)
+			}
+			if err := got.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("the server ended the frozen guarded transaction: a rival got the name %v after SIGSTOP (TTL %v); resumed holder: %s; %s",
+				freedAfter.Round(time.Millisecond), ttl, commit, lost)
+		})
 	}
 }

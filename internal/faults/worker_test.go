@@ -219,6 +219,8 @@ func runWorker() int {
 		return stopHolder(ctx, db, os.Getenv("FAULTS_NAME"), ttl)
 	case "stoppess":
 		return stopPessimisticHolder(ctx, db, os.Getenv("FAULTS_NAME"), ttl)
+	case "guardstop":
+		return guardStopHolder(ctx, db, os.Getenv("FAULTS_NAME"), ttl)
 	}
 	mode := os.Getenv("FAULTS_MODE")
 	c, err := newClient(mode, db)
