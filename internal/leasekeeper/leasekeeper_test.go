@@ -5,9 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
-	"net/url"
-	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -275,116 +272,6 @@ func TestOnLostMayRelease(t *testing.T) {
 	})
 }
 
-// proxy forwards TCP connections to a database server; stall makes the
-// connections open so far swallow everything (a black-holed connection),
-// while new connections still pass.
-type proxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	conns []*proxied
-	wg    sync.WaitGroup
-}
-
-type proxied struct {
-	client, server net.Conn
-	stalled        atomic.Bool
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	p := &proxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			_ = c.client.Close()
-			_ = c.server.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = client.Close()
-			continue
-		}
-		c := &proxied{client: client, server: server}
-		p.mu.Lock()
-		p.conns = append(p.conns, c)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, client, server)
-		go p.pipe(c, server, client)
-	}
-}
-
-func (p *proxy) pipe(c *proxied, from, to net.Conn) {
-	defer p.wg.Done()
-	defer func() { _ = from.Close(); _ = to.Close() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := from.Read(buf)
-		if n > 0 && !c.stalled.Load() {
-			if _, werr := to.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *proxy) stall() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.stalled.Store(true)
-	}
-}
-
-var mysqlAddr = regexp.MustCompile(`tcp\(([^)]*)\)`)
-
-// viaProxy returns iso's DSN rewritten to go through a new proxy.
-func viaProxy(t *testing.T, iso *dbtest.Isolated) (string, *proxy) {
-	t.Helper()
-	switch iso.Kind {
-	case dialect.Postgres:
-		u, err := url.Parse(iso.DSN)
-		if err != nil {
-			t.Fatalf("dsn: %v", err)
-		}
-		p := newProxy(t, u.Host)
-		u.Host = p.ln.Addr().String()
-		return u.String(), p
-	default:
-		m := mysqlAddr.FindStringSubmatchIndex(iso.DSN)
-		if m == nil {
-			t.Fatalf("dsn %q has no tcp(address)", dialect.Redact(iso.DSN))
-		}
-		p := newProxy(t, iso.DSN[m[2]:m[3]])
-		return iso.DSN[:m[2]] + p.ln.Addr().String() + iso.DSN[m[3]:], p
-	}
-}
-
 // TestReleaseGivesUpStalledConnection: a release whose connection stops
 // answering is given up after Config.ReleaseTimeout and tried again on
 // another connection, even when Release's ctx has no deadline; the name is
@@ -395,7 +282,7 @@ func TestReleaseGivesUpStalledConnection(t *testing.T) {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)
-			dsn, p := viaProxy(t, iso)
+			dsn, p := locktest.StallProxy(t, iso)
 			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 			defer cancel()
 			db, err := dialect.Open(ctx, dsn)
@@ -406,7 +293,7 @@ func TestReleaseGivesUpStalledConnection(t *testing.T) {
 			k := newKeeper(t, leasekeeper.Config{DB: db, ReleaseTimeout: time.Second})
 			name := locktest.RandomName("stalled")
 			lease := start(t, k, db, name, time.Minute, false)
-			p.stall()
+			p.Stall()
 			released := make(chan error, 1)
 			go func() { released <- lease.Release(context.Background()) }()
 			if err := receive(t, released, "Release on a stalled connection"); err != nil {
