@@ -303,6 +303,16 @@ type AcquireParams struct {
 	Mode     string // dblock.ModeOptimistic or dblock.ModeFair.
 	TTL      time.Duration
 	Metadata string // Empty stores NULL.
+	// QueueGuard refuses the acquisition while a live fair waiter queues for
+	// the name, unless the owner holds the name already (reentry): the fair
+	// mode's direct path, which must never jump a waiter whose row committed
+	// before the acquisition began. PostgreSQL and SQLite check the queue in
+	// the acquiring statement. MySQL reads the queue (without locking) and
+	// stops there if anyone waits or holds the name; else it acquires, then
+	// reads the waiters created no later than the lease was acquired and,
+	// finding any, releases at once (see QueueSQL.Jumped). Autocommit only
+	// (q nil).
+	QueueGuard bool
 }
 
 // AcquireResult is the outcome of AcquireLease.
@@ -316,6 +326,12 @@ type AcquireResult struct {
 	// unknown); Holder.Now is the database clock, so ExpiresAt - Now is the
 	// time left on the holder's lease.
 	Holder Holder
+	// Waiters counts the live fair waiters that refused an acquisition with
+	// QueueGuard (zero otherwise).
+	Waiters int
+	// Statements counts the round trips the call sent (at least 1), for
+	// callers that report statements per acquisition.
+	Statements int
 }
 
 // Holder is a name's row as the database sees it.
@@ -373,6 +389,17 @@ func nullString(s string) sql.NullString { return sql.NullString{String: s, Vali
 // by a pessimistic transaction comes back as not acquired (Holder.Mode
 // pessimistic), never as a wait. Errors are classified.
 func (db *DB) AcquireLease(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
+	res, err := db.acquireLease(ctx, q, p)
+	if res.Statements == 0 {
+		res.Statements = 1
+	}
+	return res, err
+}
+
+func (db *DB) acquireLease(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
+	if p.QueueGuard {
+		return db.acquireGuarded(ctx, p)
+	}
 	q = db.q(q)
 	ttl := p.TTL.Microseconds()
 	var res AcquireResult
@@ -422,7 +449,7 @@ func (db *DB) AcquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 		}
 		if n == 0 {
 			h, err := db.LeaseHolder(ctx, q, p.Name)
-			return AcquireResult{Holder: h}, err
+			return AcquireResult{Holder: h, Statements: 2}, err
 		}
 		res = AcquireResult{Acquired: true, Token: dblock.Token(id)}
 		if n == 1 {
@@ -454,6 +481,102 @@ func (db *DB) AcquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 		}
 		res.Acquired, res.Token = true, dblock.Token(version)
 		return res, nil
+	}
+}
+
+// acquireGuarded is AcquireLease with QueueGuard.
+func (db *DB) acquireGuarded(ctx context.Context, p AcquireParams) (AcquireResult, error) {
+	ttl := p.TTL.Microseconds()
+	switch db.Dialect.Kind() {
+	case Postgres:
+		var (
+			res                      AcquireResult
+			owner, mode              string
+			version, expUs, nowUs, n int64
+		)
+		err := db.QueryRowxContext(ctx, db.Dialect.Queue().Direct, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
+			Scan(&res.Acquired, &version, &owner, &mode, &expUs, &nowUs, &res.Reentry, &n)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return AcquireResult{}, nil // A concurrent insert of the name won.
+		case err != nil:
+			err = db.Classify(err)
+			if errors.Is(err, dblock.ErrNotAcquired) {
+				return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
+			}
+			return AcquireResult{}, err
+		}
+		if res.Acquired {
+			res.Token = dblock.Token(version)
+			return res, nil
+		}
+		res.Waiters = int(n)
+		h := Holder{Exists: version != 0, Owner: owner, Version: version, Mode: mode, Now: Micros(nowUs)}
+		if expUs != 0 {
+			h.ExpiresAt = Micros(expUs)
+		}
+		if h.Exists && n == 0 && (owner == "" || owner == p.Owner || expUs <= nowUs) {
+			// Takeable, nobody queued, yet skipped: a transaction holds the row locked.
+			h = Holder{Exists: true, Mode: dblock.ModePessimistic, Now: h.Now}
+		}
+		res.Holder = h
+		return res, nil
+	case SQLite:
+		var (
+			res     AcquireResult
+			version int64
+		)
+		err := db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error {
+			return c.QueryRowxContext(ctx, db.Dialect.Queue().Direct, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
+				Scan(&version, &res.Reentry)
+		})
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			// Queued for, or held by another: say which.
+			s, err := db.PeekQueue(ctx, nil, p.Name)
+			return AcquireResult{Holder: s.Holder, Waiters: s.Ahead, Statements: 2}, err
+		case err != nil:
+			err = db.Classify(err)
+			if errors.Is(err, dblock.ErrNotAcquired) {
+				return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
+			}
+			return AcquireResult{}, err
+		}
+		res.Acquired, res.Token = true, dblock.Token(version)
+		return res, nil
+	default:
+		// A lockless look first: under contention the answer is almost
+		// always "queued" or "held", for one statement.
+		s, err := db.PeekQueue(ctx, nil, p.Name)
+		if err != nil {
+			return AcquireResult{}, err
+		}
+		mine := s.Holder.Held() && s.Holder.Owner == p.Owner
+		if !mine && (s.Ahead > 0 || s.Holder.Held()) {
+			return AcquireResult{Holder: s.Holder, Waiters: s.Ahead}, nil
+		}
+		p.QueueGuard = false
+		res, err := db.acquireLease(ctx, nil, p)
+		res.Statements = max(res.Statements, 1) + 1
+		if err != nil || !res.Acquired {
+			return res, err
+		}
+		// Jumped: did a waiter queue before this acquisition began?
+		var reentry, queued int
+		res.Statements++
+		err = db.QueryRowxContext(ctx, db.Dialect.Queue().Jumped, p.Name, p.Owner, int64(res.Token)).Scan(&reentry, &queued)
+		if err != nil || reentry > 1 || queued == 0 {
+			// Unreadable (the lease stands: its keeper finds out whether it
+			// still holds), a reentry, or nobody jumped.
+			return res, nil
+		}
+		res.Statements++
+		released, rerr := db.ReleaseLease(ctx, nil, p.Name, p.Owner, res.Token)
+		if rerr != nil || !released {
+			// Keep the lease rather than leave it held by nobody who knows.
+			return res, nil
+		}
+		return AcquireResult{Waiters: queued, Statements: res.Statements}, nil
 	}
 }
 

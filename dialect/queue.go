@@ -24,8 +24,9 @@ type QueueSQL struct {
 	// Heartbeat (timeout µs, id) extends a live waiter's deadline; a dead
 	// waiter stays dead (it lost its place and must enqueue again).
 	Heartbeat string
-	// Check (name, id, name, name) reads, in one snapshot, whether the waiter
-	// is live, how many live waiters are ahead of it, its created_at, the
+	// Check (name, name, id, name, name) reads, in one snapshot, whether the
+	// waiter is live, how many live waiters are ahead of it, the heartbeat
+	// deadline of the live waiter directly ahead of it, its created_at, the
 	// lock row and the database clock.
 	Check string
 	// Peek (name, name) reads the number of live waiters of a name, the lock
@@ -37,6 +38,21 @@ type QueueSQL struct {
 	// Leave (id) deletes a waiter that gives up. On PostgreSQL it notifies
 	// the name, since the waiters behind it moved up.
 	Leave string
+	// Direct is the lease acquisition of LeaseSQL.Acquire guarded by the
+	// queue, in the same statement: it takes nothing while a live waiter
+	// queues for the name, unless the owner holds the name already
+	// (reentry). On PostgreSQL it returns Acquire's columns and the number
+	// of live waiters; on SQLite, Acquire's (no row when refused). Empty on
+	// MySQL (see Jumped).
+	Direct string
+	// Jumped (name, owner, version) reads, after a MySQL acquisition, the
+	// row's reentry count and how many live waiters were created no later
+	// than the lease was acquired, that is, queued before the acquisition
+	// began. MySQL only: its INSERT ... SELECT reads the queue with shared
+	// next-key locks under REPEATABLE READ, which a no-wait acquisition
+	// cannot take while any neighbouring waiter row is being written, so the
+	// guard runs as a lockless read right after the acquisition instead.
+	Jumped string
 }
 
 // queueText builds one dialect's queue statements from its clock, time
@@ -63,12 +79,19 @@ WHERE id = %s AND expires_at > %s`, now, t.add(now, p(1)), p(2), now),
         WHERE w.name = %s AND w.expires_at > %s
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
     ) END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
+        SELECT %s FROM dblock_waiters w
+        WHERE w.name = %s AND w.expires_at > %s
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+        ORDER BY w.created_at DESC, w.id DESC
+        LIMIT 1
+    ), 0) END,
     COALESCE(%s, 0),
     %s
 FROM (SELECT 1 AS one) AS one
 LEFT JOIN dblock_waiters me ON me.id = %s AND me.name = %s AND me.expires_at > %s
 LEFT JOIN dblock_locks l ON l.name = %s`,
-			p(1), now, t.us("me.created_at"), lockCols, p(2), p(3), now, p(4)),
+			p(1), now, t.us("w.expires_at"), p(2), now, t.us("me.created_at"), lockCols, p(3), p(4), now, p(5)),
 		Peek: fmt.Sprintf(`SELECT
     (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = %s AND w.expires_at > %s),
     %s
@@ -103,26 +126,98 @@ var sqliteQueueText = queueText{
 var (
 	// created_at comes from clock_timestamp() (the column default), the time
 	// of the insert itself rather than of its transaction's start.
-	pgQueue = pgQueueText.build(
+	pgQueue = withDirect(pgQueueText.build(
 		`INSERT INTO dblock_waiters (name, owner, expires_at)
 VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
 RETURNING id, `+pgUs("created_at"),
 		`DELETE FROM dblock_waiters WHERE id = $1
-RETURNING pg_notify('`+NotifyChannel+`', name)::text IS NOT NULL`)
+RETURNING pg_notify('`+NotifyChannel+`', name)::text IS NOT NULL`), pgDirect(), "")
 
-	mysqlQueue = mysqlQueueText.build(
+	mysqlQueue = withDirect(mysqlQueueText.build(
 		`INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
 VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`,
-		`DELETE FROM dblock_waiters WHERE id = ?`)
+		`DELETE FROM dblock_waiters WHERE id = ?`), "", mysqlJumped)
 
 	mariadbQueue = mysqlQueue
 
-	sqliteQueue = sqliteQueueText.build(
+	sqliteQueue = withDirect(sqliteQueueText.build(
 		strings.ReplaceAll(`INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
 VALUES (?1, ?2, NOW, NOW, NOW + ?3)
 RETURNING id, created_at`, "NOW", sqliteNow),
-		`DELETE FROM dblock_waiters WHERE id = ?1`)
+		`DELETE FROM dblock_waiters WHERE id = ?1`), sqliteDirect(), "")
 )
+
+func withDirect(q QueueSQL, direct, jumped string) QueueSQL {
+	q.Direct, q.Jumped = direct, jumped
+	return q
+}
+
+// mustReplace replaces the one occurrence of old in s; it panics (at package
+// initialisation, so any test fails at once) if the text it builds on
+// changed.
+func mustReplace(s, old, new string) string {
+	if strings.Count(s, old) != 1 {
+		panic(fmt.Sprintf("dialect: building the fair direct acquisition: %q found %d times", old, strings.Count(s, old)))
+	}
+	return strings.Replace(s, old, new, 1)
+}
+
+// pgDirect is pgLease.Acquire guarded by the queue: the row is taken, or
+// inserted, only while no live waiter queues for the name (or the owner
+// holds it already), and an eighth column counts the live waiters. Its
+// snapshot is the statement's: a waiter whose insert committed before the
+// statement began is seen, so nobody jumps it.
+func pgDirect() string {
+	const live = `SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()`
+	a := pgLease.Acquire
+	a = mustReplace(a, `
+    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+    FOR UPDATE SKIP LOCKED`, `
+    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+      AND (owner = $2 AND expires_at > now() OR NOT EXISTS (`+live+`))
+    FOR UPDATE SKIP LOCKED`)
+	a = mustReplace(a, `
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
+    ON CONFLICT (name) DO NOTHING`, `
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (`+live+`)
+    ON CONFLICT (name) DO NOTHING`)
+	i := strings.Index(a, "\nSELECT true, version")
+	if i < 0 {
+		panic("dialect: building the fair direct acquisition: no result branches")
+	}
+	return a[:i] + `, q AS (
+    SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()
+)
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM upd
+UNION ALL
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM ins
+UNION ALL
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce(` + pgUs("h.expires_at") + `, 0), ` + pgUs("now()") + `, 0, q.n
+FROM dblock_locks h, q WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
+UNION ALL
+SELECT false, 0::bigint, '', '', 0::bigint, ` + pgUs("now()") + `, 0, q.n
+FROM q WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
+LIMIT 1`
+}
+
+// sqliteDirect is sqliteLease.Acquire guarded by the queue: it inserts (or
+// upserts) nothing while a live waiter queues for the name, unless the owner
+// holds it. SQLite has one writer, so nothing can enqueue in between.
+func sqliteDirect() string {
+	return mustReplace(sqliteLease.Acquire, `
+VALUES (?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, `+sqliteNow+`, `+sqliteNow+` + ?3, `+sqliteNow+`, ?5)
+`, `
+SELECT ?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, `+sqliteNow+`, `+sqliteNow+` + ?3, `+sqliteNow+`, ?5
+WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > `+sqliteNow+`)
+   OR EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?1 AND l.owner = ?2 AND l.expires_at > `+sqliteNow+`)
+`)
+}
+
+const mysqlJumped = `SELECT l.reentry, (
+    SELECT COUNT(*) FROM dblock_waiters w
+    WHERE w.name = l.name AND w.expires_at > UTC_TIMESTAMP(6) AND w.created_at <= l.acquired_at
+)
+FROM dblock_locks l WHERE l.name = ? AND l.owner = ? AND l.version = ?`
 
 // ---- operations ----
 
@@ -143,6 +238,11 @@ type QueueState struct {
 	Ahead int
 	// CreatedAt is the checked waiter's created_at (Check only; zero when dead).
 	CreatedAt time.Time
+	// AheadExpiresAt is the heartbeat deadline of the live waiter directly
+	// ahead of the checked one (Check only; zero when none is ahead): if
+	// that waiter died, the checked one moves up then. Compare it with
+	// Holder.Now, the database clock.
+	AheadExpiresAt time.Time
 	// Holder is the lock row; Holder.Now is the database clock.
 	Holder Holder
 }
@@ -230,16 +330,19 @@ func (db *DB) HeartbeatWaiters(ctx context.Context, q Querier, ids []int64, time
 func (db *DB) CheckWaiter(ctx context.Context, q Querier, name string, id int64) (QueueState, error) {
 	var s QueueState
 	var live, exists int
-	var crUs, expUs, nowUs int64
+	var crUs, aheadUs, expUs, nowUs int64
 	var owner, mode []byte
-	err := db.q(q).QueryRowxContext(ctx, db.Dialect.Queue().Check, name, id, name, name).
-		Scan(&live, &s.Ahead, &crUs, &exists, &owner, &s.Holder.Version, &mode, &expUs, &nowUs)
+	err := db.q(q).QueryRowxContext(ctx, db.Dialect.Queue().Check, name, name, id, name, name).
+		Scan(&live, &s.Ahead, &aheadUs, &crUs, &exists, &owner, &s.Holder.Version, &mode, &expUs, &nowUs)
 	if err != nil {
 		return QueueState{}, db.Classify(err)
 	}
 	s.Live = live != 0
 	if crUs != 0 {
 		s.CreatedAt = Micros(crUs)
+	}
+	if aheadUs != 0 {
+		s.AheadExpiresAt = Micros(aheadUs)
 	}
 	s.Holder = holderFrom(exists != 0, owner, s.Holder.Version, mode, expUs, nowUs)
 	return s, nil

@@ -2,6 +2,7 @@ package dialect_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,6 +58,14 @@ func TestQueueStatements(t *testing.T) {
 		}
 		if s := check(b.ID); !s.Live || s.Ahead != 1 {
 			t.Fatalf("check b: %+v", s)
+		}
+		// b is told a's heartbeat deadline (a minute ahead by the database
+		// clock); a, at the head, none.
+		if s := check(b.ID); s.AheadExpiresAt.Sub(s.Holder.Now) < 50*time.Second || s.AheadExpiresAt.Sub(s.Holder.Now) > time.Minute {
+			t.Fatalf("b's view of a's deadline: %v after now", s.AheadExpiresAt.Sub(s.Holder.Now))
+		}
+		if s := check(a.ID); !s.AheadExpiresAt.IsZero() {
+			t.Fatalf("a at the head sees a deadline ahead: %+v", s)
 		}
 		if s := check(b.ID + 1000); s.Live || s.Ahead != 0 {
 			t.Fatalf("check of a missing waiter: %+v", s)
@@ -127,6 +136,81 @@ func TestQueueStatements(t *testing.T) {
 		}
 		if s := peek(); s.Ahead != 0 {
 			t.Fatalf("queue not empty: %+v", s)
+		}
+	})
+}
+
+// TestQueueGuard checks the fair direct acquisition: refused while a live
+// waiter queues (and then the name is left as it was), allowed when the
+// queue is empty, past a dead waiter, and for the owner that holds the name
+// (reentry) whatever the queue.
+func TestQueueGuard(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx := context.Background()
+		db := iso.DB
+		guarded := func(name, owner string) dialect.AcquireResult {
+			t.Helper()
+			r, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeFair, TTL: time.Minute, QueueGuard: true})
+			if err != nil {
+				t.Fatalf("guarded acquire %s/%s: %v", name, owner, err)
+			}
+			return r
+		}
+		for _, existing := range []bool{false, true} {
+			name := fmt.Sprintf("guard-%v", existing)
+			var before dblock.Token
+			if existing {
+				// A free row with a history.
+				r := guarded(name, "first")
+				if !r.Acquired {
+					t.Fatalf("guarded acquire of a fresh name: %+v", r)
+				}
+				if ok, err := db.ReleaseLease(ctx, nil, name, "first", r.Token); err != nil || !ok {
+					t.Fatalf("release: %v %v", ok, err)
+				}
+				before = r.Token
+			}
+			w, err := db.Enqueue(ctx, nil, name, "waiter", time.Minute)
+			if err != nil {
+				t.Fatalf("enqueue: %v", err)
+			}
+			r := guarded(name, "newcomer")
+			if r.Acquired || r.Waiters != 1 || r.Holder.Held() {
+				t.Fatalf("guarded acquire with a live waiter (row existing %v): %+v, want refused naming 1 waiter", existing, r)
+			}
+			// (MySQL acquires, sees the waiter and releases: a free row may
+			// remain where there was none.)
+			h, err := db.LeaseHolder(ctx, nil, name)
+			if err != nil || h.Held() || (h.Exists != existing && iso.Kind != dialect.MySQL) || (existing && h.Version < int64(before)) {
+				t.Fatalf("row after the refusal: %+v %v", h, err)
+			}
+			// The waiter takes its turn; then the queue is empty again.
+			if ok, err := db.LeaveQueue(ctx, nil, w.ID); err != nil || !ok {
+				t.Fatalf("leave: %v %v", ok, err)
+			}
+			r = guarded(name, "newcomer")
+			if !r.Acquired || r.Token <= before {
+				t.Fatalf("guarded acquire of an empty queue: %+v (before %d)", r, before)
+			}
+			// The holder re-enters past a queue; a stranger does not.
+			if _, err := db.Enqueue(ctx, nil, name, "late", time.Minute); err != nil {
+				t.Fatalf("enqueue: %v", err)
+			}
+			if re := guarded(name, "newcomer"); !re.Acquired || re.Token != r.Token {
+				t.Fatalf("reentry past a queue: %+v, want token %d", re, r.Token)
+			}
+			if st := guarded(name, "stranger"); st.Acquired || st.Holder.Owner != "newcomer" {
+				t.Fatalf("stranger: %+v", st)
+			}
+		}
+		// A dead waiter does not count.
+		if _, err := db.Enqueue(ctx, nil, "guard-dead", "dead", time.Millisecond); err != nil {
+			t.Fatalf("enqueue: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if r := guarded("guard-dead", "o"); !r.Acquired {
+			t.Fatalf("guarded acquire past a dead waiter: %+v", r)
 		}
 	})
 }

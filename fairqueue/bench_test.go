@@ -71,6 +71,7 @@ func BenchmarkContended(b *testing.B) {
 				contended(b, l)
 				after := l.Stats()
 				b.ReportMetric(float64(after.Statements-before.Statements)/float64(b.N), "stmts/handoff")
+				b.ReportMetric(float64(after.Checks-before.Checks)/float64(b.N), "checks/handoff")
 			})
 			b.Run("unfair", func(b *testing.B) {
 				l, err := optimistic.New(iso.DB, nil)

@@ -9,8 +9,15 @@
 //
 // # The queue
 //
-// An Acquire that finds the name free and nobody queueing takes it at once
-// (one read, one write). Otherwise it inserts a waiter row into
+// An Acquire that finds the name free and nobody queueing takes it at once:
+// on PostgreSQL and SQLite one statement checks the queue and takes the
+// lock, so a waiter whose row committed before it began is never jumped; on
+// MySQL a lockless read of the queue comes first and, after taking the lock,
+// a second read of the waiters created before the lease hands it back at
+// once if one was (InnoDB would read the queue inside the acquiring
+// statement only with next-key locks, which a no-wait acquisition cannot
+// take while a neighbouring waiter row is written). Otherwise it inserts a
+// waiter row into
 // dblock_waiters, stamped by the database clock (created_at, with the
 // auto-increment id as tie-break), and waits. A waiter may take the lock
 // only when it is the oldest live waiter of the name and the lock row is
@@ -34,14 +41,19 @@
 // # Wake-ups
 //
 // Only the waiter that may be next re-checks at once. A check reports how
-// many live waiters are ahead; each wake-up (a PostgreSQL notification of a
-// release or a leave, or the Locker's own take, release or leave) counts as
-// one advance, and a waiter re-checks early only when the advances seen may
-// have made it the head. The head re-checks on a short capped, jittered
-// backoff (Config.HeadPollMax) and at the holder's expiry; waiters behind it
-// poll at a cadence that grows with their distance from the head, capped by
-// Config.PollMax. On MySQL and SQLite, across processes, these timers are the
-// only mechanism.
+// many live waiters are ahead and whether the lock is held. Between checks a
+// waiter counts the queue's events: releases and waiters leaving (a
+// PostgreSQL notification of the name, sent by every release, leave and
+// reaper deletion, or the Locker's own release or leave; takes are not
+// events). A waiter k places from the head may be next only after k events,
+// k+1 if the lock was held, and re-checks early only then: one check per
+// hand-off for the next waiter, none for the others. The head re-checks on a
+// release, on a short capped, jittered backoff (Config.HeadPollMax) and at
+// the holder's expiry; waiters behind it poll at a cadence that grows with
+// their distance from the head, capped by Config.PollMax, and wake at the
+// heartbeat deadline of the waiter directly ahead, so a waiter whose process
+// died delays the queue by its heartbeat timeout, no more. On MySQL and
+// SQLite, across processes, the timers are the only mechanism.
 //
 // # Order and its limits
 //
@@ -55,6 +67,8 @@
 // # Observability
 //
 // Queue lists a name's live waiters with their position and wait age (what
-// `dblock status` shows), Locker.Position finds one owner's place, and
-// Locker.Stats counts statements, checks and heartbeats.
+// `dblock status` shows), Locker.Position finds one owner's place,
+// WithPositionFunc lets a waiter observe its own place while it waits
+// (whatever its owner), and Locker.Stats counts statements, checks and
+// heartbeats.
 package fairqueue

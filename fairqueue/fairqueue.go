@@ -229,7 +229,8 @@ func (l *Locker) lockWrites() func() {
 // capped, jittered backoff and at the holder's expiry. The wait ends with
 // ctx or dblock.WithWait; the error then wraps dblock.ErrNotAcquired and
 // context.Cause(ctx), and the waiter's row is gone. An owner that already
-// holds name re-enters it without queueing.
+// holds name re-enters it without queueing. A ctx from WithPositionFunc
+// reports the waiter's place while it waits.
 func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
 	return l.acquire(ctx, name, true, opts)
 }
@@ -372,41 +373,33 @@ func free(h dialect.Holder, owner string) bool {
 
 // direct takes the name without queueing when nobody queues and it is free,
 // or when the owner already holds it (reentry). It returns (nil, nil) when
-// the caller must queue.
+// the caller must queue. The queue and the lock are checked and the lock
+// taken by one statement (dialect.AcquireParams.QueueGuard), so a waiter
+// whose row committed before it began is never jumped.
 func (a *attempt) direct(wait bool) (*dblock.Lease, error) {
 	l := a.l
 	backoff := l.cfg.PollMin
+	p := a.params
+	p.QueueGuard = true
 	for try := 1; ; try++ {
-		l.count()
-		s, err := l.db.PeekQueue(a.ctx, nil, a.name)
+		// The take runs on a context that outlives the caller's: a
+		// statement cancelled in flight may still commit, and a lease
+		// nobody knows about would hold the name until it expires.
+		reqStart := time.Now()
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
+		unlock := l.lockWrites()
+		res, err := l.db.AcquireLease(tctx, nil, p)
+		unlock()
+		cancel()
+		l.stats.statements.Add(uint64(max(res.Statements, 1)))
+		if err == nil && res.Acquired {
+			return a.started(res.Token, reqStart)
+		}
 		if err == nil {
-			mine := s.Holder.Held() && s.Holder.Owner == a.o.Owner
-			if !mine && (s.Ahead > 0 || !free(s.Holder, a.o.Owner)) {
-				if !wait {
-					return nil, a.notAcquired(s)
-				}
-				return nil, nil
+			if !wait {
+				return nil, a.notAcquired(dialect.QueueState{Ahead: res.Waiters, Holder: res.Holder})
 			}
-			// The take runs on a context that outlives the caller's: a
-			// statement cancelled in flight may still commit, and a lease
-			// nobody knows about would hold the name until it expires.
-			reqStart := time.Now()
-			tctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
-			l.count()
-			unlock := l.lockWrites()
-			res, aerr := l.db.AcquireLease(tctx, nil, a.params)
-			unlock()
-			cancel()
-			if aerr == nil && res.Acquired {
-				return a.started(res.Token, reqStart)
-			}
-			if aerr == nil {
-				if !wait {
-					return nil, a.notAcquired(dialect.QueueState{Holder: res.Holder})
-				}
-				return nil, nil
-			}
-			err = aerr
+			return nil, nil
 		}
 		if serr := a.stopped(dialect.Holder{}); serr != nil {
 			return nil, serr
@@ -441,10 +434,10 @@ func (a *attempt) started(token dblock.Token, reqStart time.Time) (*dblock.Lease
 	l := a.l
 	lease, err := l.keeper.Start(leasekeeper.Params{
 		Name: a.name, Owner: a.o.Owner, Mode: dblock.ModeFair, Token: token, TTL: a.o.TTL, Renew: a.o.Renew,
-		ReqStart: reqStart, OnReleased: func() { l.local.notify(a.name, false) },
+		ReqStart: reqStart, OnReleased: func() { l.local.notify(a.name, eventRelease) },
 	})
 	if err != nil {
-		l.local.notify(a.name, false)
+		l.local.notify(a.name, eventRelease)
 		return nil, a.errorf("%w: %w", dblock.ErrNotAcquired, ErrClosed)
 	}
 	l.stats.acquired.Add(1)

@@ -51,7 +51,7 @@ func (l *Locker) Queue(ctx context.Context, name string) ([]Waiter, error) {
 // Position reports where owner waits in name's queue: the first live waiter
 // of that owner, and false when it is not queueing (it may hold the name, or
 // not be waiting at all). Acquire with dblock.WithOwner to know the owner of
-// a wait in progress.
+// a wait in progress, or observe a wait of your own with WithPositionFunc.
 func (l *Locker) Position(ctx context.Context, name, owner string) (Waiter, bool, error) {
 	q, err := Queue(ctx, l.db, name)
 	if err != nil {
@@ -63,4 +63,36 @@ func (l *Locker) Position(ctx context.Context, name, owner string) (Waiter, bool
 		}
 	}
 	return Waiter{}, false, nil
+}
+
+// Position is a waiter's place in its queue, as it observes it while it
+// waits (WithPositionFunc).
+type Position struct {
+	Name  string
+	Owner string // The acquisition's owner (a fresh random one by default).
+	// Position is 1 for the waiter that takes the name next, then 2, ...
+	Position int
+	// Joined is when the waiter joined the queue, by the database clock.
+	Joined time.Time
+	// Waited is how long the waiter has queued, by the database clock.
+	Waited time.Duration
+}
+
+type positionKey struct{}
+
+// WithPositionFunc returns a copy of ctx that makes Acquire (and Do) called
+// with it report the waiter's place in the queue to fn while it waits: once
+// the waiter has joined the queue, and again each time a check finds it
+// moved (as net/http/httptrace reports a request's progress). fn runs on the
+// waiting goroutine and must not block. An acquisition that finds the name
+// free takes it without queueing and never calls fn; one that queues again
+// after losing its place reports from its new place. Other Lockers ignore it.
+func WithPositionFunc(ctx context.Context, fn func(Position)) context.Context {
+	return context.WithValue(ctx, positionKey{}, fn)
+}
+
+// positionFunc returns the observer set by WithPositionFunc, or nil.
+func positionFunc(ctx context.Context) func(Position) {
+	fn, _ := ctx.Value(positionKey{}).(func(Position))
+	return fn
 }

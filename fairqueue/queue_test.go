@@ -3,6 +3,7 @@ package fairqueue_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,4 +186,107 @@ func TestConfig(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
+}
+
+// TestPositionFunc has two waiters with default (random) owners observe
+// their own places while they wait behind a holder: the first sees 1, the
+// second 2 and then 1 once the first took its turn. A caller that finds the
+// name free takes it without queueing and observes nothing.
+func TestPositionFunc(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		l := newFair(t, iso.DB, testConfig(t))
+		t.Cleanup(func() { _ = l.Close() })
+		name := locktest.RandomName("posfunc")
+		held, err := l.Acquire(ctx, name)
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		type seen struct {
+			positions []int
+			owner     string
+			joined    time.Time
+		}
+		var mu sync.Mutex
+		views := make([]seen, 2)
+		queued := make(chan int, 2)
+		done := make(chan error, 2)
+		var first *dblock.Lease
+		for i := range views {
+			pctx := fairqueue.WithPositionFunc(ctx, func(p fairqueue.Position) {
+				mu.Lock()
+				defer mu.Unlock()
+				if p.Name != name || p.Owner == "" || p.Joined.IsZero() || p.Waited < 0 {
+					t.Errorf("waiter %d observed %+v", i, p)
+				}
+				if len(views[i].positions) == 0 {
+					views[i].owner, views[i].joined = p.Owner, p.Joined
+					queued <- i
+				}
+				views[i].positions = append(views[i].positions, p.Position)
+			})
+			go func() {
+				lease, err := l.Acquire(pctx, name)
+				if err == nil && i == 0 {
+					first = lease // Held until the second waiter saw itself move up.
+				} else if err == nil {
+					err = lease.Release(ctx)
+				}
+				done <- err
+			}()
+			select {
+			case <-queued: // In the queue before the next one arrives.
+			case <-ctx.Done():
+				t.Fatal("hang guard: the waiter never observed its place")
+			}
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("first waiter: %v", err)
+		}
+		// The second waiter moves up to 1 while the first holds the name.
+		for {
+			mu.Lock()
+			p := views[1].positions
+			mu.Unlock()
+			if len(p) > 0 && p[len(p)-1] == 1 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("hang guard: the second waiter observed %v, never 1", p)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("second waiter: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if got := views[0].positions; len(got) != 1 || got[0] != 1 {
+			t.Fatalf("first waiter observed %v, want [1]", got)
+		}
+		if got := views[1].positions; len(got) != 2 || got[0] != 2 || got[1] != 1 {
+			t.Fatalf("second waiter observed %v, want [2 1]", got)
+		}
+		if views[0].owner == views[1].owner || views[1].joined.Before(views[0].joined) {
+			t.Fatalf("views %+v: want two owners, joined in order", views)
+		}
+		// Free name: taken directly, nothing observed.
+		calls := 0
+		lease, err := l.Acquire(fairqueue.WithPositionFunc(ctx, func(fairqueue.Position) { calls++ }), name)
+		if err != nil || calls != 0 {
+			t.Fatalf("acquire of a free name: %v, %d observations", err, calls)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -23,15 +23,24 @@ type waiter struct {
 
 // queue enqueues the attempt and waits for its turn.
 //
-// The loop: check (one statement) whether the waiter is
-// live, how many live waiters are ahead and the lock row; when none is ahead
-// and the lock is free or expired, take it (lock and own row in one
-// transaction); otherwise sleep. The head sleeps on a short capped backoff
-// and at most until the holder's expiry; waiters further back sleep longer.
-// A wake-up (a PostgreSQL notification or an event of this Locker: a take,
-// a release, a waiter leaving) counts as one advance of the queue, and a
-// waiter re-checks at once only when the advances seen since its last check
-// may have made it the head, so a release wakes one waiter, not a herd.
+// The loop: check (one statement) whether the waiter is live, how many live
+// waiters are ahead, the heartbeat deadline of the one directly ahead, and
+// the lock row; when none is ahead and the lock is free or expired, take it
+// (lock and own row in one transaction); otherwise sleep.
+//
+// Wake-ups: between two checks a waiter counts the queue's events, that is
+// releases of the lock and waiters leaving: those of this Locker, and on
+// PostgreSQL the notifications of the name, which Release, Leave and the
+// reaper send from any process. A waiter k places from the head can
+// be next only after k such events, one more if the lock was held when it
+// checked (every waiter ahead takes and then releases, or leaves), so it
+// re-checks early only then: one check per hand-off, and a release wakes
+// one waiter, not a herd. The head re-checks on any release. The timers
+// cover what nobody announces (other processes on MySQL and SQLite, an
+// expiry): the head sleeps on a short capped backoff and at most until the
+// holder's expiry, the others on a longer one and at most until the
+// heartbeat deadline of the waiter directly ahead, when it moves up if that
+// waiter died.
 func (a *attempt) queue() (*dblock.Lease, error) {
 	l := a.l
 	sig := l.local.subscribe(a.name)
@@ -42,6 +51,7 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 		hubC, unsubscribe = l.hub.Subscribe(a.name)
 		defer unsubscribe()
 	}
+	observe := positionFunc(a.ctx)
 
 	var w *waiter
 	defer func() {
@@ -73,9 +83,10 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 				continue
 			}
 			w = nw
+			lastAhead = -1
 		}
-		seq := sig.n.Load()
-		hubWakes := 0
+		seqEvents, seqReleases := sig.events.Load(), sig.releases.Load()
+		hubEvents := 0
 		l.count()
 		l.stats.checks.Add(1)
 		s, err := l.db.CheckWaiter(a.ctx, nil, a.name, w.id)
@@ -101,9 +112,14 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 		}
 		if s.Ahead != lastAhead {
 			backoff = 0 // Moved up: the head polls fast again, the others from their base.
+			if observe != nil {
+				observe(Position{Name: a.name, Owner: a.o.Owner, Position: s.Ahead + 1, Joined: s.CreatedAt,
+					Waited: max(s.Holder.Now.Sub(s.CreatedAt), 0)})
+			}
 		}
 		lastAhead = s.Ahead
-		if s.Ahead == 0 && free(s.Holder, a.o.Owner) {
+		held := !free(s.Holder, a.o.Owner)
+		if s.Ahead == 0 && !held {
 			lease, err := a.take(w)
 			switch {
 			case err == nil:
@@ -116,6 +132,7 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 			case errors.Is(err, dblock.ErrNotAcquired):
 				// Another acquirer (another mode, TryAcquire, or a pessimistic
 				// transaction) got there first: stay at the head.
+				held = true
 			case a.retryable(err):
 				l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: take failed, retrying", a.attrs(
 					slog.Int("attempt", try), slog.String("error", err.Error()))...)
@@ -124,6 +141,12 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 			}
 		}
 
+		// Events before this waiter may be next: one per waiter ahead, and
+		// one more if the lock is held (its release). At least one.
+		need := max(s.Ahead, 1)
+		if held && s.Ahead > 0 {
+			need++
+		}
 		d := a.delay(s, backoff)
 		backoff++
 		timer := time.NewTimer(d)
@@ -134,16 +157,21 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 				break sleep
 			case <-sig.ch:
 			case <-hubC:
-				hubWakes++
+				hubEvents++
 			case <-a.ctx.Done():
 				break sleep
 			case <-l.closing:
 				break sleep
 			}
-			// A wake-up: re-check at once only if this waiter may now be the
-			// head. Takes and leaves of this Locker and every notification
-			// (a release or a leave anywhere) count as one advance each.
-			if advances := int(sig.n.Load()-seq) + hubWakes; s.Ahead-advances <= 0 {
+			// This Locker's own events arrive first; on PostgreSQL the
+			// notifications follow and cover them and everyone else's, so
+			// the larger count never counts one event twice. The head waits
+			// for a release only.
+			local := int(sig.events.Load() - seqEvents)
+			if s.Ahead == 0 {
+				local = int(sig.releases.Load() - seqReleases)
+			}
+			if max(local, hubEvents) >= need {
 				break sleep
 			}
 		}
@@ -162,22 +190,30 @@ func (a *attempt) retryable(err error) bool {
 func (a *attempt) delay(s dialect.QueueState, step int) time.Duration {
 	c := a.l.cfg
 	if s.Ahead > 0 {
-		// Behind the head: wake-ups bring it forward; the timer only covers
-		// advances nobody announced (another process on MySQL or SQLite, a
-		// waiter that died). It starts from a base that grows with the
-		// distance to the head and doubles while the queue does not move.
+		// Behind the head: events bring it forward; the timer only covers
+		// advances nobody announced (another process on MySQL or SQLite).
+		// It starts from a base that grows with the distance to the head
+		// and doubles while the queue does not move, and ends at the
+		// heartbeat deadline of the waiter directly ahead: if that waiter
+		// died (its process killed), this one moves up then.
 		d := c.HeadPollMax * time.Duration(s.Ahead+1)
 		for i := 0; i < step && d < c.PollMax; i++ {
 			d *= 2
 		}
-		return jitter(min(d, c.PollMax))
+		d = jitter(min(d, c.PollMax))
+		if !s.AheadExpiresAt.IsZero() {
+			if rem := s.AheadExpiresAt.Sub(s.Holder.Now) + time.Millisecond; rem < d {
+				d = max(rem, 0)
+			}
+		}
+		return d
 	}
 	d := c.PollMin
 	for i := 0; i < step && d < c.HeadPollMax; i++ {
 		d *= 2
 	}
 	d = jitter(min(d, c.HeadPollMax))
-	if h := s.Holder; s.Ahead == 0 && h.Held() && h.Owner != a.o.Owner {
+	if h := s.Holder; h.Held() && h.Owner != a.o.Owner {
 		// Wake when the lease ends by the database clock, whatever the backoff says.
 		if rem := h.ExpiresAt.Sub(h.Now) + time.Millisecond; rem < d {
 			d = max(rem, 0)
@@ -230,7 +266,7 @@ func (a *attempt) leave(w *waiter) {
 		l.logger.LogAttrs(ctx, slog.LevelWarn, "fairqueue: leaving the queue failed", a.attrs(
 			slog.Int64("waiter", w.id), slog.String("error", err.Error()))...)
 	}
-	l.local.notify(a.name, true)
+	l.local.notify(a.name, eventLeave)
 }
 
 // take takes the lock and deletes the waiter's row in one transaction. It
@@ -286,23 +322,31 @@ func (a *attempt) take(w *waiter) (lease *dblock.Lease, err error) {
 			return nil, l.db.Classify(err)
 		}
 	}
-	l.local.notify(a.name, true)
 	return a.started(res.Token, reqStart)
 }
 
-// signals are this Locker's own queue events per name (a take, a release, a
-// waiter leaving), delivered to its waiters without a database round trip.
+// signals are this Locker's own queue events per name (a release of the
+// lock, a waiter leaving), delivered to its waiters without a database round
+// trip. Takes are not events: a waiter moving from the queue to the lock
+// changes nobody's turn until it releases.
 type signals struct {
 	mu   sync.Mutex
 	subs map[string]map[*signal]struct{}
 }
 
-// signal counts the advances of one name's queue seen by one waiter; ch is buffered
-// one deep and never blocks the sender.
+// signal counts the events of one name's queue seen by one waiter; ch is
+// buffered one deep and never blocks the sender.
 type signal struct {
-	n  atomic.Uint64
-	ch chan struct{}
+	events   atomic.Uint64 // releases and leaves
+	releases atomic.Uint64
+	ch       chan struct{}
 }
+
+// Event kinds of signals.notify.
+const (
+	eventRelease = iota // The lock was released.
+	eventLeave          // A waiter left the queue (gave up, or requeued).
+)
 
 func (s *signals) subscribe(name string) *signal {
 	sig := &signal{ch: make(chan struct{}, 1)}
@@ -328,13 +372,13 @@ func (s *signals) unsubscribe(name string, sig *signal) {
 	s.mu.Unlock()
 }
 
-// notify wakes the waiters of name; advance says whether the queue moved
-// (a take or a leave) rather than the lock being freed (a release).
-func (s *signals) notify(name string, advance bool) {
+// notify counts an event of name's queue and wakes its waiters.
+func (s *signals) notify(name string, kind int) {
 	s.mu.Lock()
 	for sig := range s.subs[name] {
-		if advance {
-			sig.n.Add(1)
+		sig.events.Add(1)
+		if kind == eventRelease {
+			sig.releases.Add(1)
 		}
 		select {
 		case sig.ch <- struct{}{}:
