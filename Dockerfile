@@ -4,6 +4,9 @@
 #
 #   docker build -t dblock .
 #   docker run --rm -e DBLOCK_DSN=postgres://... dblock reaper --metrics-addr :9090
+#
+# On SIGTERM the reaper finishes its batch within 30 s: stop it with a longer grace than
+# docker's default 10 s (docker stop -t 45, stop_grace_period: 45s in compose).
 
 FROM golang:1.26 AS build
 WORKDIR /src

@@ -35,8 +35,8 @@ Flags:
   --metrics-addr ADDR   serve Prometheus metrics on http://ADDR/metrics and a
                         health check on http://ADDR/healthz (e.g. :9090)
 
-SIGTERM or SIGINT stops it gracefully: the running pass finishes its batch,
-releases the reaper lock, and dblock exits 0. A bad schedule exits 64,
+SIGTERM or SIGINT stops it gracefully, with --once too: the running pass
+finishes its batch, releases the reaper lock, and dblock exits 0. A bad schedule exits 64,
 missing tables 78, an unreachable database 69, all at start.
 
 Examples:
@@ -94,7 +94,7 @@ func (a *app) reaper(ctx context.Context, args []string) error {
 	}
 
 	if *once {
-		st, err := r.RunOnce(ctx)
+		st, err := a.reaperOnce(ctx, r, logger)
 		if err != nil {
 			return a.schemaError(err)
 		}
@@ -102,8 +102,12 @@ func (a *app) reaper(ctx context.Context, args []string) error {
 		case st.Skipped:
 			fmt.Fprintf(a.stdout, "skipped: another reaper holds %q\n", reaper.LeaseName)
 		default:
-			fmt.Fprintf(a.stdout, "freed %d expired leases, deleted %d dead waiters and %d idle rows in %v\n",
-				st.ExpiredFreed, st.WaitersDeleted, st.IdleDeleted, st.Duration.Round(time.Millisecond))
+			stopped := ""
+			if st.Stopped {
+				stopped = " (stopped early by a signal)"
+			}
+			fmt.Fprintf(a.stdout, "freed %d expired leases, deleted %d dead waiters and %d idle rows in %v%s\n",
+				st.ExpiredFreed, st.WaitersDeleted, st.IdleDeleted, st.Duration.Round(time.Millisecond), stopped)
 		}
 		return nil
 	}
@@ -147,4 +151,39 @@ func (a *app) reaper(ctx context.Context, args []string) error {
 	}
 	logger.Info("reaper: stopped")
 	return nil
+}
+
+// reaperOnce runs one pass. The pass does not run on ctx, which SIGTERM and
+// SIGINT cancel: a signal makes it stop after its current batch (and release
+// the reaper lock), as the scheduled reaper does, and only a batch still
+// running after reaperStopTimeout is cancelled.
+func (a *app) reaperOnce(ctx context.Context, r *reaper.Reaper, logger *slog.Logger) (reaper.Stats, error) {
+	passCtx, cancelPass := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelPass()
+	type outcome struct {
+		st  reaper.Stats
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		st, err := r.RunOnce(passCtx)
+		done <- outcome{st, err}
+	}()
+	select {
+	case out := <-done:
+		return out.st, out.err
+	case <-ctx.Done():
+	}
+	logger.Info("reaper: stopping after the current batch")
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reaperStopTimeout)
+	defer cancel()
+	_ = r.Stop(stopCtx) // Without a schedule it only marks the pass to stop.
+	select {
+	case out := <-done:
+		return out.st, out.err
+	case <-stopCtx.Done():
+		cancelPass()
+		out := <-done
+		return out.st, out.err
+	}
 }
