@@ -436,6 +436,13 @@ func (h *held) release(ctx context.Context) error {
 	<-h.watchDone
 	defer h.k.forget(h)
 	ok, err := h.releaseRow(ctx)
+	var expired *pastDeadline
+	if errors.As(err, &expired) {
+		// The lease ran out before the release could be confirmed: it
+		// ended by expiry, and the Lease reports that loss.
+		h.lose(fmt.Errorf("%w before its release was confirmed (last attempt: %v)", dblock.ErrExpired, expired.last))
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -455,7 +462,8 @@ func (h *held) release(ctx context.Context) error {
 
 // releaseRow runs the release CAS, retrying transient failures until ctx
 // ends or the lease's local deadline passes (renewal has stopped, so from
-// then on the lease ends by expiry anyway): a statement that may not wait
+// then on the lease ends by expiry anyway; the error is then a
+// *pastDeadline): a statement that may not wait
 // for a row lock (MariaDB's NOWAIT variant, SQLite's busy timeout) fails
 // while another transaction briefly holds the row, a connection breaks, and
 // a release given up on would leave the name held until the lease expires.
@@ -509,8 +517,7 @@ func (h *held) releaseRow(ctx context.Context) (bool, error) {
 		}
 		pause := jitter(backoff)
 		if deadline := h.currentDeadline(); time.Until(deadline) < pause {
-			return false, fmt.Errorf("%w: release not confirmed before the lease's deadline, so the name stays held until the lease expires: %w",
-				dblock.ErrUnavailable, lastErr)
+			return false, &pastDeadline{last: lastErr}
 		}
 		t := time.NewTimer(pause)
 		select {
@@ -521,6 +528,14 @@ func (h *held) releaseRow(ctx context.Context) (bool, error) {
 		}
 		backoff = min(backoff*2, 250*time.Millisecond)
 	}
+}
+
+// pastDeadline is releaseRow's error when the lease's local deadline passed
+// before a release attempt succeeded; last is the last attempt's error.
+type pastDeadline struct{ last error }
+
+func (e *pastDeadline) Error() string {
+	return fmt.Sprintf("lease deadline passed before the release was confirmed: %v", e.last)
 }
 
 // Transient reports whether a statement's error is worth retrying as it is:

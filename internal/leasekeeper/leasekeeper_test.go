@@ -145,16 +145,30 @@ func TestRenewalStopsWhenReleaseBegins(t *testing.T) {
 			default:
 			}
 		}})
-		const ttl = 1500 * time.Millisecond // Renewed every 500 ms.
+		const ttl = 3 * time.Second // Renewed every second.
 		name := locktest.RandomName("renewstop")
 		lease := start(t, k, iso.DB, name, ttl, true)
-		// Right after a renewal is sent, the next one is an interval away.
+		d0, _ := lease.Deadline()
+		// Right after a renewal went through, the next one is an interval
+		// away (the count comes before the statement: wait for its answer,
+		// which moves the deadline).
 		receive(t, renewed, "first renewal")
+		for limit := time.Now().Add(hangGuard); ; time.Sleep(time.Millisecond) {
+			if d, _ := lease.Deadline(); d.After(d0) {
+				break
+			}
+			if time.Now().After(limit) {
+				t.Fatalf("the first renewal did not move the deadline")
+			}
+		}
 		unblock := blockRow(t, iso, name)
 		before := renewals.Load()
 		released := make(chan error, 1)
 		go func() { released <- lease.Release(context.Background()) }()
-		time.Sleep(ttl) // Three renewal intervals with the release waiting.
+		// Two renewal intervals with the release waiting, ending well
+		// before the lease does (after it, a release that had to retry
+		// gives up: the lease ends by expiry).
+		time.Sleep(2*ttl/3 + 200*time.Millisecond)
 		unblock()
 		if err := receive(t, released, "release"); err != nil {
 			t.Fatalf("release: %v", err)
@@ -302,6 +316,39 @@ func TestReleaseGivesUpStalledConnection(t *testing.T) {
 			h, err := iso.DB.LeaseHolder(ctx, nil, name)
 			if err != nil || h.Owner != "" {
 				t.Fatalf("row after the release: owner %q (%v), want free", h.Owner, err)
+			}
+		})
+	}
+}
+
+// TestReleaseEndsAtDeadline: a release that cannot reach the server at all
+// (every connection black-holed) and whose ctx has no deadline retries until
+// the lease's local deadline, then reports the lease lost by expiry (it
+// ended that way) instead of retrying forever.
+func TestReleaseEndsAtDeadline(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			dsn, p := locktest.StallProxy(t, iso)
+			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+			defer cancel()
+			db, err := dialect.Open(ctx, dsn)
+			if err != nil {
+				t.Fatalf("open via proxy: %v", err)
+			}
+			defer db.Close()
+			k := newKeeper(t, leasekeeper.Config{DB: db, ReleaseTimeout: 500 * time.Millisecond})
+			name := locktest.RandomName("vanished")
+			const ttl = 2 * time.Second
+			lease := start(t, k, db, name, ttl, false)
+			p.Blackhole()
+			released := make(chan error, 1)
+			go func() { released <- lease.Release(context.Background()) }()
+			err = receive(t, released, "Release with the server unreachable")
+			if !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrExpired) {
+				t.Fatalf("release: %v, want ErrLost and ErrExpired", err)
 			}
 		})
 	}

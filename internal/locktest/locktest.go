@@ -811,16 +811,18 @@ func blockRow(t *testing.T, s *suite, ctx context.Context, name string) (unblock
 
 func checkRenewalStopsOnRelease(t *testing.T, s *suite) {
 	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("renewstop")
-	const ttl = 300 * time.Millisecond
+	const ttl = 200 * time.Millisecond
 	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl), dblock.WithRenewal(true))
 	// The release statement waits behind another transaction for longer
 	// than the lease. Renewal stops the instant Release begins, so nothing
 	// renews the lease meanwhile, and nothing declares it lost either: the
-	// release, once through, frees the row and reports success.
+	// release, once through, frees the row and reports success. (The wait
+	// stays under every dialect's lock wait, MySQL's 1 s being the
+	// shortest, so that one release attempt spans it.)
 	unblock := blockRow(t, s, ctx, name)
 	released := make(chan error, 1)
 	go func() { released <- lease.Release(context.WithoutCancel(ctx)) }()
-	time.Sleep(2 * ttl)
+	time.Sleep(ttl + 150*time.Millisecond)
 	unblock()
 	if err := call(t, func() error { return <-released }); err != nil {
 		t.Fatalf("Release whose statement waited past the lease: %v, want success (no renewal or expiry after Release began)", err)

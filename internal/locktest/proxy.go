@@ -14,10 +14,12 @@ import (
 
 // Proxy forwards TCP connections to a database server. Stall makes every
 // connection open so far swallow whatever either side sends (a black-holed
-// connection: no answer, no reset), while connections opened later pass.
+// connection: no answer, no reset), while connections opened later pass;
+// Blackhole stalls later connections too (a server that vanished).
 type Proxy struct {
-	ln     net.Listener
-	target string
+	ln        net.Listener
+	target    string
+	blackhole atomic.Bool
 
 	mu    sync.Mutex
 	conns []*proxied
@@ -91,6 +93,7 @@ func (p *Proxy) accept() {
 			continue
 		}
 		c := &proxied{client: client, server: server}
+		c.stalled.Store(p.blackhole.Load())
 		p.mu.Lock()
 		p.conns = append(p.conns, c)
 		p.mu.Unlock()
@@ -121,6 +124,18 @@ func (p *Proxy) pipe(c *proxied, from, to net.Conn) {
 func (p *Proxy) Stall() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.stallLocked()
+}
+
+// Blackhole black-holes every connection, open so far or opened later.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blackhole.Store(true)
+	p.stallLocked()
+}
+
+func (p *Proxy) stallLocked() {
 	for _, c := range p.conns {
 		c.stalled.Store(true)
 	}
