@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -497,5 +498,42 @@ func TestSchemaMissing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// levelRecorder keeps the level of every "reaper: pass done" record.
+type levelRecorder struct {
+	mu     sync.Mutex
+	levels []slog.Level
+}
+
+func (h *levelRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *levelRecorder) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "reaper: pass done" {
+		h.mu.Lock()
+		h.levels = append(h.levels, r.Level)
+		h.mu.Unlock()
+	}
+	return nil
+}
+func (h *levelRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *levelRecorder) WithGroup(string) slog.Handler      { return h }
+
+// TestPassLogLevel logs a pass that freed rows at Info and one that found
+// nothing to do at Debug, so a quiet sidecar does not log every 15 s.
+func TestPassLogLevel(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dialect.SQLite).DB
+	stale := randomName("stale")
+	acquire(t, db, stale, "o", time.Hour)
+	expire(t, db, stale, -time.Hour)
+	rec := &levelRecorder{}
+	r := newReaper(t, db, &Config{Logger: slog.New(rec)})
+	runOnce(t, r)
+	runOnce(t, r)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.levels) != 2 || rec.levels[0] != slog.LevelInfo || rec.levels[1] != slog.LevelDebug {
+		t.Fatalf("pass log levels %v, want [INFO DEBUG]", rec.levels)
 	}
 }
