@@ -105,3 +105,43 @@ func ExampleLocker_TryAcquire() {
 	// token: 1
 	// second try acquired: false
 }
+
+// A waiter watches its own place in the queue, whatever its owner.
+func ExampleWithPositionFunc() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	locker, err := fairqueue.New(db, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+
+	held, err := locker.Acquire(ctx, "report:daily")
+	if err != nil {
+		panic(err)
+	}
+	places := make(chan int, 1)
+	done := make(chan error)
+	go func() {
+		wctx := fairqueue.WithPositionFunc(ctx, func(p fairqueue.Position) {
+			select { // fn must not block.
+			case places <- p.Position:
+			default:
+			}
+		})
+		lease, err := locker.Acquire(wctx, "report:daily")
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		done <- err
+	}()
+	fmt.Println("waiting at place", <-places)
+	if err := held.Release(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("waiter done:", <-done)
+	// Output:
+	// waiting at place 1
+	// waiter done: <nil>
+}
