@@ -64,8 +64,11 @@ func TestPassLetsFairWaiterProceed(t *testing.T) {
 		exec(t, db, "UPDATE dblock_waiters SET expires_at = "+shifted(db, 1)+" WHERE owner = "+db.Dialect.Placeholder(2),
 			(-time.Minute).Microseconds(), "crashed-waiter")
 		st := runOnce(t, newReaper(t, iso.Open(t), nil))
-		if st.ExpiredFreed != 1 || st.WaitersDeleted != 1 {
-			t.Fatalf("pass: %+v, want the crashed lease freed and the crashed waiter deleted", st)
+		// Without notifications the live waiter polls: it may skip the dead
+		// waiter and take the expired lease itself before the pass frees it.
+		freed := st.ExpiredFreed == 1 || !db.Dialect.Caps().Notify && st.ExpiredFreed == 0
+		if !freed || st.WaitersDeleted != 1 {
+			t.Fatalf("pass: %+v, want the crashed lease freed (or already taken over by the polling waiter) and the crashed waiter deleted", st)
 		}
 		var r result
 		select {
