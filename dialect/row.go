@@ -487,6 +487,26 @@ func (db *DB) SetToken(ctx context.Context, tx Querier, name string, t dblock.To
 	return db.execOne(ctx, tx, "UPDATE dblock_locks SET version = ? WHERE name = ? AND version < ?", int64(t), name, int64(t))
 }
 
+// SetIssuedToken writes into name's row, inside tx, a token t that was
+// issued (IssueToken) before tx locked the database, as the pessimistic mode
+// does on SQLite; last is the highest of the tokens issued together with t
+// (AcquireMany issues one per name; t itself otherwise). It reports false,
+// changing nothing, when the row is missing or already at or past t (a lease
+// acquisition got past t), or, on SQLite, when a token was issued after last
+// in the meantime (dblock_fence.floor is above last): that token may have
+// been handed to a holder that died before its commit, leaving the row's
+// version below it, and a holder with t would then come after it with a
+// smaller token. Issue new tokens and try again. The floor is read by the
+// same statement. Elsewhere it is SetToken: the server databases issue a
+// token only once the row is locked (BumpTokenOn).
+func (db *DB) SetIssuedToken(ctx context.Context, tx Querier, name string, t, last dblock.Token) (bool, error) {
+	if db.Dialect.Kind() != SQLite {
+		return db.SetToken(ctx, tx, name, t)
+	}
+	return db.execOne(ctx, tx, `UPDATE dblock_locks SET version = ?1
+WHERE name = ?2 AND version < ?1 AND (SELECT floor FROM dblock_fence WHERE id = 1) <= ?3`, int64(t), name, int64(last))
+}
+
 // SetHoldBound asks the server to end the holding session if it stays idle
 // longer than d while it holds a pessimistic lock, so that a frozen or
 // partitioned holder cannot keep the lock forever. It runs on conn before the

@@ -65,10 +65,28 @@
 // message (pg_logical_emit_message, prefix "dblock"), since nextval alone
 // would let the commit skip the WAL flush; MySQL raises dblock_fence.floor in
 // an autocommit statement. Both run on the Locker's own connection, then the
-// token is written into the row in the locking transaction. SQLite cannot
-// commit anything while the lock holds the database, so the token is issued
-// first, on the attempt's connection, and checked under the lock; there a
-// token can only be asked for by the first acquisition of a hold.
+// token is written into the row in the locking transaction. Since a token is
+// issued only once the row is locked there, a holder that died with a later
+// token (its transaction rolled back) is always followed by a greater one.
+//
+// SQLite cannot commit anything while the lock holds the database, so the
+// token is issued first, committed on the attempt's connection, and checked
+// under the lock: the row's version must be below it, and no token may have
+// been issued after it while the attempt waited for the lock (the fencing
+// floor, dblock_fence.floor, read by the same statement that writes the
+// token). A token issued later may have been handed to a process that then
+// died holding the lock: its transaction rolled back, the row's version with
+// it, yet its token was out; an earlier token would come after it. In either
+// case the attempt lets the lock go and starts again with a new token, so
+// every token handed out on SQLite is committed first and above every token
+// issued before it; a token is never taken inside the write transaction,
+// where a holder's death would roll it back and let it be issued again (or
+// let a smaller one follow it). When waiters keep overtaking one another
+// this costs an extra token and write lock per overtaken attempt. There a
+// token can only be asked for by the first acquisition of a hold (a
+// re-entrant acquisition, or Lock on a hold with tokens, is refused), and
+// AcquireMany issues every name's token before it locks, checked against the
+// highest of them.
 //
 // # When the holder fails
 //

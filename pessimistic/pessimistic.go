@@ -139,6 +139,19 @@ type Locker struct {
 
 	allowMultiPrimary bool
 	exclusive         atomic.Bool // The database's row locks were found to exclude every client.
+
+	hooks4test testHooks
+}
+
+// testHooks let this package's tests order events between Lockers (set
+// before first use, see export_test.go); nil outside tests.
+type testHooks struct {
+	// beforeBegin runs in an attempt before its transaction begins (on
+	// SQLite, after its tokens were issued).
+	beforeBegin func(names []string)
+	// watched runs after each pass of the session watcher that asked the
+	// server, with the pass's error.
+	watched func(err error)
 }
 
 type holdKey struct{ name, owner string }
@@ -1096,7 +1109,8 @@ func waitBounded(wg *sync.WaitGroup, d time.Duration) {
 var errRetry = errors.New("retry")
 
 // errTokenStale asks the acquire loop to try again at once: on SQLite a
-// token issued before the lock was overtaken by another acquisition.
+// token issued before the lock was overtaken by another acquisition (the
+// row's version reached it, or a later token was issued meanwhile).
 var errTokenStale = errors.New("token overtaken")
 
 // errCreateBusy asks the acquire loop to try again after a backoff: creating
@@ -1258,8 +1272,19 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 	// make a token durable while it is held: issue the tokens first, each
 	// committed on its own on this connection (whose busy timeout is the
 	// attempt's: a try fails at once when another writer holds the
-	// database), and check under the lock that no one got past them.
+	// database), and check under the lock that no one got past them: the
+	// row's version is below them and no token was issued after them
+	// (SetIssuedToken). The second check matters: a process that issued a
+	// later token while this one waited may have got the lock first and
+	// died holding it, its transaction (and the row's version) rolled back,
+	// yet it had been handed its token; this one's smaller token would come
+	// after it. Then the attempt gives the lock up and starts again with new
+	// tokens (errTokenStale), so that every token handed out was committed
+	// first. A token taken inside the write transaction instead would be
+	// rolled back with a holder that died, and could be handed out again,
+	// or come after an earlier-issued smaller one.
 	var preIssued map[string]dblock.Token
+	var lastIssued dblock.Token
 	if kind == dialect.SQLite && o.Token {
 		preIssued = make(map[string]dblock.Token, len(names))
 		for _, n := range names {
@@ -1273,7 +1298,11 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 				return nil, nil, err
 			}
 			preIssued[n] = t
+			lastIssued = max(lastIssued, t)
 		}
+	}
+	if l.hooks4test.beforeBegin != nil {
+		l.hooks4test.beforeBegin(names)
 	}
 	var txCtx context.Context
 	begin := func() error {
@@ -1341,7 +1370,7 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 	h.session = session
 	if preIssued != nil {
 		for _, n := range names {
-			ok, err := db.SetToken(callCtx, h.tx, n, preIssued[n])
+			ok, err := db.SetIssuedToken(callCtx, h.tx, n, preIssued[n], lastIssued)
 			if err != nil {
 				return nil, nil, fail(err)
 			}
