@@ -43,16 +43,20 @@ type RowSQL struct {
 	// LockManyNoWait is LockMany with NOWAIT, leaving the lock timeout alone
 	// (PostgreSQL: its first placeholder is the idle bound, then the names).
 	LockManyNoWait string
-	// Alive lists which of the given session ids still exist; %s is the
-	// list of placeholders.
+	// Alive lists which of the given session ids still exist (PostgreSQL:
+	// with their transaction's start and state); %s is the list of
+	// placeholders.
 	Alive string
 }
 
 // ---- PostgreSQL ----
 
-// pgLockCols are the columns every pessimistic lock statement returns.
+// pgLockCols are the columns every pessimistic lock statement returns: the
+// row's lease columns, the database clock, and what identifies the locking
+// session (see SessionRef): its backend pid and the start of its transaction
+// (now(), which pg_stat_activity shows as xact_start while it lasts).
 var pgLockCols = `coalesce(l.owner, ''), coalesce(l.mode, ''), coalesce(` + pgUs("l.expires_at") + `, 0), ` +
-	pgUs("clock_timestamp()") + `, pg_backend_pid()`
+	pgUs("clock_timestamp()") + `, pg_backend_pid(), ` + pgUs("now()")
 
 // pgRowLock sets the transaction's idle bound ($2, ms) and lock timeout ($3,
 // ms, '0' = none) in a FROM item: the row lock is taken above the join, after
@@ -105,13 +109,16 @@ FROM dblock_locks l,
 WHERE l.name IN (%s)
 ORDER BY l.name
 FOR UPDATE OF l%s`,
-	Alive: `SELECT pid FROM pg_stat_activity WHERE pid IN (%s)`,
+	Alive: `SELECT pid, coalesce(` + pgUs("xact_start") + `, 0), coalesce(state, '') FROM pg_stat_activity WHERE pid IN (%s)`,
 }
 
 // ---- MySQL / MariaDB ----
 
+// myLockCols: the row's lease columns, the database clock, and what
+// identifies the locking session (see SessionRef): its connection id and the
+// server's @@server_id.
 var myLockCols = `IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` +
-	myUs("UTC_TIMESTAMP(6)") + `, CONNECTION_ID()`
+	myUs("UTC_TIMESTAMP(6)") + `, CONNECTION_ID(), @@server_id`
 
 var mysqlRowLock = `SELECT ` + myLockCols + ` FROM dblock_locks WHERE name = ? FOR UPDATE`
 
@@ -136,13 +143,13 @@ var mariadbRow = func() RowSQL {
 // IMMEDIATE, or the Ensure insert, which takes the write lock even when it
 // inserts nothing).
 var sqliteRow = RowSQL{
-	Lock:       `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0 FROM dblock_locks WHERE name = ?1`,
-	LockNoWait: `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0 FROM dblock_locks WHERE name = ?1`,
+	Lock:       `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0 FROM dblock_locks WHERE name = ?1`,
+	LockNoWait: `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0 FROM dblock_locks WHERE name = ?1`,
 	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
 VALUES (?1, 0, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ` + sqliteNow + `)
 ON CONFLICT (name) DO NOTHING`,
-	LockMany:       `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
-	LockManyNoWait: `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
+	LockMany:       `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
+	LockManyNoWait: `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
 }
 
 // ---- operations ----
@@ -167,9 +174,45 @@ type RowLock struct {
 	// Holder is the lease holder named in the row (Holder.Held() reports
 	// an unexpired lease that a pessimistic acquirer must honour).
 	Holder Holder
-	// Session is the server's id of the locking connection (PostgreSQL
-	// backend pid, MySQL CONNECTION_ID()); zero on SQLite.
-	Session int64
+	// Session identifies the locking session (its ID is zero on SQLite).
+	Session SessionRef
+}
+
+// SessionRef identifies the server session that holds a pessimistic lock,
+// for SessionsAlive. Its id alone does not: a restarted MariaDB or MySQL
+// hands out connection ids from 1 again, and PostgreSQL backend pids are
+// operating-system pids, which the system reuses; a session found under the
+// id may be a new one. So the reference also names the server and, on
+// PostgreSQL, the locking transaction.
+type SessionRef struct {
+	// ID is the session's id: PostgreSQL backend pid, MySQL
+	// CONNECTION_ID(); zero on SQLite.
+	ID int64
+	// Server is MySQL's @@server_id (zero elsewhere): a failover to
+	// another server behind the same address is a change of server.
+	Server int64
+	// TxStart is, on PostgreSQL, the start of the locking transaction
+	// (now()), which pg_stat_activity shows as xact_start for as long as
+	// the transaction lasts; zero elsewhere.
+	TxStart time.Time
+	// At is the database clock when the lock was taken: a session that
+	// locked before the server (re)started belongs to an earlier
+	// incarnation of it (see Incarnation).
+	At time.Time
+}
+
+// sessionRef builds the SessionRef of a lock statement's row: id, the
+// dialect's extra column (PostgreSQL: now() in µs; MySQL: @@server_id) and
+// the database clock in µs.
+func (db *DB) sessionRef(id, extra, nowUs int64) SessionRef {
+	ref := SessionRef{ID: id, At: Micros(nowUs)}
+	switch db.Dialect.Kind() {
+	case Postgres:
+		ref.TxStart = Micros(extra)
+	case MySQL:
+		ref.Server = extra
+	}
+	return ref
 }
 
 // EnsureRow makes sure name has a row, inserting a free one if needed. On
@@ -245,12 +288,12 @@ func (db *DB) MariaDB() bool { return mariaDB(db) }
 func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockParams) (RowLock, error) {
 	rs := db.Dialect.Row()
 	var (
-		rl    RowLock
-		expUs int64
-		nowUs int64
+		rl           RowLock
+		expUs, nowUs int64
+		id, extra    int64
 	)
 	scan := func(row *sqlx.Row) error {
-		return row.Scan(&rl.Holder.Owner, &rl.Holder.Mode, &expUs, &nowUs, &rl.Session)
+		return row.Scan(&rl.Holder.Owner, &rl.Holder.Mode, &expUs, &nowUs, &id, &extra)
 	}
 	var err error
 	switch db.Dialect.Kind() {
@@ -291,6 +334,7 @@ func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockPar
 		rl.Holder.ExpiresAt = Micros(expUs)
 	}
 	rl.Holder.Now = Micros(nowUs)
+	rl.Session = db.sessionRef(id, extra, nowUs)
 	return rl, nil
 }
 
@@ -302,11 +346,11 @@ type LockedName struct {
 
 // LockRows locks the rows of names in tx in name order (the database sorts,
 // so two callers locking overlapping sets lock them in the same order), and
-// returns what it found, in that order, with the session id. Names without a
-// row are absent from the result.
-func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLockParams) ([]LockedName, int64, error) {
+// returns what it found, in that order, with the locking session. Names
+// without a row are absent from the result.
+func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLockParams) ([]LockedName, SessionRef, error) {
 	if len(names) == 0 {
-		return nil, 0, nil
+		return nil, SessionRef{}, nil
 	}
 	rs := db.Dialect.Row()
 	kind := db.Dialect.Kind()
@@ -338,7 +382,7 @@ func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLoc
 	}
 	var (
 		out     []LockedName
-		session int64
+		session SessionRef
 	)
 	run := func() error {
 		rows, err := tx.QueryContext(ctx, query, args...)
@@ -350,10 +394,12 @@ func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLoc
 			var (
 				ln           LockedName
 				expUs, nowUs int64
+				id, extra    int64
 			)
-			if err := rows.Scan(&ln.Name, &ln.Holder.Owner, &ln.Holder.Mode, &expUs, &nowUs, &session); err != nil {
+			if err := rows.Scan(&ln.Name, &ln.Holder.Owner, &ln.Holder.Mode, &expUs, &nowUs, &id, &extra); err != nil {
 				return err
 			}
+			session = db.sessionRef(id, extra, nowUs)
 			ln.Holder.Exists = true
 			if expUs != 0 {
 				ln.Holder.ExpiresAt = Micros(expUs)
@@ -373,7 +419,7 @@ func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLoc
 		_, err = tx.ExecContext(ctx, "SET LOCAL lock_timeout TO DEFAULT")
 	}
 	if err != nil {
-		return nil, 0, db.Classify(err)
+		return nil, SessionRef{}, db.Classify(err)
 	}
 	return out, session, nil
 }
@@ -620,39 +666,165 @@ func SavepointGone(err error) bool {
 	return errors.As(err, &myErr) && myErr.Number == 1305
 }
 
-// AliveSessions reports which of the session ids still exist on the server
-// (PostgreSQL backend pids, MySQL connection ids), asking on q (nil: the
-// pool). SQLite has no sessions and returns every id.
-func (db *DB) AliveSessions(ctx context.Context, q Querier, ids []int64) (map[int64]bool, error) {
-	alive := make(map[int64]bool, len(ids))
-	if len(ids) == 0 {
-		return alive, nil
+// Incarnation describes one run of the database server, as seen on one
+// connection (ServerIncarnation): a connection cannot outlive the server
+// process it talks to, so everything asked on that connection is asked of
+// that incarnation. Sessions that locked before it started belong to an
+// earlier one, whatever id they had: their locks ended with it.
+type Incarnation struct {
+	// Server is MySQL's @@server_id (zero elsewhere).
+	Server int64
+	// Started is at or after the server's start, by the database clock:
+	// PostgreSQL pg_postmaster_start_time() exactly; on MySQL, whose Uptime
+	// status counts whole seconds, the end of the second in which the
+	// server started (up to one second later when the two statements that
+	// learn it straddle a second).
+	Started time.Time
+	// Learned is the database clock when the incarnation was learned.
+	Learned time.Time
+}
+
+// Covers reports whether the session ref is known to have locked on this
+// incarnation, so that its id may be looked up on it (SessionsAlive). A
+// session that locked on another server (MySQL @@server_id) or before the
+// server started belongs to an earlier incarnation, whatever runs under its
+// id now. One that locked after inc.Learned locked on this one: the
+// connection inc was learned on was talking to this incarnation then, and
+// still is when it is asked about the session. On MySQL, whose Uptime counts
+// whole seconds, a lock taken before inc.Learned in the second in which the
+// server started cannot be placed, and is not covered: callers that know
+// more (the lock was taken after the connection inc was learned on had been
+// opened, so it was taken on the incarnation that connection talks to)
+// may say so; others take it for an earlier incarnation's, so that its loss
+// is never missed.
+func (inc Incarnation) Covers(ref SessionRef) bool {
+	if ref.Server != inc.Server {
+		return false
 	}
-	if db.Dialect.Kind() == SQLite {
-		for _, id := range ids {
-			alive[id] = true
+	return !ref.At.Before(inc.Started) || !ref.At.Before(inc.Learned)
+}
+
+// ServerIncarnation learns, on q (a connection the caller keeps: the answer
+// holds for as long as q's session lives), which run of the server q talks
+// to (see Incarnation). PostgreSQL: pg_postmaster_start_time(). MySQL and
+// MariaDB: @@server_id and the start derived from the Uptime status (SHOW
+// GLOBAL STATUS needs no privilege), two round trips. SQLite has no server:
+// the zero Incarnation, which covers every SessionRef of SQLite.
+//
+// The answer assumes that q's session ends with the server process, as a
+// direct connection does. A proxy that keeps its clients' connections
+// across a restart of the server (ProxySQL; PgBouncer) breaks that: there a
+// restart is seen only by a connection that the proxy closes. On PostgreSQL
+// SessionsAlive does not depend on it (a session is also known by its
+// transaction's start).
+func (db *DB) ServerIncarnation(ctx context.Context, q Querier) (Incarnation, error) {
+	var inc Incarnation
+	switch db.Dialect.Kind() {
+	case Postgres:
+		var startUs, nowUs int64
+		err := db.q(q).QueryRowxContext(ctx, `SELECT `+pgUs("pg_postmaster_start_time()")+`, `+pgUs("clock_timestamp()")).Scan(&startUs, &nowUs)
+		if err != nil {
+			return inc, db.Classify(err)
+		}
+		inc.Started, inc.Learned = Micros(startUs), Micros(nowUs)
+	case MySQL:
+		// Uptime is the whole seconds between the server's start and the
+		// statement's start, both truncated to the second; read the clock
+		// after it, so that the clock's second, less Uptime, plus one
+		// second, is at or after the start.
+		var name string
+		var uptime int64
+		if err := db.q(q).QueryRowxContext(ctx, "SHOW GLOBAL STATUS LIKE 'Uptime'").Scan(&name, &uptime); err != nil {
+			return inc, db.Classify(err)
+		}
+		var nowUs int64
+		if err := db.q(q).QueryRowxContext(ctx, `SELECT @@server_id, `+myUs("UTC_TIMESTAMP(6)")).Scan(&inc.Server, &nowUs); err != nil {
+			return inc, db.Classify(err)
+		}
+		inc.Learned = Micros(nowUs)
+		inc.Started = inc.Learned.Truncate(time.Second).Add(time.Duration(1-uptime) * time.Second)
+	}
+	return inc, nil
+}
+
+// SessionsAlive reports, for each of refs, whether its session still
+// exists under its id and, on PostgreSQL, is still in the locking
+// transaction (pg_stat_activity.xact_start equal to the lock's now(); where
+// that is hidden, as for another role's sessions or with track_activities
+// off, a session in a transaction, or one whose state is hidden too, is
+// taken for it). It asks on q. An id alone cannot tell a new session that a
+// restarted server gave the same id (MySQL counts connection ids from 1
+// again): pass only refs known to belong to the incarnation that q talks
+// to (see Incarnation.Covers). SQLite has no sessions: every ref is alive.
+func (db *DB) SessionsAlive(ctx context.Context, q Querier, refs []SessionRef) ([]bool, error) {
+	alive := make([]bool, len(refs))
+	kind := db.Dialect.Kind()
+	if kind == SQLite {
+		for i := range alive {
+			alive[i] = true
 		}
 		return alive, nil
 	}
-	ph := make([]string, len(ids))
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		ph[i] = db.Dialect.Placeholder(i + 1)
-		args[i] = id
+	var (
+		ph   []string
+		args []any
+		seen = map[int64]bool{}
+	)
+	for _, r := range refs {
+		if seen[r.ID] {
+			continue
+		}
+		seen[r.ID] = true
+		ph = append(ph, db.Dialect.Placeholder(len(ph)+1))
+		args = append(args, r.ID)
 	}
+	if len(ph) == 0 {
+		return alive, nil
+	}
+	type found struct {
+		txUs  int64
+		state string
+	}
+	sessions := make(map[int64]found, len(args))
 	rows, err := db.q(q).QueryContext(ctx, fmt.Sprintf(db.Dialect.Row().Alive, strings.Join(ph, ", ")), args...)
 	if err != nil {
 		return nil, db.Classify(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var (
+			id int64
+			f  found
+		)
+		dest := []any{&id}
+		if kind == Postgres {
+			dest = append(dest, &f.txUs, &f.state)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		alive[id] = true
+		sessions[id] = f
 	}
-	return alive, db.Classify(rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, db.Classify(err)
+	}
+	for i, r := range refs {
+		f, ok := sessions[r.ID]
+		switch {
+		case !ok:
+		case kind != Postgres:
+			alive[i] = true
+		case f.txUs != 0:
+			// The session is in a transaction: the locking one?
+			alive[i] = f.txUs == r.TxStart.UnixMicro()
+		default:
+			// xact_start hidden (another role's session, or
+			// track_activities off: state is then NULL or 'disabled'),
+			// or the session is in no transaction at all ('idle').
+			alive[i] = f.state != "idle"
+		}
+	}
+	return alive, nil
 }
 
 // SQLiteBusyTimeout reads the connection's busy timeout and sets it to d,

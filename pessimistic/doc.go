@@ -113,6 +113,23 @@
 // on the client (statements on Tx then fail with sql.ErrTxDone; the
 // connection is destroyed), since the server may already have ended it.
 //
+// A session is known by more than its id, which the server hands out again:
+// a restarted MariaDB or MySQL counts connection ids from 1, and
+// PostgreSQL's backend pids are process ids that the system reuses. The lock
+// statement also returns the database clock and, on MySQL, @@server_id, and
+// on PostgreSQL its transaction's start (now()). The watcher learns, once
+// per connection of its own, which run of the server that connection talks
+// to (PostgreSQL pg_postmaster_start_time(); MySQL @@server_id and the start
+// derived from the Uptime status), and a lock taken before that run began,
+// or on another server, is lost whatever session now has its id. On
+// PostgreSQL the session found under the pid must also still be in the
+// locking transaction (pg_stat_activity.xact_start). Locks taken after the
+// watcher's connection was opened are known to be on its server's current
+// run; on MySQL, whose Uptime counts whole seconds, a lock taken in the
+// second in which the server started, by a Locker whose own connection was
+// opened after it (after a restart), is taken for an earlier run's and
+// reported lost.
+//
 // # Connections
 //
 // On PostgreSQL and MySQL a Locker that holds or takes locks keeps one

@@ -208,7 +208,7 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 		var cancelled chan struct{}
 		stop := func() bool { return true }
 		if !try && kind != dialect.SQLite && ctx.Done() != nil {
-			stop = l.cancelOnDone(ctx, h.session, &cancelled, names)
+			stop = l.cancelOnDone(ctx, h.session.ID, &cancelled, names)
 		}
 		found, _, err := l.lockStmtWait(sctx, ctx, h, names, p)
 		if !stop() {
@@ -263,7 +263,7 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 // lockStmtWait is lockStmt with the server-side bound taken from waitCtx's
 // deadline as well as p.Wait, the statement itself running on sctx (which
 // is not cancelled).
-func (l *Locker) lockStmtWait(sctx, waitCtx context.Context, h *hold, names []string, p dialect.RowLockParams) (map[string]dialect.Holder, int64, error) {
+func (l *Locker) lockStmtWait(sctx, waitCtx context.Context, h *hold, names []string, p dialect.RowLockParams) (map[string]dialect.Holder, dialect.SessionRef, error) {
 	if !p.NoWait {
 		if dl, ok := waitCtx.Deadline(); ok {
 			left := max(time.Until(dl), time.Millisecond)

@@ -210,7 +210,7 @@ type hold struct {
 	owner    string
 	conn     *sqlx.Conn
 	tx       *sqlx.Tx
-	session  int64 // server session id; zero on SQLite
+	session  dialect.SessionRef // the locking session; its ID is zero on SQLite
 	ttl      time.Duration
 	prevBusy time.Duration // SQLite: busy timeout to restore; -1 when untouched
 	start    time.Time
@@ -938,10 +938,11 @@ const interruptGrace = 100 * time.Millisecond
 // transaction's context is cancelled (pgx closes the connection of a COMMIT
 // or ROLLBACK in flight; database/sql rolls back), and on MySQL, whose
 // driver cannot be interrupted so, the session is killed from the Locker's
-// own connection.
+// own connection, unless the server restarted since the lock was taken (a
+// session under that id would be someone else's).
 func (l *Locker) interrupt(h *hold) {
 	h.txCancel()
-	if l.db.Dialect.Kind() != dialect.MySQL || h.session == 0 {
+	if l.db.Dialect.Kind() != dialect.MySQL || h.session.ID == 0 {
 		return
 	}
 	l.bg.Add(1)
@@ -949,9 +950,15 @@ func (l *Locker) interrupt(h *hold) {
 		defer l.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		err := l.withSide(ctx, false, func(q dialect.Querier) error { return l.db.KillSession(ctx, q, h.session) })
+		err := l.withSide(ctx, false, func(q dialect.Querier) error {
+			inc, err := l.sideIncarnation(ctx, q)
+			if err != nil || !l.onIncarnation(h, inc) {
+				return err
+			}
+			return l.db.KillSession(ctx, q, h.session.ID)
+		})
 		if err != nil {
-			l.log.Warn("pessimistic: kill an interrupted session", "session", h.session, "error", err)
+			l.log.Warn("pessimistic: kill an interrupted session", "session", h.session.ID, "error", err)
 		}
 	}()
 }
@@ -1417,7 +1424,7 @@ func (l *Locker) ensureRow(ctx context.Context, name string) error {
 // common, uncontended path is one statement), then, unless trying, a wait in
 // the database's queue. On PostgreSQL a failed NOWAIT aborts the
 // transaction, so the wait starts a new one (begin).
-func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names []string, ttl time.Duration, try bool, begin func() error) (map[string]dialect.Holder, int64, error) {
+func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names []string, ttl time.Duration, try bool, begin func() error) (map[string]dialect.Holder, dialect.SessionRef, error) {
 	db := l.db
 	kind := db.Dialect.Kind()
 	if kind == dialect.SQLite {
@@ -1431,10 +1438,10 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 		rerr := h.tx.Rollback()
 		h.txCancel()
 		if rerr != nil {
-			return nil, 0, rerr
+			return nil, dialect.SessionRef{}, rerr
 		}
 		if err := begin(); err != nil {
-			return nil, 0, err
+			return nil, dialect.SessionRef{}, err
 		}
 	}
 	// Bound the wait server-side. PostgreSQL's lock_timeout is exact and
@@ -1457,7 +1464,7 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 	// server's wait too, so it is never granted the lock afterwards.
 	id, err := db.SessionID(callCtx, h.tx)
 	if err != nil {
-		return nil, 0, err
+		return nil, dialect.SessionRef{}, err
 	}
 	var cancelled chan struct{}
 	stop := l.cancelOnDone(qctx, id, &cancelled, names)
@@ -1495,17 +1502,17 @@ func (l *Locker) cancelOnDone(ctx context.Context, id int64, done *chan struct{}
 }
 
 // lockStmt runs one lock statement on h's transaction for names.
-func (l *Locker) lockStmt(ctx context.Context, h *hold, names []string, p dialect.RowLockParams) (map[string]dialect.Holder, int64, error) {
+func (l *Locker) lockStmt(ctx context.Context, h *hold, names []string, p dialect.RowLockParams) (map[string]dialect.Holder, dialect.SessionRef, error) {
 	if len(names) == 1 {
 		rl, err := l.db.LockRow(ctx, h.tx, names[0], p)
 		if err != nil || !rl.Found {
-			return nil, 0, err
+			return nil, dialect.SessionRef{}, err
 		}
 		return map[string]dialect.Holder{names[0]: rl.Holder}, rl.Session, nil
 	}
 	rows, session, err := l.db.LockRows(ctx, h.tx, names, p)
 	if err != nil {
-		return nil, 0, err
+		return nil, dialect.SessionRef{}, err
 	}
 	found := make(map[string]dialect.Holder, len(rows))
 	for _, r := range rows {

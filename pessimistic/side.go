@@ -24,6 +24,47 @@ import (
 type side struct {
 	mu   sync.Mutex
 	conn *sqlx.Conn
+	// opened is when conn was taken from the pool (client clock).
+	opened time.Time
+	// inc is the server incarnation conn talks to, learned by the watcher
+	// once per connection (nil until then, and whenever conn changes).
+	inc *dialect.Incarnation
+}
+
+// set replaces the connection (nil: none), forgetting what was learned on
+// the old one; s.mu is held.
+func (s *side) set(conn *sqlx.Conn) {
+	s.conn = conn
+	s.opened = time.Now()
+	s.inc = nil
+}
+
+// onIncarnation reports whether h's lock was taken on inc, the incarnation
+// of the server that the Locker's own connection talks to (see
+// dialect.Incarnation.Covers), so that its session id means something
+// there; side.mu is held. Besides what the database clock tells, a lock
+// taken after that connection was taken from the pool was taken on inc: the
+// connection, alive now, was talking to inc from before then (a connection
+// does not outlive its server), so inc was running when the lock statement
+// was sent. That settles the locks whose time alone cannot be placed (taken
+// in the second a MySQL server started); a lock taken before the connection
+// was opened, in such a second, is taken for an earlier incarnation's.
+func (l *Locker) onIncarnation(h *hold, inc dialect.Incarnation) bool {
+	return inc.Covers(h.session) || h.session.Server == inc.Server && h.start.After(l.side.opened)
+}
+
+// sideIncarnation returns the server incarnation that the Locker's own
+// connection q talks to, learning it on the first call for that connection.
+// Call it only inside withSide (which holds side.mu), with its q.
+func (l *Locker) sideIncarnation(ctx context.Context, q dialect.Querier) (dialect.Incarnation, error) {
+	if l.side.inc == nil {
+		inc, err := l.db.ServerIncarnation(ctx, q)
+		if err != nil {
+			return inc, err
+		}
+		l.side.inc = &inc
+	}
+	return *l.side.inc, nil
 }
 
 // errNoSide: the pool is limited to one connection, so the Locker cannot
@@ -51,7 +92,7 @@ func (l *Locker) reserveSide(ctx context.Context, try bool) error {
 			l.side.mu.Unlock()
 			return err
 		}
-		l.side.conn = conn
+		l.side.set(conn)
 	}
 	l.side.mu.Unlock()
 	l.mu.Lock()
@@ -79,7 +120,7 @@ func (l *Locker) withSide(ctx context.Context, wait bool, fn func(q dialect.Quer
 		if err != nil {
 			return err
 		}
-		l.side.conn = conn
+		l.side.set(conn)
 	}
 	err := fn(l.side.conn)
 	if err != nil && (isConnErr(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
@@ -87,7 +128,7 @@ func (l *Locker) withSide(ctx context.Context, wait bool, fn func(q dialect.Quer
 		// drivers answer by closing the connection): open a fresh one
 		// next time.
 		closeConn(l.side.conn, true)
-		l.side.conn = nil
+		l.side.set(nil)
 	}
 	return err
 }
@@ -96,7 +137,7 @@ func (l *Locker) withSide(ctx context.Context, wait bool, fn func(q dialect.Quer
 func (l *Locker) dropSide() {
 	l.side.mu.Lock()
 	conn := l.side.conn
-	l.side.conn = nil
+	l.side.set(nil)
 	l.side.mu.Unlock()
 	if conn != nil {
 		closeConn(conn, false)
@@ -151,8 +192,22 @@ func (l *Locker) poolConn(ctx context.Context, try bool) (*sqlx.Conn, error) {
 // Tx fail), so the holder stops acting as one. A pool with no free
 // connection for the watcher (its own connection broke while holders use
 // every other) says nothing about the sessions: it never counts towards
-// that. A session id reused by a new session within one interval would hide
-// a loss from the watcher; the holder's next statement still fails.
+// that.
+//
+// A session id alone does not identify a session: a restarted MariaDB or
+// MySQL counts connection ids from 1 again, and PostgreSQL's backend pids
+// are reused by the operating system, so a new session may be found under a
+// lost holder's id. Each hold therefore records what the lock statement
+// returned besides the id (the database clock, MySQL's @@server_id,
+// PostgreSQL's transaction start), and the watcher learns once per
+// connection of its own which run of the server that connection talks to
+// (dialect.Incarnation): a hold taken before that run began, or on another
+// server, is lost whatever is found under its id, and on PostgreSQL the
+// session found must still be in the locking transaction. The incarnation
+// is learned on the connection the sessions are then asked on, never
+// carried over from an earlier one, so a watcher whose own connection was
+// re-opened after a restart, before it ever saw the holder's session gone,
+// still compares with the new run.
 func (l *Locker) watch() {
 	defer l.wg.Done()
 	t := time.NewTicker(l.interval)
@@ -170,20 +225,16 @@ func (l *Locker) watch() {
 		// has already counted itself in acquiring.
 		l.side.mu.Lock()
 		l.mu.Lock()
-		var (
-			holds []*hold
-			ids   []int64
-		)
+		var holds []*hold
 		for h := range l.all {
-			if h.session != 0 && !h.ended && h.lost == nil {
+			if h.session.ID != 0 && !h.ended && h.lost == nil {
 				holds = append(holds, h)
-				ids = append(ids, h.session)
 			}
 		}
 		if len(l.all) == 0 && l.acquiring == 0 {
 			l.watching = false
 			conn := l.side.conn
-			l.side.conn = nil
+			l.side.set(nil)
 			l.mu.Unlock()
 			l.side.mu.Unlock()
 			if conn != nil {
@@ -198,18 +249,36 @@ func (l *Locker) watch() {
 		}
 		timeout := max(4*l.interval, 2*time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		var alive map[int64]bool
+		alive := make([]bool, len(holds))
 		err := l.withSide(ctx, false, func(q dialect.Querier) error {
-			var err error
-			alive, err = l.db.AliveSessions(ctx, q, ids)
+			inc, err := l.sideIncarnation(ctx, q)
+			if err != nil {
+				return err
+			}
+			// Holds taken on an earlier incarnation (or another server)
+			// are lost whatever runs under their ids now.
+			var (
+				ask []dialect.SessionRef
+				at  []int
+			)
+			for i, h := range holds {
+				if l.onIncarnation(h, inc) {
+					ask = append(ask, h.session)
+					at = append(at, i)
+				}
+			}
+			found, err := l.db.SessionsAlive(ctx, q, ask)
+			for j, ok := range found {
+				alive[at[j]] = ok
+			}
 			return err
 		})
 		cancel()
 		now := time.Now()
 		unknown := errors.Is(err, ErrPoolExhausted) || errors.Is(err, errNoSide)
-		for _, h := range holds {
+		for i, h := range holds {
 			switch {
-			case err == nil && alive[h.session], unknown:
+			case err == nil && alive[i], unknown:
 				l.mu.Lock()
 				h.lastSeen = now
 				l.mu.Unlock()
@@ -223,6 +292,9 @@ func (l *Locker) watch() {
 					l.loseUnreachable(h, fmt.Errorf("%w: session unconfirmed: %w", dblock.ErrConnLost, err))
 				}
 			}
+		}
+		if l.hooks4test.watched != nil {
+			l.hooks4test.watched(err)
 		}
 	}
 }
