@@ -2,6 +2,7 @@ package pessimistic
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -307,7 +308,11 @@ func (l *Locker) watch() {
 // lock) as soon as it hears from this client again, instead of the holder
 // carrying on in a transaction it no longer owns.
 func (l *Locker) loseUnreachable(h *hold, reason error) {
-	if !l.loseThen(h, reason, false, h.txCancel) {
+	end := func() {
+		h.txCancel()
+		txEnded(h.tx)
+	}
+	if !l.loseThen(h, reason, false, end) {
 		return
 	}
 	l.bg.Add(1)
@@ -315,4 +320,19 @@ func (l *Locker) loseUnreachable(h *hold, reason error) {
 		defer l.bg.Done()
 		closeConn(h.conn, true) // Waits for database/sql to end the transaction.
 	}()
+}
+
+// txEnded waits (a second at most) until database/sql has marked tx ended
+// after its context was cancelled: it does so on a goroutine of its own,
+// and until then a statement run on tx still goes to the server. While the
+// context is cancelled, Commit only reports that state (sql.ErrTxDone once
+// ended) and sends nothing.
+func txEnded(tx *sqlx.Tx) {
+	deadline := time.Now().Add(time.Second)
+	for pause := 10 * time.Microsecond; ; pause = min(2*pause, 10*time.Millisecond) {
+		if errors.Is(tx.Commit(), sql.ErrTxDone) || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(pause)
+	}
 }
