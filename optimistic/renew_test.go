@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -40,7 +41,14 @@ func TestRenewalSurvivesTransientErrors(t *testing.T) {
 	ctx := context.Background()
 	app := locktest.RandomName("renewtest")
 	app = strings.ReplaceAll(app, ":", "_")
-	db, err := dialect.Open(ctx, iso.DSN+"&application_name="+app)
+	u, err := url.Parse(iso.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app) // This pool's sessions only.
+	u.RawQuery = q.Encode()
+	db, err := dialect.Open(ctx, u.String())
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

@@ -176,7 +176,10 @@ func TestWatcherSideReconnect(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer adm.Close()
-		list := "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+		// Only this test's sessions: on PostgreSQL the tests share one
+		// database (a schema each, also each pool's application_name); on
+		// MySQL each test has a database.
+		list := "SELECT pid FROM pg_stat_activity WHERE application_name = current_setting('application_name')"
 		kill := "SELECT pg_terminate_backend($1)"
 		if iso.Kind == dialect.MySQL {
 			list = "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE()"

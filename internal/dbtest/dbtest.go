@@ -130,7 +130,10 @@ func NewEmpty(t testing.TB, kind dialect.Kind) *Isolated {
 				t.Errorf("dbtest: drop schema %s: %v", name, err)
 			}
 		})
-		dsn = withQuery(ServerDSN(kind), "search_path", name)
+		// The tests share one database, a schema each; the schema's name
+		// is also the sessions' application_name, so that a test can find
+		// (and kill) its own sessions only.
+		dsn = withQuery(withQuery(ServerDSN(kind), "search_path", name), "application_name", name)
 	case dialect.MySQL:
 		adm := admin(t, kind)
 		if _, err := adm.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {

@@ -68,7 +68,7 @@ func TestHubPostgres(t *testing.T) {
 	// Kill the listening session: the hub reconnects and wakes everyone.
 	ctx := context.Background()
 	res, err := pool.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-WHERE datname = current_database() AND query = 'LISTEN "dblock"' AND pid <> pg_backend_pid()`)
+WHERE application_name = current_setting('application_name') AND query = 'LISTEN "dblock"' AND pid <> pg_backend_pid()`)
 	if err != nil {
 		t.Fatalf("terminate listener: %v", err)
 	}
