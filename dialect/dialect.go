@@ -98,6 +98,12 @@ type DB struct {
 // Open sets what dblock needs (parseTime and UTC for MySQL; WAL, a busy
 // timeout and immediate transactions for SQLite; server-side TCP keepalives
 // for PostgreSQL) and checks the connection. Close closes what Open opened.
+//
+// The pool is dblock's: on MariaDB a pessimistic lock leaves its
+// idle_transaction_timeout (the lock's TTL) on the session it used, so that
+// the next lock there needs no statement to set it; transactions of the
+// caller's on this pool are then ended by the server if they idle longer.
+// Open a pool of your own for those, or wrap one with New.
 func Open(ctx context.Context, dsn string) (*DB, error) {
 	kind, rest, err := ParseDSN(dsn)
 	if err != nil {

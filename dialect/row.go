@@ -56,7 +56,7 @@ type RowSQL struct {
 // session (see SessionRef): its backend pid and the start of its transaction
 // (now(), which pg_stat_activity shows as xact_start while it lasts).
 var pgLockCols = `coalesce(l.owner, ''), coalesce(l.mode, ''), coalesce(` + pgUs("l.expires_at") + `, 0), ` +
-	pgUs("clock_timestamp()") + `, pg_backend_pid(), ` + pgUs("now()")
+	pgUs("clock_timestamp()") + `, pg_backend_pid(), ` + pgUs("now()") + `, 0::bigint`
 
 // pgRowLock sets the transaction's idle bound ($2, ms) and lock timeout ($3,
 // ms, '0' = none) in a FROM item: the row lock is taken above the join, after
@@ -114,28 +114,34 @@ FOR UPDATE OF l%s`,
 
 // ---- MySQL / MariaDB ----
 
-// myLockCols: the row's lease columns, the database clock, and what
-// identifies the locking session (see SessionRef): its connection id and the
-// server's @@server_id.
-var myLockCols = `IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` +
-	myUs("UTC_TIMESTAMP(6)") + `, CONNECTION_ID(), @@server_id`
-
-var mysqlRowLock = `SELECT ` + myLockCols + ` FROM dblock_locks WHERE name = ? FOR UPDATE`
-
-var mysqlRow = RowSQL{
-	Lock:           mysqlRowLock,
-	LockNoWait:     mysqlRowLock + " NOWAIT",
-	Ensure:         fmt.Sprintf(mysqlEnsureText, mysqlShareSkipLocked),
-	LockMany:       `SELECT name, ` + myLockCols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
-	LockManyNoWait: `SELECT name, ` + myLockCols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
-	Alive:          `SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s)`,
+// myLockCols: the row's lease columns, the database clock, what identifies
+// the locking session (see SessionRef): its connection id and the server's
+// @@server_id, and the session's current hold bound (bound: MySQL 8's
+// wait_timeout, MariaDB's idle_transaction_timeout; see SetHoldBound), so
+// that a session that has it already needs no statement to set it.
+func myLockCols(bound string) string {
+	return `IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` +
+		myUs("UTC_TIMESTAMP(6)") + `, CONNECTION_ID(), @@server_id, ` + bound
 }
 
-var mariadbRow = func() RowSQL {
-	r := mysqlRow
-	r.Ensure = fmt.Sprintf(mysqlEnsureText, mariadbShareSkipLocked)
-	return r
-}()
+// myRow is the RowSQL of MySQL 8 (bound @@SESSION.wait_timeout, Ensure
+// reading the fence with FOR SHARE) or MariaDB.
+func myRow(bound, shareSkipLocked string) RowSQL {
+	cols := myLockCols(bound)
+	lock := `SELECT ` + cols + ` FROM dblock_locks WHERE name = ? FOR UPDATE`
+	return RowSQL{
+		Lock:           lock,
+		LockNoWait:     lock + " NOWAIT",
+		Ensure:         fmt.Sprintf(mysqlEnsureText, shareSkipLocked),
+		LockMany:       `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
+		LockManyNoWait: `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
+		Alive:          `SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s)`,
+	}
+}
+
+var mysqlRow = myRow("@@SESSION.wait_timeout", mysqlShareSkipLocked)
+
+var mariadbRow = myRow("@@SESSION.idle_transaction_timeout", mariadbShareSkipLocked)
 
 // ---- SQLite ----
 
@@ -143,13 +149,13 @@ var mariadbRow = func() RowSQL {
 // IMMEDIATE, or the Ensure insert, which takes the write lock even when it
 // inserts nothing).
 var sqliteRow = RowSQL{
-	Lock:       `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0 FROM dblock_locks WHERE name = ?1`,
-	LockNoWait: `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0 FROM dblock_locks WHERE name = ?1`,
+	Lock:       `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name = ?1`,
+	LockNoWait: `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name = ?1`,
 	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
 VALUES (?1, 0, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ` + sqliteNow + `)
 ON CONFLICT (name) DO NOTHING`,
-	LockMany:       `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
-	LockManyNoWait: `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
+	LockMany:       `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
+	LockManyNoWait: `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
 }
 
 // ---- operations ----
@@ -199,13 +205,16 @@ type SessionRef struct {
 	// locked before the server (re)started belongs to an earlier
 	// incarnation of it (see Incarnation).
 	At time.Time
+	// Bound is, on MySQL and MariaDB, the session's hold bound (seconds)
+	// when the lock was taken (see SetHoldBound); zero elsewhere.
+	Bound int64
 }
 
 // sessionRef builds the SessionRef of a lock statement's row: id, the
-// dialect's extra column (PostgreSQL: now() in µs; MySQL: @@server_id) and
-// the database clock in µs.
-func (db *DB) sessionRef(id, extra, nowUs int64) SessionRef {
-	ref := SessionRef{ID: id, At: Micros(nowUs)}
+// dialect's extra column (PostgreSQL: now() in µs; MySQL: @@server_id), the
+// database clock in µs and the session's hold bound (MySQL).
+func (db *DB) sessionRef(id, extra, nowUs, bound int64) SessionRef {
+	ref := SessionRef{ID: id, At: Micros(nowUs), Bound: bound}
 	switch db.Dialect.Kind() {
 	case Postgres:
 		ref.TxStart = Micros(extra)
@@ -291,9 +300,10 @@ func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockPar
 		rl           RowLock
 		expUs, nowUs int64
 		id, extra    int64
+		bound        int64
 	)
 	scan := func(row *sqlx.Row) error {
-		return row.Scan(&rl.Holder.Owner, &rl.Holder.Mode, &expUs, &nowUs, &id, &extra)
+		return row.Scan(&rl.Holder.Owner, &rl.Holder.Mode, &expUs, &nowUs, &id, &extra, &bound)
 	}
 	var err error
 	switch db.Dialect.Kind() {
@@ -334,7 +344,7 @@ func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockPar
 		rl.Holder.ExpiresAt = Micros(expUs)
 	}
 	rl.Holder.Now = Micros(nowUs)
-	rl.Session = db.sessionRef(id, extra, nowUs)
+	rl.Session = db.sessionRef(id, extra, nowUs, bound)
 	return rl, nil
 }
 
@@ -395,11 +405,12 @@ func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLoc
 				ln           LockedName
 				expUs, nowUs int64
 				id, extra    int64
+				bound        int64
 			)
-			if err := rows.Scan(&ln.Name, &ln.Holder.Owner, &ln.Holder.Mode, &expUs, &nowUs, &id, &extra); err != nil {
+			if err := rows.Scan(&ln.Name, &ln.Holder.Owner, &ln.Holder.Mode, &expUs, &nowUs, &id, &extra, &bound); err != nil {
 				return err
 			}
-			session = db.sessionRef(id, extra, nowUs)
+			session = db.sessionRef(id, extra, nowUs, bound)
 			ln.Holder.Exists = true
 			if expUs != 0 {
 				ln.Holder.ExpiresAt = Micros(expUs)
@@ -555,15 +566,21 @@ WHERE name = ?2 AND version < ?1 AND (SELECT floor FROM dblock_fence WHERE id = 
 
 // SetHoldBound asks the server to end the holding session if it stays idle
 // longer than d while it holds a pessimistic lock, so that a frozen or
-// partitioned holder cannot keep the lock forever. It runs on conn before the
-// locking transaction begins, saving the session's value for EndHold:
-//   - MariaDB: idle_transaction_timeout (whole seconds, at least 1);
+// partitioned holder cannot keep the lock forever. It runs in the locking
+// transaction once the lock is held; current is the session's setting the
+// lock statement read (SessionRef.Bound).
+//   - MariaDB: idle_transaction_timeout (whole seconds, at least 1). On a
+//     pool Open opened, the setting stays on the session after the hold
+//     (it only ends transactions left idle), so the next hold with the same
+//     bound on that session sends nothing; on a pool the caller passed to
+//     New, the session's value is saved here and restored by EndHold.
 //   - MySQL 8, which has no idle-transaction bound: wait_timeout, the bound
 //     on an idle session (whole seconds, at least 1), which ends the session
-//     and so the transaction;
+//     and so the transaction; always saved and restored, since it also ends
+//     sessions idle in the pool.
 //   - PostgreSQL sets idle_in_transaction_session_timeout inside the lock
 //     statement (local to the transaction), and SQLite has no sessions: nil.
-func (db *DB) SetHoldBound(ctx context.Context, conn Querier, d time.Duration) error {
+func (db *DB) SetHoldBound(ctx context.Context, tx Querier, d time.Duration, current int64) error {
 	if db.Dialect.Kind() != MySQL {
 		return nil
 	}
@@ -571,44 +588,70 @@ func (db *DB) SetHoldBound(ctx context.Context, conn Querier, d time.Duration) e
 	if secs < 1 {
 		secs = 1
 	}
-	var err error
-	if mariaDB(db) {
-		_, err = conn.ExecContext(ctx, fmt.Sprintf(
-			"SET @dblock_saved_itt = @@SESSION.idle_transaction_timeout, SESSION idle_transaction_timeout = %d", secs))
-	} else {
-		_, err = conn.ExecContext(ctx, fmt.Sprintf(
-			"SET @dblock_saved_wt = @@SESSION.wait_timeout, SESSION wait_timeout = %d", secs))
+	var stmt string
+	switch {
+	case db.stickyHoldBound() && current == secs:
+		return nil
+	case db.stickyHoldBound():
+		stmt = fmt.Sprintf("SET SESSION idle_transaction_timeout = %d", secs)
+	case mariaDB(db):
+		stmt = fmt.Sprintf("SET @dblock_saved_itt = @@SESSION.idle_transaction_timeout, SESSION idle_transaction_timeout = %d", secs)
+	default:
+		stmt = fmt.Sprintf("SET @dblock_saved_wt = @@SESSION.wait_timeout, SESSION wait_timeout = %d", secs)
 	}
+	_, err := tx.ExecContext(ctx, stmt)
 	return db.Classify(err)
 }
 
-// mariadbEndHold restores the idle bound saved by SetHoldBound and, in the
-// same round trip, checks that the transaction is still open: when it is not
-// (the server rolled it back as a deadlock victim, or a statement committed
-// it implicitly), IF evaluates the subquery, which fails with error 1242. The
-// restore is then not applied either; the caller destroys the connection.
-const mariadbEndHold = `SET SESSION idle_transaction_timeout = IF(@@in_transaction = 1, @dblock_saved_itt,
-    (SELECT 1 UNION SELECT 2))`
+// stickyHoldBound reports whether the hold bound stays on the session after
+// a hold (see SetHoldBound): MariaDB, on a pool Open opened.
+func (db *DB) stickyHoldBound() bool { return db.owned && mariaDB(db) }
 
-// EndHold runs on the locking transaction tx just before its COMMIT or
-// ROLLBACK. On MySQL and MariaDB it restores what SetHoldBound changed and
-// reports whether tx is still open on the server: a deadlock victim's
-// transaction is rolled back by the server while the client's *sql.Tx
-// believes it open, and statements run after that run in autocommit mode. A
-// COMMIT then would commit nothing and report success. Elsewhere it reports
-// true: PostgreSQL keeps a failed transaction open (and aborted) until its
-// end, and its COMMIT then reports the rollback (see CommitRolledBack).
-func (db *DB) EndHold(ctx context.Context, tx Querier) (open bool, err error) {
+// mariadbEndHoldRestore restores the idle bound saved by SetHoldBound and,
+// in the same round trip, checks that the transaction is still open: when it
+// is not (the server rolled it back as a deadlock victim, or a statement
+// committed it implicitly), IF evaluates the subquery, which fails with
+// error 1242. The restore is then not applied either; the caller destroys
+// the connection. mariadbTxOpen is the check alone, as a SET (an OK packet,
+// no result set to read).
+const (
+	mariadbEndHoldRestore = `SET SESSION idle_transaction_timeout = IF(@@in_transaction = 1, @dblock_saved_itt,
+    (SELECT 1 UNION SELECT 2))`
+	mariadbTxOpen = `SET @dblock_tx_open = IF(@@in_transaction = 1, 1, (SELECT 1 UNION SELECT 2))`
+)
+
+// mariadbEndHold runs stmt (mariadbEndHoldRestore or mariadbTxOpen) and
+// reports whether the transaction was open.
+func (db *DB) mariadbEndHold(ctx context.Context, tx Querier, stmt string) (bool, error) {
+	_, err := tx.ExecContext(ctx, stmt)
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) && myErr.Number == 1242 {
+		return false, nil
+	}
+	return err == nil, db.Classify(err)
+}
+
+// EndHold runs on the locking transaction tx just before its COMMIT
+// (commit) or ROLLBACK. On MySQL and MariaDB it restores what SetHoldBound
+// saved and, before a COMMIT, reports whether tx is still open on the
+// server: a deadlock victim's transaction is rolled back by the server while
+// the client's *sql.Tx believes it open, and statements run after that run
+// in autocommit mode. A COMMIT then would commit nothing and report success.
+// Elsewhere it reports true: PostgreSQL keeps a failed transaction open (and
+// aborted) until its end, and its COMMIT then reports the rollback (see
+// CommitRolledBack).
+func (db *DB) EndHold(ctx context.Context, tx Querier, commit bool) (open bool, err error) {
 	if db.Dialect.Kind() != MySQL {
 		return true, nil
 	}
-	if mariaDB(db) {
-		_, err := tx.ExecContext(ctx, mariadbEndHold)
-		var myErr *mysql.MySQLError
-		if errors.As(err, &myErr) && myErr.Number == 1242 {
-			return false, nil
+	if db.stickyHoldBound() {
+		if !commit {
+			return true, nil // Nothing to restore, and a rollback needs no check.
 		}
-		return err == nil, db.Classify(err)
+		return db.mariadbEndHold(ctx, tx, mariadbTxOpen)
+	}
+	if mariaDB(db) {
+		return db.mariadbEndHold(ctx, tx, mariadbEndHoldRestore)
 	}
 	// MySQL 8 has no @@in_transaction; SET TRANSACTION (the next
 	// transaction's characteristics) is refused with error 1568 exactly

@@ -72,7 +72,7 @@ func TestEndHold(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := db.SetHoldBound(ctx, tx, 1500*time.Millisecond); err != nil {
+			if err := db.SetHoldBound(ctx, tx, 1500*time.Millisecond, 0); err != nil {
 				t.Fatalf("%s: set bound: %v", variable, err)
 			}
 			var during int
@@ -84,7 +84,7 @@ func TestEndHold(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			open, err := db.EndHold(ctx, tx)
+			open, err := db.EndHold(ctx, tx, true)
 			if err != nil || open == ddl {
 				t.Fatalf("%s, ddl %v: end hold: open %v, %v", variable, ddl, open, err)
 			}
@@ -100,5 +100,66 @@ func TestEndHold(t *testing.T) {
 			}
 		}
 		_ = conn.Close()
+	}
+}
+
+// TestHoldBoundSticky: on a MariaDB pool that Open opened, the hold bound
+// stays on the session, the lock statement reports it, and a hold with the
+// same bound sends nothing to set it (a cancelled context would fail any
+// statement); EndHold still tells an open transaction from one the server
+// ended.
+func TestHoldBoundSticky(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.MySQL)
+	db := iso.Open(t)
+	if !db.MariaDB() {
+		t.Skip("the bound stays on the session on MariaDB only; MySQL 8 restores it")
+	}
+	ctx := context.Background()
+	conn, err := db.Connx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	if err := db.EnsureRow(ctx, nil, "sticky"); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	for i, ddl := range []bool{false, false, true} {
+		tx, err := conn.BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rl, err := db.LockRow(ctx, tx, "sticky", dialect.RowLockParams{NoWait: true})
+		if err != nil || !rl.Found {
+			t.Fatalf("lock: %+v %v", rl, err)
+		}
+		if i > 0 && rl.Session.Bound != 2 {
+			t.Fatalf("hold %d: the lock statement saw bound %d, want 2 (kept from the hold before)", i, rl.Session.Bound)
+		}
+		setCtx := ctx
+		if i > 0 {
+			setCtx = cancelled // Nothing may be sent.
+		}
+		if err := db.SetHoldBound(setCtx, tx, 1500*time.Millisecond, rl.Session.Bound); err != nil {
+			t.Fatalf("hold %d: set bound: %v", i, err)
+		}
+		if ddl {
+			if _, err := tx.ExecContext(ctx, "CREATE TABLE p_sticky (id INT)"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		open, err := db.EndHold(ctx, tx, true)
+		if err != nil || open == ddl {
+			t.Fatalf("hold %d, ddl %v: end hold: open %v, %v", i, ddl, open, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var after int
+	if err := conn.GetContext(ctx, &after, "SELECT @@SESSION.idle_transaction_timeout"); err != nil || after != 2 {
+		t.Fatalf("bound after the holds: %d %v, want 2 (kept)", after, err)
 	}
 }

@@ -96,8 +96,12 @@
 // PostgreSQL's idle_in_transaction_session_timeout, local to the transaction;
 // MariaDB's idle_transaction_timeout and, on MySQL 8, which has no such
 // setting, wait_timeout (the bound on an idle session), both set on the
-// session when the lock is taken and restored when it ends (one more
-// statement per lock; the restore shares a round trip with the check below).
+// session when the lock is taken. On MariaDB, on a pool dialect.Open opened,
+// the setting stays on the session afterwards (it ends only transactions
+// left idle longer than the TTL), so a lock with the same TTL on that
+// session sets nothing; on a pool passed to dialect.New, and always for
+// MySQL 8's wait_timeout (which also ends sessions idle in the pool), it is
+// restored when the lock ends, sharing a round trip with the check below.
 // SQLite has no such bound. A lock held by a busy transaction (a statement
 // running) is not ended by this bound.
 //

@@ -900,6 +900,25 @@ func (l *Locker) endBounded(ctx context.Context, h *hold, rollback bool) error {
 	if ctx.Done() == nil {
 		return h.end(ctx, rollback)
 	}
+	if l.db.Dialect.Kind() == dialect.Postgres {
+		// pgx ends a COMMIT or ROLLBACK whose context (the transaction's)
+		// is cancelled at once, network or not: no goroutine is needed to
+		// give up on it.
+		interrupted := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			close(interrupted)
+			l.interrupt(h)
+		})
+		err := h.end(ctx, rollback)
+		if stop() {
+			return err
+		}
+		<-interrupted
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("%w: %w", err, context.Cause(ctx))
+	}
 	done := make(chan error, 1)
 	l.bg.Add(1)
 	go func() {
@@ -981,7 +1000,10 @@ func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 	lost := h.lost
 	h.l.mu.Unlock()
 	if lost == nil {
-		open, eerr := db.EndHold(sctx, h.tx)
+		// No deadline of its own: a cancellable context costs the MySQL
+		// driver a hand-off to its watcher goroutine per statement, and the
+		// caller's bound (endBounded) interrupts a statement that hangs.
+		open, eerr := db.EndHold(context.WithoutCancel(ctx), h.tx, !rollback)
 		if eerr != nil || !open {
 			_ = h.tx.Rollback()
 			closeConn(h.conn, true)
@@ -1397,7 +1419,7 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 	// The server-side bound on a frozen holder (MySQL and MariaDB; set
 	// inside the lock statement on PostgreSQL). Set once the lock is held,
 	// so a failed attempt leaves nothing to restore.
-	if err := db.SetHoldBound(callCtx, h.tx, ttl); err != nil {
+	if err := db.SetHoldBound(callCtx, h.tx, ttl, h.session.Bound); err != nil {
 		return nil, nil, fail(err)
 	}
 	return h, nil, nil

@@ -82,42 +82,65 @@ func TestPostgresLockTimeoutKept(t *testing.T) {
 }
 
 // TestMariaDBIdleBoundRestored: the idle-transaction bound set for a hold
-// applies during it and is gone from the pooled connection afterwards.
+// applies during it. On a pool the caller passed to dialect.New it is gone
+// from the connection afterwards; on a pool dialect.Open opened it stays
+// (it only ends transactions left idle), so that the next hold with the
+// same bound sends nothing to set it.
 func TestMariaDBIdleBoundRestored(t *testing.T) {
 	t.Parallel()
 	iso := dbtest.New(t, dialect.MySQL)
 	ctx := testCtx(t)
-	db := iso.Open(t)
-	db.SetMaxOpenConns(1) // Every statement below runs on the holder's connection.
+	owned := iso.Open(t)
+	owned.SetMaxOpenConns(1) // Every statement below runs on the holder's connection.
+	wrapped, err := dialect.New(ctx, owned.DB.DB, dialect.MySQL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	variable := "idle_transaction_timeout"
-	if !db.MariaDB() {
+	if !owned.MariaDB() {
 		variable = "wait_timeout"
 	}
 	var orig int
-	if err := db.GetContext(ctx, &orig, "SELECT @@SESSION."+variable); err != nil {
+	if err := owned.GetContext(ctx, &orig, "SELECT @@SESSION."+variable); err != nil {
 		t.Fatal(err)
 	}
-	l := newLocker(t, db, nil)
-	for _, rollback := range []bool{false, true} {
-		lease, err := l.Acquire(ctx, randName(t), dblock.WithTTL(7*time.Second))
-		if err != nil {
+	for _, c := range []struct {
+		label string
+		db    *dialect.DB
+		keep  bool
+	}{{"caller's pool", wrapped, false}, {"pool Open opened", owned, owned.MariaDB()}} {
+		l := newLocker(t, c.db, nil)
+		for _, rollback := range []bool{false, true} {
+			lease, err := l.Acquire(ctx, randName(t), dblock.WithTTL(7*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var during int
+			if err := lease.Tx().GetContext(ctx, &during, "SELECT @@SESSION."+variable); err != nil || during != 7 {
+				t.Fatalf("%s: %s during the hold: %d %v, want 7", c.label, variable, during, err)
+			}
+			if rollback {
+				err = lease.Rollback(ctx)
+			} else {
+				err = lease.Release(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := orig
+			if c.keep {
+				want = 7
+			}
+			var after int
+			if err := owned.GetContext(ctx, &after, "SELECT @@SESSION."+variable); err != nil || after != want {
+				t.Fatalf("%s: %s after the hold (rollback %v): %d %v, want %d", c.label, variable, rollback, after, err, want)
+			}
+		}
+		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
-		var during int
-		if err := lease.Tx().GetContext(ctx, &during, "SELECT @@SESSION."+variable); err != nil || during != 7 {
-			t.Fatalf("%s during the hold: %d %v, want 7", variable, during, err)
-		}
-		if rollback {
-			err = lease.Rollback(ctx)
-		} else {
-			err = lease.Release(ctx)
-		}
-		if err != nil {
+		if _, err := owned.ExecContext(ctx, "SET SESSION "+variable+" = ?", orig); err != nil {
 			t.Fatal(err)
-		}
-		var after int
-		if err := db.GetContext(ctx, &after, "SELECT @@SESSION."+variable); err != nil || after != orig {
-			t.Fatalf("%s after the hold (rollback %v): %d %v, want %d", variable, rollback, after, err, orig)
 		}
 	}
 }
