@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -150,7 +151,15 @@ type Reaper struct {
 	passes   int
 	// sqliteLimit is the batch size learned on SQLite (see writeBudgetLimit).
 	sqliteLimit int
+	// orphans are owners of earlier passes that may still hold the reaper
+	// lease: their release failed, or their acquire's answer was lost. Each
+	// pass owner is unique, so no later pass could re-enter such a lease,
+	// and every pass would skip until it expired (see reclaim).
+	orphans []string
 }
+
+// maxOrphans bounds Reaper.orphans; older entries have expired long since.
+const maxOrphans = 8
 
 // passIDLen is the length of the suffix "#" + 16 hex digits that makes each
 // pass's lease owner unique.
@@ -411,7 +420,21 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **lease) (st St
 	})
 	cancel()
 	if err != nil {
+		r.orphan(st.Owner) // The acquire may have committed.
 		return st, fmt.Errorf("reaper: take lease %q: %w", LeaseName, err)
+	}
+	if !res.Acquired && r.reclaim(ctx, res.Holder) {
+		// An earlier pass of this Reaper left the lease held; freed, so
+		// this pass takes it.
+		actx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+		res, err = r.db.AcquireLease(actx, nil, dialect.AcquireParams{
+			Name: LeaseName, Owner: st.Owner, Mode: dblock.ModeOptimistic, TTL: r.leaseTTL, Metadata: "dblock reaper",
+		})
+		cancel()
+		if err != nil {
+			r.orphan(st.Owner)
+			return st, fmt.Errorf("reaper: take lease %q: %w", LeaseName, err)
+		}
 	}
 	if !res.Acquired {
 		st.Skipped = true
@@ -608,12 +631,54 @@ func (r *Reaper) release(ctx context.Context, l *lease) error {
 	defer cancel()
 	ok, err := r.db.ReleaseLease(rctx, nil, LeaseName, l.owner, l.token)
 	if err != nil {
+		r.orphan(l.owner) // The next pass frees it (see reclaim).
 		return fmt.Errorf("reaper: release lease %q: %w", LeaseName, err)
 	}
 	if !ok {
 		r.log.WarnContext(ctx, "reaper: lease was gone at release", "lock_key", LeaseName, "owner", l.owner, "token", int64(l.token))
 	}
 	return nil
+}
+
+// orphan remembers owner as one that may still hold the reaper lease.
+func (r *Reaper) orphan(owner string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.orphans = append(r.orphans, owner)
+	if len(r.orphans) > maxOrphans {
+		r.orphans = r.orphans[len(r.orphans)-maxOrphans:]
+	}
+}
+
+// reclaim frees the reaper lease when h, its holder, is an earlier pass of
+// this Reaper whose release failed or whose acquire's answer was lost (a
+// database restart in the middle of a pass): without it every pass would
+// skip until the lease expired. It reports whether it freed the lease. The
+// release is the usual CAS on (name, owner, token), so a lease that moved on
+// meanwhile is left alone.
+func (r *Reaper) reclaim(ctx context.Context, h dialect.Holder) bool {
+	if h.Owner == "" {
+		return false
+	}
+	r.mu.Lock()
+	i := slices.Index(r.orphans, h.Owner)
+	r.mu.Unlock()
+	if i < 0 {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	ok, err := r.db.ReleaseLease(rctx, nil, LeaseName, h.Owner, dblock.Token(h.Version))
+	if err != nil {
+		return false // Tried again by the next pass.
+	}
+	r.mu.Lock()
+	r.orphans = slices.DeleteFunc(r.orphans, func(o string) bool { return o == h.Owner })
+	r.mu.Unlock()
+	if ok {
+		r.log.InfoContext(ctx, "reaper: freed the lease an earlier pass could not release", "lock_key", LeaseName, "owner", h.Owner)
+	}
+	return ok
 }
 
 // record updates the metrics and the health state after a pass.
