@@ -1045,6 +1045,10 @@ func readOnlyRole(t *testing.T, iso *dbtest.Isolated) string {
 	t.Helper()
 	ctx := context.Background()
 	role := fmt.Sprintf("dbt_ro_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000_000)
+	// A password, so the login works whatever the server's host-based
+	// authentication asks of roles other than the superuser (a fresh Debian
+	// PostgreSQL asks for scram-sha-256).
+	password := fmt.Sprintf("pw%d", time.Now().UnixNano())
 	admin := iso.DB // Connected as the server's superuser.
 	var stmts, drop []string
 	var dsn string
@@ -1055,10 +1059,10 @@ func readOnlyRole(t *testing.T, iso *dbtest.Isolated) string {
 			t.Fatal(err)
 		}
 		schema := u.Query().Get("search_path")
-		stmts = []string{"CREATE ROLE " + role + " LOGIN", "GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		stmts = []string{"CREATE ROLE " + role + " LOGIN PASSWORD '" + password + "'", "GRANT USAGE ON SCHEMA " + schema + " TO " + role,
 			"GRANT SELECT ON ALL TABLES IN SCHEMA " + schema + " TO " + role}
 		drop = []string{"DROP OWNED BY " + role, "DROP ROLE " + role}
-		u.User = url.User(role)
+		u.User = url.UserPassword(role, password)
 		dsn = u.String()
 	case dialect.MySQL:
 		rest := strings.TrimPrefix(iso.DSN, "mysql://")
@@ -1070,9 +1074,9 @@ func readOnlyRole(t *testing.T, iso *dbtest.Isolated) string {
 		if i := strings.IndexByte(database, '?'); i >= 0 {
 			database = database[:i]
 		}
-		stmts = []string{"CREATE USER '" + role + "'@'%'", "GRANT SELECT ON `" + database + "`.* TO '" + role + "'@'%'"}
+		stmts = []string{"CREATE USER '" + role + "'@'%' IDENTIFIED BY '" + password + "'", "GRANT SELECT ON `" + database + "`.* TO '" + role + "'@'%'"}
 		drop = []string{"DROP USER '" + role + "'@'%'"}
-		dsn = "mysql://" + role + rest[at:]
+		dsn = "mysql://" + role + ":" + password + rest[at:]
 	}
 	t.Cleanup(func() {
 		for _, q := range drop {
