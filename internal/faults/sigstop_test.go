@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -114,22 +115,7 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 				t.Fatal("the worker did not acquire the name")
 			}
 			time.Sleep(200 * time.Millisecond)
-			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			stoppedAt := time.Now()
-			stopped := true
-			defer func() {
-				if stopped {
-					_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT)
-				}
-			}()
-			rival, err := optimistic.New(iso.DB, &optimistic.Config{Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rival.Close()
-			got, rivalAt := pollAcquire(t, rival, "frozen", 3*ttl)
+			got, rivalAt, stoppedAt, resume := freezeForRival(t, iso, p, "frozen", 3*ttl)
 			if got == nil {
 				t.Fatal("the rival never got the name from the frozen holder")
 			}
@@ -148,10 +134,7 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 				}
 			}
 			time.Sleep(2 * time.Second)
-			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-			stopped = false
+			resume()
 			var lost, rejected string
 			deadline := time.After(20 * time.Second)
 			for rejected == "" || lost == "" {
@@ -248,22 +231,7 @@ func TestFaultSIGSTOPPessimisticHolder(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("the worker did not acquire the name")
 			}
-			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			stoppedAt := time.Now()
-			stopped := true
-			defer func() {
-				if stopped {
-					_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT)
-				}
-			}()
-			rival, err := optimistic.New(iso.DB, &optimistic.Config{Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rival.Close()
-			got, at := pollAcquire(t, rival, "frozen-tx", ttl+3*time.Second)
+			got, at, stoppedAt, resume := freezeForRival(t, iso, p, "frozen-tx", ttl+3*time.Second)
 			if got == nil {
 				t.Fatalf("the frozen pessimistic holder still has the name %v later (TTL %v): the server did not end its transaction", ttl+3*time.Second, ttl)
 			}
@@ -273,10 +241,7 @@ func TestFaultSIGSTOPPessimisticHolder(t *testing.T) {
 			if err := got.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-			stopped = false
+			resume()
 			resumedAt := time.Now()
 			var lost, release string
 			var lostAfter time.Duration
@@ -452,22 +417,7 @@ func TestFaultSIGSTOPInsideGuard(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("the worker did not guard a transaction")
 			}
-			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			stoppedAt := time.Now()
-			stopped := true
-			defer func() {
-				if stopped {
-					_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT)
-				}
-			}()
-			rival, err := optimistic.New(iso.DB, &optimistic.Config{Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rival.Close()
-			got, at := pollAcquire(t, rival, "frozen-guard", ttl+3*time.Second)
+			got, at, stoppedAt, resume := freezeForRival(t, iso, p, "frozen-guard", ttl+3*time.Second)
 			if got == nil {
 				t.Fatalf("the holder frozen inside its guarded transaction still blocks the name %v later (TTL %v)", ttl+3*time.Second, ttl)
 			}
@@ -475,10 +425,7 @@ func TestFaultSIGSTOPInsideGuard(t *testing.T) {
 			if int64(got.Token()) <= tok {
 				t.Errorf("rival token %d is not above the frozen holder's %d", got.Token(), tok)
 			}
-			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-			stopped = false
+			resume()
 			var commit, lost string
 			deadline := time.After(20 * time.Second)
 			for lost == "" {
@@ -514,4 +461,35 @@ func TestFaultSIGSTOPInsideGuard(t *testing.T) {
 				freedAfter.Round(time.Millisecond), ttl, commit, lost)
 		})
 	}
+}
+
+// freezeForRival stops the worker p (SIGSTOP) and lets a rival optimistic
+// Locker on iso poll for name for up to within. It returns the rival's lease
+// (nil if it got none in time), when it got it, when p was stopped, and
+// resume, which sends p SIGCONT; a worker the test did not resume is resumed
+// at cleanup, before the worker itself is stopped.
+func freezeForRival(t *testing.T, iso *dbtest.Isolated, p *proc, name string, within time.Duration) (got *dblock.Lease, at, stoppedAt time.Time, resume func()) {
+	t.Helper()
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt = time.Now()
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) })
+	resume = func() {
+		t.Helper()
+		var err error
+		once.Do(func() { err = syscall.Kill(pid, syscall.SIGCONT) })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rival, err := optimistic.New(iso.DB, &optimistic.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rival.Close() })
+	got, at = pollAcquire(t, rival, name, within)
+	return got, at, stoppedAt, resume
 }
