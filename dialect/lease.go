@@ -405,34 +405,7 @@ func (db *DB) acquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 	var res AcquireResult
 	switch db.Dialect.Kind() {
 	case Postgres:
-		var owner, mode string
-		var version, expUs, nowUs int64
-		err := q.QueryRowxContext(ctx, db.Dialect.Lease().Acquire, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
-			Scan(&res.Acquired, &version, &owner, &mode, &expUs, &nowUs, &res.Reentry)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			// Nothing taken and no row visible: a concurrent insert won.
-			return AcquireResult{}, nil
-		case err != nil:
-			err = db.Classify(err)
-			if errors.Is(err, dblock.ErrNotAcquired) {
-				return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
-			}
-			return AcquireResult{}, err
-		}
-		if res.Acquired {
-			res.Token = dblock.Token(version)
-			return res, nil
-		}
-		if owner == "" || owner == p.Owner || expUs <= nowUs {
-			// Takeable, yet skipped: a transaction holds the row locked.
-			return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic, Now: Micros(nowUs)}}, nil
-		}
-		res.Holder = Holder{Exists: true, Owner: owner, Version: version, Mode: mode, Now: Micros(nowUs)}
-		if expUs != 0 {
-			res.Holder.ExpiresAt = Micros(expUs)
-		}
-		return res, nil
+		return db.pgAcquire(ctx, q, db.Dialect.Lease().Acquire, p, false)
 	case MySQL:
 		n, id, err := db.execFenced(ctx, q, db.Dialect.Lease().Acquire, p.Name, p.Owner, p.Mode, ttl, nullString(p.Metadata))
 		if err != nil {
@@ -484,43 +457,53 @@ func (db *DB) acquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 	}
 }
 
+// pgAcquire runs one of PostgreSQL's acquire statements, the lease's or,
+// with queued, the queue's direct one (which also returns the number of live
+// waiters and, when no row exists, a row of zeroes), and reads its answer.
+func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireParams, queued bool) (AcquireResult, error) {
+	var (
+		res                      AcquireResult
+		owner, mode              string
+		version, expUs, nowUs, n int64
+	)
+	dest := []any{&res.Acquired, &version, &owner, &mode, &expUs, &nowUs, &res.Reentry}
+	if queued {
+		dest = append(dest, &n)
+	}
+	err := q.QueryRowxContext(ctx, query, p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)).Scan(dest...)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return AcquireResult{}, nil // Nothing taken and no row visible: a concurrent insert of the name won.
+	case err != nil:
+		err = db.Classify(err)
+		if errors.Is(err, dblock.ErrNotAcquired) {
+			return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
+		}
+		return AcquireResult{}, err
+	}
+	if res.Acquired {
+		res.Token = dblock.Token(version)
+		return res, nil
+	}
+	res.Waiters = int(n)
+	h := Holder{Exists: !queued || version != 0, Owner: owner, Version: version, Mode: mode, Now: Micros(nowUs)}
+	if expUs != 0 {
+		h.ExpiresAt = Micros(expUs)
+	}
+	if h.Exists && n == 0 && (owner == "" || owner == p.Owner || expUs <= nowUs) {
+		// Takeable, nobody queued, yet skipped: a transaction holds the row locked.
+		h = Holder{Exists: true, Mode: dblock.ModePessimistic, Now: h.Now}
+	}
+	res.Holder = h
+	return res, nil
+}
+
 // acquireGuarded is AcquireLease with QueueGuard.
 func (db *DB) acquireGuarded(ctx context.Context, p AcquireParams) (AcquireResult, error) {
 	ttl := p.TTL.Microseconds()
 	switch db.Dialect.Kind() {
 	case Postgres:
-		var (
-			res                      AcquireResult
-			owner, mode              string
-			version, expUs, nowUs, n int64
-		)
-		err := db.QueryRowxContext(ctx, db.Dialect.Queue().Direct, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
-			Scan(&res.Acquired, &version, &owner, &mode, &expUs, &nowUs, &res.Reentry, &n)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return AcquireResult{}, nil // A concurrent insert of the name won.
-		case err != nil:
-			err = db.Classify(err)
-			if errors.Is(err, dblock.ErrNotAcquired) {
-				return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
-			}
-			return AcquireResult{}, err
-		}
-		if res.Acquired {
-			res.Token = dblock.Token(version)
-			return res, nil
-		}
-		res.Waiters = int(n)
-		h := Holder{Exists: version != 0, Owner: owner, Version: version, Mode: mode, Now: Micros(nowUs)}
-		if expUs != 0 {
-			h.ExpiresAt = Micros(expUs)
-		}
-		if h.Exists && n == 0 && (owner == "" || owner == p.Owner || expUs <= nowUs) {
-			// Takeable, nobody queued, yet skipped: a transaction holds the row locked.
-			h = Holder{Exists: true, Mode: dblock.ModePessimistic, Now: h.Now}
-		}
-		res.Holder = h
-		return res, nil
+		return db.pgAcquire(ctx, db.DB, db.Dialect.Queue().Direct, p, true)
 	case SQLite:
 		var (
 			res     AcquireResult
