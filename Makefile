@@ -96,6 +96,10 @@ faults: ## Run the fault-injection tests (own module: kill -9, killed connection
 		echo "faults: no fault tests yet (internal/faults does not exist)"; \
 	fi
 
+.PHONY: api
+api: ## Accept the current exported API into api/v1.txt (after a reviewed surface change)
+	$(GO) test ./internal/apidump -run TestAPI -count=1 -update
+
 .PHONY: build
 build: ## Build the CLI into bin/dblock
 	$(GO) build -o bin/dblock ./cmd/dblock
