@@ -27,9 +27,10 @@
 //
 // # Lease
 //
-// Lease locks expire by the database clock, never a client's. Without WithTTL
-// a lease lasts TTLDefault and is renewed every TTL/3 in the background until
-// released; with WithTTL there is no renewal unless WithRenewal(true). The
+// Lease locks expire by the database clock, never a client's. A lease lasts
+// its TTL (WithTTL, default TTLDefault) and is renewed every TTL/3 in the
+// background until released; WithMaxHold caps the whole hold, so a lease that
+// is never renewed is WithTTL(d) with WithMaxHold(d). The
 // holder trusts its lease only until a local deadline — the monotonic time at
 // which it sent the request plus the TTL — which is never later than the
 // database's expiry.

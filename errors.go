@@ -67,6 +67,11 @@ var (
 	// failed this way is unknown.
 	ErrUnavailable = errors.New("dblock: database unavailable")
 
+	// ErrClosed: the Locker was closed. Waits it ended return an error
+	// wrapping ErrNotAcquired and ErrClosed; leases it ended report a
+	// *LostError with ErrClosed as the reason.
+	ErrClosed = errors.New("dblock: locker closed")
+
 	// ErrConflict: an optimistic compare-and-swap on a user's row found another
 	// version (see *ConflictError).
 	ErrConflict = errors.New("dblock: version conflict")

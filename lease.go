@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dblock-go/dblock/internal/hook"
 )
 
 // Lease is a held lock, whatever the mode. It is safe for concurrent use.
@@ -32,35 +34,24 @@ type Lease struct {
 	released bool      // Release has been called
 }
 
-// LeaseParams describe a lease a mode has just acquired.
-type LeaseParams struct {
-	Name    string
-	Owner   string
-	Mode    string
-	Token   Token
-	Reentry int
-	// Deadline is the local time until which the holder can trust the lease
-	// (request start + TTL, on the monotonic clock); zero when the hold has no
-	// lease (a pessimistic transaction).
-	Deadline time.Time
-	// Release ends the hold in the database. It is called at most once, by
-	// the first Release call, and should itself stop any background renewal
-	// before it writes.
-	Release func(ctx context.Context) error
+func init() {
+	hook.NewLease = func(p hook.LeaseParams) (any, hook.LeaseControl) {
+		l := newLease(p)
+		return l, leaseControl{l}
+	}
 }
 
-// LeaseControl is held by the mode that created a lease: it reports losses
-// and moves the local deadline after renewals. Users never see it.
-type LeaseControl struct{ l *Lease }
-
-// NewLease returns a held lease and its control. Only lock implementations call it.
-func NewLease(p LeaseParams) (*Lease, LeaseControl) {
-	l := &Lease{
-		name: p.Name, owner: p.Owner, mode: p.Mode, token: p.Token, reentry: p.Reentry,
+// newLease returns a held lease. Lock modes reach it through internal/mode.
+func newLease(p hook.LeaseParams) *Lease {
+	return &Lease{
+		name: p.Name, owner: p.Owner, mode: p.Mode, token: Token(p.Token), reentry: p.Reentry,
 		acquired: time.Now(), release: p.Release, done: make(chan struct{}), deadline: p.Deadline,
 	}
-	return l, LeaseControl{l}
 }
+
+// leaseControl is held by the mode that created a lease: it reports losses
+// and moves the local deadline after renewals. Users never see it.
+type leaseControl struct{ l *Lease }
 
 // Name returns the lock name.
 func (l *Lease) Name() string { return l.name }
@@ -170,7 +161,7 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 // Lose marks the lease lost with reason (ErrExpired, ErrTakenOver, ...). It
 // reports whether this call ended the lease; losses after Release or after an
 // earlier loss are ignored.
-func (c LeaseControl) Lose(reason error) bool {
+func (c leaseControl) Lose(reason error) bool {
 	l := c.l
 	l.mu.Lock()
 	if l.err != nil || l.lost != nil {
@@ -194,7 +185,7 @@ func (c LeaseControl) Lose(reason error) bool {
 // Release has not begun (Lose, by contrast, also marks a lease whose Release
 // is under way). It reports whether this call ended the lease. A Locker's
 // Close uses it to end the leases still held before it frees their rows.
-func (c LeaseControl) LoseIfHeld(reason error) bool {
+func (c leaseControl) LoseIfHeld(reason error) bool {
 	l := c.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -208,60 +199,15 @@ func (c LeaseControl) LoseIfHeld(reason error) bool {
 }
 
 // SetDeadline moves the local trust deadline after a successful renewal.
-func (c LeaseControl) SetDeadline(t time.Time) {
+func (c leaseControl) SetDeadline(t time.Time) {
 	c.l.mu.Lock()
 	c.l.deadline = t
 	c.l.mu.Unlock()
 }
 
-// Lease returns the controlled lease.
-func (c LeaseControl) Lease() *Lease { return c.l }
-
 // Releasing reports whether Release has been called.
-func (c LeaseControl) Releasing() bool {
+func (c leaseControl) Releasing() bool {
 	c.l.mu.Lock()
 	defer c.l.mu.Unlock()
 	return c.l.released
-}
-
-// Run runs fn under lease's context (cancelled with the loss as cause if the
-// lock is lost), then releases the lease on a context that outlives ctx,
-// bounded by releaseTimeout. It returns fn's error; when the lock was lost
-// while fn ran, the *LostError is returned too (joined), because fn's work was
-// not exclusive to the end.
-//
-// If fn panics (or calls runtime.Goexit), fn's context is cancelled and the
-// lease released before the panic goes on up the stack: a panic recovered
-// further up never leaves the name held, nor its renewal running.
-func Run(ctx context.Context, lease *Lease, releaseTimeout time.Duration, fn func(ctx context.Context) error) error {
-	fnCtx, cancel := lease.Context(ctx)
-	defer cancel()
-	release := func() error {
-		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer relCancel()
-		return lease.Release(relCtx)
-	}
-	returned := false
-	defer func() {
-		if !returned {
-			// fn panicked: no recover, so the panic resumes, with its
-			// own stack, once this has released.
-			cancel()
-			_ = release()
-		}
-	}()
-	fnErr := fn(fnCtx)
-	returned = true
-	cancel()
-	relErr := release()
-	if relErr != nil {
-		if errors.Is(relErr, ErrLost) {
-			return errors.Join(fnErr, relErr)
-		}
-		if fnErr == nil {
-			return relErr
-		}
-		return errors.Join(fnErr, relErr)
-	}
-	return fnErr
 }

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/mode"
 )
 
-func newLease(t *testing.T, release func(context.Context) error) (*dblock.Lease, dblock.LeaseControl) {
+func newLease(t *testing.T, release func(context.Context) error) (*dblock.Lease, mode.Control) {
 	t.Helper()
-	return dblock.NewLease(dblock.LeaseParams{
+	return mode.NewLease(mode.LeaseParams{
 		Name: "n", Owner: "o", Mode: dblock.ModeOptimistic, Token: 7,
 		Deadline: time.Now().Add(time.Minute), Release: release,
 	})
@@ -72,7 +73,7 @@ func TestLeaseLostThenRelease(t *testing.T) {
 
 func TestLeaseLostDuringRelease(t *testing.T) {
 	t.Parallel()
-	var ctl dblock.LeaseControl
+	var ctl mode.Control
 	var l *dblock.Lease
 	l, ctl = newLease(t, func(context.Context) error {
 		ctl.Lose(dblock.ErrExpired) // the release found the lease gone
@@ -88,7 +89,7 @@ func TestLeaseLostDuringRelease(t *testing.T) {
 func TestRunCancelsOnLoss(t *testing.T) {
 	t.Parallel()
 	l, ctl := newLease(t, func(context.Context) error { return nil })
-	err := dblock.Run(context.Background(), l, time.Second, func(ctx context.Context) error {
+	err := mode.Run(context.Background(), l, time.Second, func(ctx context.Context) error {
 		ctl.Lose(dblock.ErrForceReleased)
 		<-ctx.Done()
 		return context.Cause(ctx)
@@ -103,7 +104,7 @@ func TestRunReleasesAfterFn(t *testing.T) {
 	released := false
 	l, _ := newLease(t, func(context.Context) error { released = true; return nil })
 	fnErr := errors.New("boom")
-	if err := dblock.Run(context.Background(), l, time.Second, func(context.Context) error { return fnErr }); !errors.Is(err, fnErr) {
+	if err := mode.Run(context.Background(), l, time.Second, func(context.Context) error { return fnErr }); !errors.Is(err, fnErr) {
 		t.Fatalf("Run = %v", err)
 	}
 	if !released {
@@ -121,7 +122,7 @@ func TestRunPanics(t *testing.T) {
 	boom := errors.New("boom")
 	got := func() (r any) {
 		defer func() { r = recover() }()
-		_ = dblock.Run(context.Background(), l, time.Second, func(ctx context.Context) error {
+		_ = mode.Run(context.Background(), l, time.Second, func(ctx context.Context) error {
 			fnCtx = ctx
 			panic(boom)
 		})
@@ -169,7 +170,7 @@ func TestLoseIfHeld(t *testing.T) {
 	}
 
 	// Release under way: LoseIfHeld leaves the lease to it.
-	var ctl2 dblock.LeaseControl
+	var ctl2 mode.Control
 	var l2 *dblock.Lease
 	l2, ctl2 = newLease(t, func(context.Context) error {
 		if ctl2.LoseIfHeld(closed) {
@@ -202,27 +203,31 @@ func TestValidateName(t *testing.T) {
 func TestResolveOptions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	o, err := dblock.ResolveOptions(ctx)
-	if err != nil || o.TTL != dblock.TTLDefault || !o.Renew || o.Owner == "" || o.HasWait {
+	o, err := mode.Resolve(ctx, nil)
+	if err != nil || o.TTL != dblock.TTLDefault || o.MaxHold != 0 || o.Owner == "" || o.HasWait {
 		t.Fatalf("defaults: %+v %v", o, err)
 	}
-	o2, _ := dblock.ResolveOptions(ctx)
+	o2, _ := mode.Resolve(ctx, nil)
 	if o2.Owner == o.Owner {
 		t.Fatal("two acquisitions share a default owner")
 	}
-	o, err = dblock.ResolveOptions(ctx, dblock.WithTTL(time.Second), dblock.WithWait(0))
-	if err != nil || o.Renew || o.TTL != time.Second || !o.HasWait || o.Wait != 0 {
+	o, err = mode.Resolve(ctx, []dblock.Option{dblock.WithTTL(time.Second), dblock.WithWait(0)})
+	if err != nil || !o.TTLSet || o.TTL != time.Second || !o.HasWait || o.Wait != 0 {
 		t.Fatalf("explicit ttl: %+v %v", o, err)
 	}
-	o, err = dblock.ResolveOptions(dblock.ContextWithOwner(ctx, "me"))
+	o, err = mode.Resolve(ctx, []dblock.Option{dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Second)})
+	if err != nil || o.TTL != time.Minute || o.MaxHold != time.Second || o.FirstTTL() != time.Second {
+		t.Fatalf("max hold under the ttl: %+v %v", o, err)
+	}
+	o, err = mode.Resolve(dblock.ContextWithOwner(ctx, "me"), nil)
 	if err != nil || o.Owner != "me" {
 		t.Fatalf("context owner: %+v %v", o, err)
 	}
 	for _, bad := range [][]dblock.Option{
 		{dblock.WithTTL(0)}, {dblock.WithTTL(-time.Second)}, {dblock.WithTTL(time.Microsecond)},
-		{dblock.WithWait(-1)}, {dblock.WithOwner("a\x00")}, {dblock.WithMetadata(strings.Repeat("m", 2000))},
+		{dblock.WithMaxHold(-time.Second)}, {dblock.WithMaxHold(time.Microsecond)}, {dblock.WithWait(-1)}, {dblock.WithOwner("a\x00")}, {dblock.WithMetadata(strings.Repeat("m", 2000))},
 	} {
-		if _, err := dblock.ResolveOptions(ctx, bad...); !errors.Is(err, dblock.ErrInvalidOption) {
+		if _, err := mode.Resolve(ctx, bad); !errors.Is(err, dblock.ErrInvalidOption) {
 			t.Errorf("bad options accepted: %v", err)
 		}
 	}

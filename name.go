@@ -26,20 +26,20 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// ValidateOwner applies the same rules as ValidateName to an owner string,
+// validateOwner applies the same rules as ValidateName to an owner string,
 // returning an error wrapping ErrInvalidOption.
-func ValidateOwner(owner string) error {
+func validateOwner(owner string) error {
 	if err := validateText(owner, MaxOwnerLen); err != "" {
 		return fmt.Errorf("%w: owner %q: %s", ErrInvalidOption, truncate(owner), err)
 	}
 	return nil
 }
 
-// ValidateMetadata returns an error wrapping ErrInvalidOption when metadata
+// validateMetadata returns an error wrapping ErrInvalidOption when metadata
 // is longer than MaxMetadataLen bytes, not valid UTF-8, or contains a NUL
 // byte (which PostgreSQL and MariaDB refuse in text and SQLite would store
 // silently). Empty metadata is valid: none is stored.
-func ValidateMetadata(metadata string) error {
+func validateMetadata(metadata string) error {
 	if metadata == "" {
 		return nil
 	}

@@ -3,8 +3,9 @@ package dblock
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
+
+	"github.com/dblock-go/dblock/internal/hook"
 )
 
 // Modes, as stored in the mode column and shown by `dblock status`.
@@ -15,11 +16,10 @@ const (
 )
 
 const (
-	// TTLDefault is the lease of an acquisition that names no TTL. Such a
-	// lease is renewed in the background every TTLDefault/3 until released.
+	// TTLDefault is the lease length of an acquisition that names no TTL.
 	TTLDefault = 30 * time.Second
 
-	// TTLMin is the shortest TTL accepted. A lease shorter than a few round
+	// TTLMin is the shortest TTL (and max hold) accepted. A lease shorter than a few round
 	// trips cannot be held usefully.
 	TTLMin = 10 * time.Millisecond
 
@@ -33,65 +33,69 @@ const (
 // protect and have the resource reject writes carrying an older token.
 type Token int64
 
-// Options are the per-call settings of Acquire, TryAcquire and Do, built from
-// Option values by ResolveOptions.
-type Options struct {
-	// Owner of the acquisition. Defaults to the context's owner
-	// (ContextWithOwner), else a fresh NewOwner().
-	Owner string
-	// TTL of the lease. Zero means TTLDefault with background renewal.
-	TTL time.Duration
-	// Renew reports whether the lease is renewed in the background every TTL/3
-	// while held. True when no TTL was given; with an explicit TTL, only when
-	// WithRenewal(true) was passed.
-	Renew bool
-	// Wait bounds how long Acquire waits; HasWait reports whether it was set.
-	// Without it, Acquire waits until ctx ends. WithWait(0) tries once.
-	Wait    time.Duration
-	HasWait bool
-	// Metadata is free text stored with the lock (host, pid, purpose): at
-	// most MaxMetadataLen bytes of valid UTF-8 without NUL bytes.
-	Metadata string
-	// Token asks a pessimistic lock for a fencing token (a write in the
-	// locking transaction). Lease modes always return one.
-	Token bool
+// Option configures one acquisition. Every mode gives an option the same
+// meaning, and a mode refuses, with ErrInvalidOption, an option it cannot
+// honour.
+type Option func(*options)
 
-	explicitTTL bool
-	renewSet    bool
-}
-
-// Option configures one acquisition.
-type Option func(*Options)
+// options are the per-call settings of Acquire, TryAcquire and Do.
+type options = hook.Options
 
 // WithOwner makes the acquisition use owner; acquiring a name this owner
-// already holds re-enters it.
-func WithOwner(owner string) Option { return func(o *Options) { o.Owner = owner } }
+// already holds re-enters it. Without it the owner comes from the context
+// (ContextWithOwner), else every acquisition gets a fresh NewOwner().
+func WithOwner(owner string) Option { return func(o *options) { o.Owner = owner } }
 
-// WithTTL sets the lease; with it there is no background renewal unless
-// WithRenewal(true) is also given.
+// WithTTL sets the lease length: how long a silent holder (crashed, frozen,
+// cut off) keeps the name. The database's clock decides expiry. While the
+// holder lives, the lease is renewed in the background every TTL/3 (up to
+// WithMaxHold, if given). Default TTLDefault.
+//
+// In pessimistic mode the TTL bounds how long the server lets the locking
+// transaction sit idle (idle_in_transaction_session_timeout,
+// idle_transaction_timeout), kept alive while the holder lives: the same
+// promise, kept by the server.
 func WithTTL(ttl time.Duration) Option {
-	return func(o *Options) { o.TTL = ttl; o.explicitTTL = true }
+	return func(o *options) { o.TTL = ttl; o.TTLSet = true }
 }
 
-// WithRenewal turns background renewal (every TTL/3) on or off.
-func WithRenewal(on bool) Option { return func(o *Options) { o.Renew = on; o.renewSet = true } }
+// WithMaxHold caps the whole hold: renewals never ask for more than what is
+// left of d counted from the acquiring request, so the holder stops trusting
+// the lease by then (Done closes; Err wraps ErrLost and ErrExpired) and the
+// database frees the name at most a round trip later. A lease that is never
+// renewed is WithTTL(d) together with WithMaxHold(d). Lease modes only:
+// pessimistic mode refuses it.
+func WithMaxHold(d time.Duration) Option { return func(o *options) { o.MaxHold = d } }
 
 // WithWait bounds how long Acquire waits for the name. WithWait(0) tries once.
+// Without it, Acquire waits until ctx ends.
 func WithWait(d time.Duration) Option {
-	return func(o *Options) { o.Wait = d; o.HasWait = true }
+	return func(o *options) { o.Wait = d; o.HasWait = true }
 }
 
 // WithMetadata stores small free text with the lock, shown by `dblock status`:
-// at most MaxMetadataLen bytes of valid UTF-8 without NUL bytes.
-func WithMetadata(s string) Option { return func(o *Options) { o.Metadata = s } }
+// at most MaxMetadataLen bytes of valid UTF-8 without NUL bytes. Lease modes
+// only: a pessimistic hold writes nothing to its row, and refuses it.
+func WithMetadata(s string) Option { return func(o *options) { o.Metadata = s } }
 
-// WithToken asks a pessimistic lock for a fencing token.
-func WithToken() Option { return func(o *Options) { o.Token = true } }
+// WithToken asks a pessimistic lock for a fencing token (a write in the
+// locking transaction). Lease modes always return one, so there it changes
+// nothing.
+func WithToken() Option { return func(o *options) { o.Token = true } }
 
-// ResolveOptions applies opts over the defaults and validates the result. Every
-// error wraps ErrInvalidOption.
-func ResolveOptions(ctx context.Context, opts ...Option) (Options, error) {
-	var o Options
+func init() {
+	hook.ResolveOptions = func(ctx context.Context, opts any) (hook.Options, error) {
+		return resolveOptions(ctx, opts.([]Option))
+	}
+	hook.ValidateTTL = validateTTL
+	hook.ValidateOwner = validateOwner
+	hook.ValidateMetadata = validateMetadata
+}
+
+// resolveOptions applies opts over the defaults and validates the result.
+// Every error wraps ErrInvalidOption.
+func resolveOptions(ctx context.Context, opts []Option) (options, error) {
+	var o options
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -104,33 +108,30 @@ func ResolveOptions(ctx context.Context, opts ...Option) (Options, error) {
 			o.Owner = NewOwner()
 		}
 	}
-	if err := ValidateOwner(o.Owner); err != nil {
+	if err := validateOwner(o.Owner); err != nil {
 		return o, err
 	}
-	if o.explicitTTL {
-		if err := ValidateTTL(o.TTL); err != nil {
-			return o, err
-		}
-		if !o.renewSet {
-			o.Renew = false
-		}
-	} else {
+	if !o.TTLSet {
 		o.TTL = TTLDefault
-		if !o.renewSet {
-			o.Renew = true
+	} else if err := validateTTL(o.TTL); err != nil {
+		return o, err
+	}
+	if o.MaxHold != 0 {
+		if err := validateTTL(o.MaxHold); err != nil {
+			return o, fmt.Errorf("max hold: %w", err)
 		}
 	}
 	if o.HasWait && o.Wait < 0 {
 		return o, fmt.Errorf("%w: wait %v is negative", ErrInvalidOption, o.Wait)
 	}
-	if err := ValidateMetadata(o.Metadata); err != nil {
+	if err := validateMetadata(o.Metadata); err != nil {
 		return o, err
 	}
 	return o, nil
 }
 
-// ValidateTTL returns an error wrapping ErrInvalidOption unless TTLMin <= ttl <= TTLMax.
-func ValidateTTL(ttl time.Duration) error {
+// validateTTL returns an error wrapping ErrInvalidOption unless TTLMin <= ttl <= TTLMax.
+func validateTTL(ttl time.Duration) error {
 	if ttl < TTLMin || ttl > TTLMax {
 		return fmt.Errorf("%w: ttl %v out of range [%v, %v]", ErrInvalidOption, ttl, TTLMin, TTLMax)
 	}
@@ -156,16 +157,8 @@ type Locker interface {
 	// and releases.
 	Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error
 	// Close ends the leases still held through this locker, as lost (Done
-	// closes, Err wraps ErrLost and the mode's ErrClosed, a running Do's fn
+	// closes, Err wraps ErrLost and ErrClosed, a running Do's fn
 	// has its context cancelled), then frees them (best effort, bounded in
 	// time), and stops its background work.
 	Close() error
-}
-
-// LoggerOrDefault returns l, or slog.Default() when l is nil.
-func LoggerOrDefault(l *slog.Logger) *slog.Logger {
-	if l == nil {
-		return slog.Default()
-	}
-	return l
 }

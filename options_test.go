@@ -11,6 +11,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -28,7 +29,7 @@ var badMetadata = map[string]string{
 func TestResolveOptionsMetadata(t *testing.T) {
 	t.Parallel()
 	for what, md := range badMetadata {
-		_, err := dblock.ResolveOptions(context.Background(), dblock.WithMetadata(md))
+		_, err := mode.Resolve(context.Background(), []dblock.Option{dblock.WithMetadata(md)})
 		if !errors.Is(err, dblock.ErrInvalidOption) {
 			t.Errorf("metadata with %s: err = %v, want ErrInvalidOption", what, err)
 		}
@@ -37,7 +38,7 @@ func TestResolveOptionsMetadata(t *testing.T) {
 		}
 	}
 	for _, md := range []string{"", "host é pid 1 🔒", strings.Repeat("é", dblock.MaxMetadataLen/2)} {
-		o, err := dblock.ResolveOptions(context.Background(), dblock.WithMetadata(md))
+		o, err := mode.Resolve(context.Background(), []dblock.Option{dblock.WithMetadata(md)})
 		if err != nil || o.Metadata != md {
 			t.Errorf("metadata %q: %q, %v", md, o.Metadata, err)
 		}
@@ -119,4 +120,49 @@ func TestMetadataRefusedEverywhere(t *testing.T) {
 			t.Fatalf("stored metadata %q, want %q", stored, good)
 		}
 	})
+}
+
+// TestPessimisticRefusesLeaseOptions: an option pessimistic mode cannot
+// honour (a cap on a lease it does not have, metadata it does not store) is
+// refused with ErrInvalidOption, through the handle and the Locker adapter,
+// and nothing is held afterwards; the lease modes accept both.
+func TestPessimisticRefusesLeaseOptions(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.SQLite)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pess, err := pessimistic.New(iso.DB, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pess.Close()
+	opt, err := optimistic.New(iso.DB, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opt.Close()
+	refused := map[string]dblock.Option{
+		"WithMaxHold":  dblock.WithMaxHold(time.Minute),
+		"WithMetadata": dblock.WithMetadata("host a"),
+	}
+	for label, o := range refused {
+		if _, err := pess.TryAcquire(ctx, "job", o); !errors.Is(err, dblock.ErrInvalidOption) || !strings.Contains(err.Error(), label) {
+			t.Errorf("pessimistic with %s: %v, want ErrInvalidOption naming the option", label, err)
+		}
+		if err := pess.AsLocker().Do(ctx, "job", func(context.Context) error { return nil }, o); !errors.Is(err, dblock.ErrInvalidOption) {
+			t.Errorf("pessimistic Do with %s: %v, want ErrInvalidOption", label, err)
+		}
+		lease, err := opt.TryAcquire(ctx, "job", o)
+		if err != nil {
+			t.Fatalf("optimistic with %s: %v", label, err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease, err := pess.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatalf("the name is not free after the refusals: %v", err)
+	}
+	_ = lease.Release(ctx)
 }

@@ -23,7 +23,7 @@ func init() {
 					acq := l.Acquire
 					var opts []dblock.Option
 					if try {
-						opts = []dblock.Option{dblock.WithTTL(leaseTTL)}
+						opts = []dblock.Option{dblock.WithTTL(leaseTTL), dblock.WithMaxHold(leaseTTL)}
 						if !contended {
 							acq = l.TryAcquire // contended cells wait: Acquire with the same TTL
 						}
@@ -45,7 +45,7 @@ func init() {
 	}
 	register(&scenario{
 		key: keyOptTry, order: 40, title: "dblock optimistic TryAcquire+Release (TTL 30s, no renewal)",
-		about: "optimistic.New(db, nil); TryAcquire with dblock.WithTTL(30s), so no watchdog, then Release. " +
+		about: "optimistic.New(db, nil); TryAcquire with dblock.WithTTL(30s), dblock.WithMaxHold(30s), so no watchdog, then Release. " +
 			"Contended cells call Acquire with the same TTL (TryAcquire would fail instead of waiting).",
 		setup: open(true),
 	})

@@ -2,9 +2,8 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"time"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -24,7 +23,7 @@ func init() {
 				worker: func(context.Context, int) (*worker, error) {
 					w := &worker{close: func() {}}
 					var held, releasing time.Time
-					fn := func(context.Context, *sqlx.Tx) error {
+					fn := func(context.Context, *sql.Tx) error {
 						held = time.Now()
 						releasing = held
 						return nil

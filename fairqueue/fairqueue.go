@@ -13,6 +13,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
+	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/wake"
 )
 
@@ -35,14 +36,10 @@ const (
 	ReleaseTimeoutDefault = 5 * time.Second
 )
 
-// ErrClosed is returned (wrapped, together with dblock.ErrNotAcquired) by
-// acquisitions on a Locker that was closed.
-var ErrClosed = errors.New("fairqueue: locker closed")
-
 // Config configures a Locker. The zero value (or a nil *Config) means defaults.
 type Config struct {
 	// Logger receives state changes at Debug and retries, re-queued waiters
-	// and lost leases at Warn. Defaults to slog.Default().
+	// and lost leases at Warn. Defaults to none: the library logs nothing unless given a logger.
 	Logger *slog.Logger
 	// Hooks observe acquisitions, releases and losses. Defaults to none.
 	Hooks *dblock.Hooks
@@ -161,7 +158,7 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("fairqueue: new: %w", err)
 	}
-	l := &Locker{db: db, cfg: c, logger: dblock.LoggerOrDefault(c.Logger), closing: make(chan struct{})}
+	l := &Locker{db: db, cfg: c, logger: mode.Logger(c.Logger), closing: make(chan struct{})}
 	if c.Hooks != nil {
 		l.hooks = *c.Hooks
 	}
@@ -172,7 +169,7 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 	}
 	l.keeper = leasekeeper.New(leasekeeper.Config{
 		DB: db, Prefix: "fairqueue", Logger: l.logger, Hooks: l.hooks, RetryMin: c.PollMin,
-		ReleaseTimeout: c.ReleaseTimeout, CountStatement: l.count, WriteMu: l.writeMu, Closed: ErrClosed,
+		ReleaseTimeout: c.ReleaseTimeout, CountStatement: l.count, WriteMu: l.writeMu,
 	})
 	if !c.DisableNotify && db.Dialect.Caps().Notify {
 		l.hub = wake.New(db, l.logger)
@@ -251,12 +248,12 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
-	return dblock.Run(ctx, lease, l.cfg.ReleaseTimeout, fn)
+	return mode.Run(ctx, lease, l.cfg.ReleaseTimeout, fn)
 }
 
-// Close ends waits in progress with ErrClosed (their queue rows removed),
+// Close ends waits in progress with dblock.ErrClosed (their queue rows removed),
 // ends every lease still held through l as lost (Err wraps dblock.ErrLost
-// and ErrClosed; a running Do's fn has its context cancelled) and frees its
+// and dblock.ErrClosed; a running Do's fn has its context cancelled) and frees its
 // row (bounded by Config.ReleaseTimeout), stops the watchdogs and the
 // wake-up connection, and returns when they have stopped. Calling it again
 // does nothing.
@@ -297,7 +294,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	if err := dblock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("fairqueue: acquire: %w", err)
 	}
-	o, err := dblock.ResolveOptions(ctx, opts...)
+	o, err := mode.Resolve(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("fairqueue: acquire %q: %w", name, err)
 	}
@@ -305,7 +302,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 		wait = false
 	}
 	if !l.begin() {
-		return nil, fmt.Errorf("fairqueue: acquire %q: %w: %w", name, dblock.ErrNotAcquired, ErrClosed)
+		return nil, fmt.Errorf("fairqueue: acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
 	defer l.waits.Done()
 	waitCtx := ctx
@@ -315,7 +312,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 		defer cancel()
 	}
 	a := &attempt{l: l, ctx: waitCtx, name: name, o: o, start: time.Now(),
-		params: dialect.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeFair, TTL: o.TTL, Metadata: o.Metadata}}
+		params: dialect.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeFair, TTL: o.FirstTTL(), Metadata: o.Metadata}}
 	lease, err := a.direct(wait)
 	if lease != nil || err != nil {
 		return lease, err
@@ -328,7 +325,7 @@ type attempt struct {
 	l      *Locker
 	ctx    context.Context // The caller's context bounded by the wait.
 	name   string
-	o      dblock.Options
+	o      mode.Options
 	start  time.Time
 	params dialect.AcquireParams
 }
@@ -348,7 +345,7 @@ func (a *attempt) stopped(h dialect.Holder) error {
 	case <-a.ctx.Done():
 		cause = context.Cause(a.ctx)
 	case <-a.l.closing:
-		cause = ErrClosed
+		cause = dblock.ErrClosed
 	default:
 		return nil
 	}
@@ -433,12 +430,12 @@ func (a *attempt) sleep(d time.Duration) error {
 func (a *attempt) started(token dblock.Token, reqStart time.Time) (*dblock.Lease, error) {
 	l := a.l
 	lease, err := l.keeper.Start(leasekeeper.Params{
-		Name: a.name, Owner: a.o.Owner, Mode: dblock.ModeFair, Token: token, TTL: a.o.TTL, Renew: a.o.Renew,
+		Name: a.name, Owner: a.o.Owner, Mode: dblock.ModeFair, Token: token, TTL: a.o.TTL, MaxHold: a.o.MaxHold,
 		ReqStart: reqStart, OnReleased: func() { l.local.notify(a.name, eventRelease) },
 	})
 	if err != nil {
 		l.local.notify(a.name, eventRelease)
-		return nil, a.errorf("%w: %w", dblock.ErrNotAcquired, ErrClosed)
+		return nil, a.errorf("%w: %w", dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
 	l.stats.acquired.Add(1)
 	waited := time.Since(a.start)

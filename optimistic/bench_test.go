@@ -110,7 +110,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				name := locktest.RandomName("bench")
 				b.ReportAllocs()
 				for b.Loop() {
-					lease, err := l.TryAcquire(ctx, name, dblock.WithTTL(dblock.TTLDefault))
+					lease, err := l.TryAcquire(ctx, name, dblock.WithTTL(dblock.TTLDefault), dblock.WithMaxHold(dblock.TTLDefault))
 					if err != nil {
 						b.Fatal(err)
 					}

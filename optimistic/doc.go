@@ -14,13 +14,13 @@
 // than any earlier token for the name. Release is one CAS on (name, owner,
 // token): it decrements the reentry count and frees the row at zero.
 //
-// Without dblock.WithTTL a lease lasts dblock.TTLDefault and a watchdog
-// renews it every TTL/3 until Release (a CAS on the same triple). A renewal
-// that fails for a transient reason is retried; the lease is declared lost
-// only when a renewal finds the row no longer ours or when the local
-// deadline passes without a successful renewal. With an explicit TTL nothing
-// renews (unless dblock.WithRenewal(true)), and the lease ends at its local
-// deadline. Either way Lease.Done closes and Lease.Err says why: ErrExpired,
+// A lease lasts its TTL (dblock.WithTTL, default dblock.TTLDefault) and a
+// watchdog renews it every TTL/3 until Release (a CAS on the same triple). A
+// renewal that fails for a transient reason is retried; the lease is declared
+// lost only when a renewal finds the row no longer ours or when the local
+// deadline passes without a successful renewal. dblock.WithMaxHold caps the
+// renewals: the lease ends at its local deadline once the cap is reached.
+// Either way Lease.Done closes and Lease.Err says why: ErrExpired,
 // ErrTakenOver or ErrForceReleased, each wrapped in a *dblock.LostError.
 // Release after a loss returns that error.
 //

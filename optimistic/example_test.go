@@ -94,7 +94,7 @@ func ExampleLocker_Acquire_expiry() {
 	defer locker.Close()
 	ctx := context.Background()
 
-	first, err := locker.Acquire(ctx, "migrator", dblock.WithTTL(50*time.Millisecond))
+	first, err := locker.Acquire(ctx, "migrator", dblock.WithTTL(50*time.Millisecond), dblock.WithMaxHold(50*time.Millisecond))
 	if err != nil {
 		panic(err)
 	}

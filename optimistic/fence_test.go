@@ -30,7 +30,7 @@ func TestFencedUpdate(t *testing.T) {
 		}
 		l := newOptimistic(t, db)
 		name := locktest.RandomName("fenced")
-		old, err := l.TryAcquire(ctx, name, dblock.WithTTL(50*time.Millisecond))
+		old, err := l.TryAcquire(ctx, name, dblock.WithTTL(50*time.Millisecond), dblock.WithMaxHold(50*time.Millisecond))
 		if err != nil {
 			t.Fatalf("first holder: %v", err)
 		}
@@ -42,7 +42,7 @@ func TestFencedUpdate(t *testing.T) {
 			t.Fatalf("first holder's write: %v", err)
 		}
 		<-old.Done() // Its lease runs out (the holder "paused").
-		next, err := l.Acquire(ctx, name, dblock.WithOwner("next"), dblock.WithTTL(time.Minute))
+		next, err := l.Acquire(ctx, name, dblock.WithOwner("next"), dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 		if err != nil {
 			t.Fatalf("next holder: %v", err)
 		}

@@ -48,7 +48,7 @@ func TestGuard(t *testing.T) {
 
 		// Freed by an administrator before the watchdog noticed: the guard
 		// finds out and ends the lease.
-		lease, err = l.Acquire(ctx, locktest.RandomName("guard"), dblock.WithTTL(time.Minute))
+		lease, err = l.Acquire(ctx, locktest.RandomName("guard"), dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
@@ -69,7 +69,7 @@ func TestGuard(t *testing.T) {
 		}
 
 		// Expired.
-		lease, err = l.Acquire(ctx, locktest.RandomName("guard"), dblock.WithTTL(100*time.Millisecond))
+		lease, err = l.Acquire(ctx, locktest.RandomName("guard"), dblock.WithTTL(100*time.Millisecond), dblock.WithMaxHold(100*time.Millisecond))
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
@@ -92,7 +92,7 @@ func TestGuardBoundsIdleTransaction(t *testing.T) {
 	defer cancel()
 	l, other := newOptimistic(t, iso.DB), newOptimistic(t, iso.DB)
 	name := locktest.RandomName("guard-idle")
-	lease, err := l.Acquire(ctx, name, dblock.WithTTL(time.Second))
+	lease, err := l.Acquire(ctx, name, dblock.WithTTL(time.Second), dblock.WithMaxHold(time.Second))
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
 	}

@@ -151,7 +151,7 @@ func TestHooks(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	lease, err = l.Acquire(ctx, locktest.RandomName("hooks"), dblock.WithTTL(50*time.Millisecond))
+	lease, err = l.Acquire(ctx, locktest.RandomName("hooks"), dblock.WithTTL(50*time.Millisecond), dblock.WithMaxHold(50*time.Millisecond))
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/mode"
 )
 
 // AcquireMany takes every one of names, or none: their leases are taken in
@@ -46,7 +47,7 @@ func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opt
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	label := strings.Join(sorted, ",")
-	o, err := dblock.ResolveOptions(ctx, opts...)
+	o, err := mode.Resolve(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("optimistic: acquire many %q: %w", label, err)
 	}
@@ -54,7 +55,7 @@ func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opt
 		wait = false
 	}
 	if l.isClosed() {
-		return nil, fmt.Errorf("optimistic: acquire many %q: %w: %w", label, dblock.ErrNotAcquired, ErrClosed)
+		return nil, fmt.Errorf("optimistic: acquire many %q: %w: %w", label, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
 	waitCtx := ctx
 	if wait && o.HasWait {
@@ -64,7 +65,7 @@ func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opt
 	}
 	params := make([]dialect.AcquireParams, len(sorted))
 	for i, name := range sorted {
-		params[i] = dialect.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.TTL, Metadata: o.Metadata}
+		params[i] = dialect.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.FirstTTL(), Metadata: o.Metadata}
 	}
 
 	start := time.Now()
@@ -139,7 +140,7 @@ func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opt
 			return nil, l.manyWaitEnded(label, held, context.Cause(waitCtx))
 		case <-l.closing:
 			timer.Stop()
-			return nil, l.manyWaitEnded(label, held, ErrClosed)
+			return nil, l.manyWaitEnded(label, held, dblock.ErrClosed)
 		}
 	}
 }
@@ -158,7 +159,7 @@ func (l *Locker) manyWaitEnded(label string, held *dblock.HeldError, cause error
 // owner with one more entry than this Locker's handles, it returns the
 // leases; if none does, the set was not taken (settled). Anything else, or
 // rows that cannot be read, leaves it unsettled.
-func (l *Locker) settleMany(ctx context.Context, names []string, o dblock.Options, handles []map[dblock.Token]int, reqStart, start time.Time) ([]*dblock.Lease, bool) {
+func (l *Locker) settleMany(ctx context.Context, names []string, o mode.Options, handles []map[dblock.Token]int, reqStart, start time.Time) ([]*dblock.Lease, bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.StatementTimeout)
 	defer cancel()
 	results := make([]dialect.AcquireResult, len(names))
@@ -187,7 +188,7 @@ func (l *Locker) settleMany(ctx context.Context, names []string, o dblock.Option
 
 // newLeases hands the leases of a set just taken to the keeper. After Close
 // it releases them all and fails.
-func (l *Locker) newLeases(names []string, o dblock.Options, results []dialect.AcquireResult, reqStart time.Time, waited time.Duration) ([]*dblock.Lease, error) {
+func (l *Locker) newLeases(names []string, o mode.Options, results []dialect.AcquireResult, reqStart time.Time, waited time.Duration) ([]*dblock.Lease, error) {
 	leases := make([]*dblock.Lease, 0, len(names))
 	for i, name := range names {
 		lease, err := l.newLease(name, o, results[i], reqStart, waited)

@@ -28,7 +28,7 @@ func TestAcquireManyAllOrNothing(t *testing.T) {
 		other := newOptimistic(t, iso.Open(t))
 		a, b, c := locktest.RandomName("many-a"), locktest.RandomName("many-b"), locktest.RandomName("many-c")
 
-		blocker, err := other.TryAcquire(ctx, b, dblock.WithOwner("blocker"), dblock.WithTTL(time.Minute))
+		blocker, err := other.TryAcquire(ctx, b, dblock.WithOwner("blocker"), dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 		if err != nil {
 			t.Fatalf("blocker: %v", err)
 		}
@@ -47,7 +47,7 @@ func TestAcquireManyAllOrNothing(t *testing.T) {
 		var leases []*dblock.Lease
 		go func() {
 			var err error
-			leases, err = l.AcquireMany(ctx, []string{c, b, a, b}, dblock.WithTTL(time.Minute))
+			leases, err = l.AcquireMany(ctx, []string{c, b, a, b}, dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 			got <- err
 		}()
 		// It waits while b is held (checked for a while; returning later
@@ -144,7 +144,7 @@ func TestAcquireManyOverlappingSets(t *testing.T) {
 					for i, j := range idx {
 						set[i] = names[j]
 					}
-					leases, err := l.AcquireMany(ctx, set, dblock.WithOwner(fmt.Sprintf("worker-%d", w)), dblock.WithTTL(time.Minute))
+					leases, err := l.AcquireMany(ctx, set, dblock.WithOwner(fmt.Sprintf("worker-%d", w)), dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 					if err != nil {
 						t.Errorf("worker %d: AcquireMany: %v", w, err)
 						return

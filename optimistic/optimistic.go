@@ -13,6 +13,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
+	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/wake"
 )
 
@@ -28,14 +29,10 @@ const (
 	StatementTimeoutDefault = 10 * time.Second
 )
 
-// ErrClosed is returned (wrapped, together with dblock.ErrNotAcquired) by
-// acquisitions on a Locker that was closed.
-var ErrClosed = errors.New("optimistic: locker closed")
-
 // Config configures a Locker. The zero value (or a nil *Config) means defaults.
 type Config struct {
 	// Logger receives state changes at Debug and renewal retries and lost
-	// leases at Warn. Defaults to slog.Default().
+	// leases at Warn. Defaults to none: the library logs nothing unless given a logger.
 	Logger *slog.Logger
 	// Hooks observe acquisitions, releases and losses. Defaults to none.
 	Hooks *dblock.Hooks
@@ -110,13 +107,12 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 	if c.ReleaseTimeout == 0 {
 		c.ReleaseTimeout = ReleaseTimeoutDefault
 	}
-	l := &Locker{db: db, cfg: c, logger: dblock.LoggerOrDefault(c.Logger), gates: newGates(), closing: make(chan struct{})}
+	l := &Locker{db: db, cfg: c, logger: mode.Logger(c.Logger), gates: newGates(), closing: make(chan struct{})}
 	if c.Hooks != nil {
 		l.hooks = *c.Hooks
 	}
 	l.keeper = leasekeeper.New(leasekeeper.Config{
 		DB: db, Prefix: "optimistic", Logger: l.logger, Hooks: l.hooks, RetryMin: c.PollMin, ReleaseTimeout: c.ReleaseTimeout,
-		Closed: ErrClosed,
 	})
 	if !c.DisableNotify && db.Dialect.Caps().Notify {
 		l.hub = wake.New(db, l.logger)
@@ -150,16 +146,16 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
-	return dblock.Run(ctx, lease, l.cfg.ReleaseTimeout, fn)
+	return mode.Run(ctx, lease, l.cfg.ReleaseTimeout, fn)
 }
 
-// Close ends waits in progress with ErrClosed, ends every lease still held
+// Close ends waits in progress with dblock.ErrClosed, ends every lease still held
 // through l and frees its row (bounded by Config.ReleaseTimeout), stops the
 // watchdogs and the wake-up connection, and returns when they have stopped.
 // Calling it again does nothing.
 //
 // A lease ended by Close is lost to its holder: Done closes, Err wraps
-// dblock.ErrLost and ErrClosed, and the context of a Do running under it is
+// dblock.ErrLost and dblock.ErrClosed, and the context of a Do running under it is
 // cancelled with that error as its cause, before the row is freed.
 func (l *Locker) Close() error {
 	l.mu.Lock()
@@ -185,7 +181,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	if err := dblock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("optimistic: acquire: %w", err)
 	}
-	o, err := dblock.ResolveOptions(ctx, opts...)
+	o, err := mode.Resolve(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("optimistic: acquire %q: %w", name, err)
 	}
@@ -193,7 +189,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 		wait = false
 	}
 	if l.isClosed() {
-		return nil, fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, ErrClosed)
+		return nil, fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
 	waitCtx := ctx
 	if wait && o.HasWait {
@@ -205,7 +201,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	start := time.Now()
 	backoff := l.cfg.PollMin
 	var wakeCh <-chan struct{}
-	params := dialect.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.TTL, Metadata: o.Metadata}
+	params := dialect.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.FirstTTL(), Metadata: o.Metadata}
 	polled := false // The last wake-up came from a timer, not a notification.
 	var res dialect.AcquireResult
 	// unknown is the error of an acquire whose outcome is not known yet: its
@@ -271,7 +267,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 		case <-waitCtx.Done():
 			return false, l.gaveUp(name, unknown, lastErr, context.Cause(waitCtx))
 		case <-l.closing:
-			return false, l.gaveUp(name, unknown, lastErr, ErrClosed)
+			return false, l.gaveUp(name, unknown, lastErr, dblock.ErrClosed)
 		}
 	}
 	ask := true // Ask the database this round (else wait first).
@@ -400,9 +396,9 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 		case <-l.closing:
 			timer.Stop()
 			if unknown != nil || lastErr != nil {
-				return nil, l.waitEnded(name, unknown, lastErr, ErrClosed)
+				return nil, l.waitEnded(name, unknown, lastErr, dblock.ErrClosed)
 			}
-			held.Cause = ErrClosed
+			held.Cause = dblock.ErrClosed
 			return nil, fmt.Errorf("optimistic: acquire %q: %w", name, held)
 		}
 	}
@@ -443,7 +439,7 @@ func outcomeUnknown(err error) bool {
 // the lock and settle returns its lease, which the caller returns. If not,
 // the acquire did not take effect (settled). If the row cannot be read,
 // neither.
-func (l *Locker) settle(ctx context.Context, p *pending, o dblock.Options, start time.Time) (*dblock.Lease, bool, error) {
+func (l *Locker) settle(ctx context.Context, p *pending, o mode.Options, start time.Time) (*dblock.Lease, bool, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.StatementTimeout)
 	defer cancel()
 	backoff := l.cfg.PollMin
@@ -507,16 +503,16 @@ func (l *Locker) isClosed() bool {
 	return l.closed
 }
 
-func (l *Locker) newLease(name string, o dblock.Options, res dialect.AcquireResult, reqStart time.Time, waited time.Duration) (*dblock.Lease, error) {
+func (l *Locker) newLease(name string, o mode.Options, res dialect.AcquireResult, reqStart time.Time, waited time.Duration) (*dblock.Lease, error) {
 	lease, err := l.keeper.Start(leasekeeper.Params{
-		Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, Token: res.Token, TTL: o.TTL, Renew: o.Renew,
+		Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, Token: res.Token, TTL: o.TTL, MaxHold: o.MaxHold,
 		ReqStart: reqStart, Reentry: res.Reentry,
 		// The next in this Locker's line asks at once, without waiting for
 		// the notification (or, without one, its backoff).
 		OnReleased: func() { l.gates.kick(name) },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, ErrClosed)
+		return nil, fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
 	l.logger.LogAttrs(context.Background(), slog.LevelDebug, "optimistic: acquired",
 		slog.String("lock_key", name), slog.String("owner", o.Owner), slog.Int64("token", int64(res.Token)))

@@ -60,7 +60,7 @@ func TestRenewalSurvivesTransientErrors(t *testing.T) {
 		t.Fatalf("new: %v", err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	lease, err := l.Acquire(ctx, locktest.RandomName("renew"), dblock.WithTTL(1500*time.Millisecond), dblock.WithRenewal(true))
+	lease, err := l.Acquire(ctx, locktest.RandomName("renew"), dblock.WithTTL(1500*time.Millisecond))
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
 	}

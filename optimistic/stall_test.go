@@ -39,7 +39,7 @@ func TestWaiterGivesUpStalledConnection(t *testing.T) {
 			defer func() { _ = waiter.Close() }()
 			holder := newOptimistic(t, iso.DB)
 			name := locktest.RandomName("stalled-waiter")
-			held, err := holder.Acquire(ctx, name, dblock.WithTTL(time.Minute))
+			held, err := holder.Acquire(ctx, name, dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 			if err != nil {
 				t.Fatalf("holder: %v", err)
 			}

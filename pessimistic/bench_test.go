@@ -2,10 +2,9 @@ package pessimistic_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
@@ -28,7 +27,7 @@ func BenchmarkDo(b *testing.B) {
 			}
 			b.Cleanup(func() { _ = l.Close() })
 			// Create the row once, as a running system would have it.
-			if err := l.Do(ctx, name, func(context.Context, *sqlx.Tx) error { return nil }); err != nil {
+			if err := l.Do(ctx, name, func(context.Context, *sql.Tx) error { return nil }); err != nil {
 				b.Fatal(err)
 			}
 			query := "SELECT name FROM dblock_locks WHERE name = $1 FOR UPDATE"
@@ -39,12 +38,12 @@ func BenchmarkDo(b *testing.B) {
 				query = "SELECT name FROM dblock_locks WHERE name = ?1"
 			}
 			floor := func() {
-				tx, err := iso.DB.BeginTxx(ctx, nil)
+				tx, err := iso.DB.BeginTx(ctx, nil)
 				if err != nil {
 					b.Fatal(err)
 				}
 				var got string
-				if err := tx.QueryRowxContext(ctx, query, name).Scan(&got); err != nil {
+				if err := tx.QueryRowContext(ctx, query, name).Scan(&got); err != nil {
 					b.Fatal(err)
 				}
 				if err := tx.Commit(); err != nil {
@@ -52,7 +51,7 @@ func BenchmarkDo(b *testing.B) {
 				}
 			}
 			do := func() {
-				if err := l.Do(ctx, name, func(context.Context, *sqlx.Tx) error { return nil }); err != nil {
+				if err := l.Do(ctx, name, func(context.Context, *sql.Tx) error { return nil }); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -2,12 +2,11 @@ package pessimistic_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
@@ -51,14 +50,14 @@ func ExampleLocker_Do() {
 	defer locker.Close()
 	ctx := context.Background()
 
-	err = locker.Do(ctx, "account:42", func(ctx context.Context, tx *sqlx.Tx) error {
+	err = locker.Do(ctx, "account:42", func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - 30 WHERE id = 42")
 		return err
 	})
 	fmt.Println("debit:", err)
 
 	overdraft := errors.New("insufficient funds")
-	err = locker.Do(ctx, "account:42", func(ctx context.Context, tx *sqlx.Tx) error {
+	err = locker.Do(ctx, "account:42", func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - 500 WHERE id = 42"); err != nil {
 			return err
 		}

@@ -103,7 +103,7 @@ func sessionID(t *testing.T, ctx context.Context, kind dialect.Kind, lease *pess
 		q = "SELECT CONNECTION_ID()"
 	}
 	var id int64
-	if err := lease.Tx().GetContext(ctx, &id, q); err != nil {
+	if err := lease.Tx().QueryRowContext(ctx, q).Scan(&id); err != nil {
 		t.Fatalf("session id: %v", err)
 	}
 	return id

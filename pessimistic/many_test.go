@@ -104,7 +104,7 @@ func TestLockRows(t *testing.T) {
 				t.Fatalf("insert: %v", err)
 			}
 		}
-		tx1, err := iso.DB.BeginTxx(ctx, nil)
+		tx1, err := iso.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestLockRows(t *testing.T) {
 		if fmt.Sprint(keys) != "[1 2 3]" {
 			t.Fatalf("locked %v, want [1 2 3]", keys)
 		}
-		tx2, err := iso.DB.BeginTxx(ctx, nil)
+		tx2, err := iso.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

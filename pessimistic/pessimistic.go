@@ -17,14 +17,11 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/mode"
 )
 
 // Errors of this package. Each is wrapped with context; match with errors.Is.
 var (
-	// ErrClosed is the cause of waits ended by Close (the error also wraps
-	// dblock.ErrNotAcquired) and the error of acquisitions on a closed Locker.
-	ErrClosed = errors.New("pessimistic: locker closed")
-
 	// ErrPoolExhausted is the cause (with dblock.ErrNotAcquired) of a
 	// TryAcquire or TryLock that found every connection of the pool in use:
 	// TryAcquire does not wait for a connection to come back.
@@ -71,7 +68,7 @@ const (
 // Config configures a Locker. The zero value means defaults.
 type Config struct {
 	// Logger receives state changes at Debug and lost locks at Warn.
-	// Defaults to slog.Default().
+	// Defaults to none: the library logs nothing unless given a logger.
 	Logger *slog.Logger
 	// Hooks observe acquisitions, releases and losses. Optional.
 	Hooks *dblock.Hooks
@@ -166,7 +163,7 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 	}
 	l := &Locker{
 		db:       db,
-		log:      dblock.LoggerOrDefault(cfg.Logger),
+		log:      mode.Logger(cfg.Logger),
 		lockWait: cfg.LockTimeout,
 		ttl:      cfg.TTL,
 		interval: cfg.WatchInterval,
@@ -187,7 +184,7 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 	if l.ttl == 0 {
 		l.ttl = dblock.TTLDefault
 	}
-	if err := dblock.ValidateTTL(l.ttl); err != nil {
+	if err := mode.ValidateTTL(l.ttl); err != nil {
 		return nil, fmt.Errorf("pessimistic: new: %w", err)
 	}
 	if l.interval == 0 {
@@ -245,7 +242,7 @@ type hold struct {
 type Lease struct {
 	*dblock.Lease
 	h        *hold
-	ctl      dblock.LeaseControl
+	ctl      mode.Control
 	rollback atomic.Bool
 
 	// sp is the savepoint taken when this handle re-entered the hold ("" for
@@ -258,7 +255,7 @@ type Lease struct {
 // Tx returns the locking transaction. Statements run on it are part of the
 // critical section and commit (or roll back) with the lock. Do not call its
 // Commit or Rollback: end the lock with Commit, Rollback or Release.
-func (l *Lease) Tx() *sqlx.Tx { return l.h.tx }
+func (l *Lease) Tx() *sql.Tx { return l.h.tx.Tx }
 
 // Names returns the names this lock holds, in order (several for
 // AcquireMany, and those added by Lock).
@@ -336,7 +333,7 @@ func (l *Locker) TryAcquireMany(ctx context.Context, names []string, opts ...dbl
 // when fn returns nil or rolls back when it returns an error or panics (the
 // panic is re-raised after the rollback). A lock lost while fn ran is
 // reported (errors.Is(err, dblock.ErrLost)) together with fn's error.
-func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context, tx *sqlx.Tx) error, opts ...dblock.Option) error {
+func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx) error, opts ...dblock.Option) error {
 	lease, err := l.Acquire(ctx, name, opts...)
 	if err != nil {
 		return err
@@ -344,7 +341,7 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return run(ctx, lease, fn)
 }
 
-func run(ctx context.Context, lease *Lease, fn func(ctx context.Context, tx *sqlx.Tx) error) (err error) {
+func run(ctx context.Context, lease *Lease, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	fnCtx, cancel := lease.Context(ctx)
 	defer cancel()
 	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -380,7 +377,7 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 			return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
 		}
 	}
-	o, err := dblock.ResolveOptions(ctx, opts...)
+	o, err := mode.Resolve(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
 	}
@@ -391,8 +388,11 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 	if err := l.checkExclusive(ctx); err != nil {
 		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
 	}
+	if err := refuseLeaseOnly(o); err != nil {
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+	}
 	ttl := l.ttl
-	if len(opts) > 0 && explicitTTL(opts) {
+	if o.TTLSet {
 		ttl = o.TTL
 	}
 	if o.Token && l.db.Dialect.Kind() != dialect.SQLite && !l.sideWanted() {
@@ -403,7 +403,7 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, ErrClosed)
+		return nil, fmt.Errorf("pessimistic: %s %q: %w: %w", op, label, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
 	if h := l.reentrant(sorted, o.Owner); h != nil {
 		l.mu.Unlock()
@@ -426,12 +426,12 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 		l.mu.Unlock()
 	}()
 
-	// Close ends waits: closeCtx is cancelled with ErrClosed as its cause.
+	// Close ends waits: closeCtx is cancelled with dblock.ErrClosed as its cause.
 	// Statements that do not wait keep the caller's ctx: a context that can
 	// be cancelled costs the drivers a watcher hand-off per statement.
 	closeCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
+	stop := context.AfterFunc(l.closing, func() { cancel(dblock.ErrClosed) })
 	defer stop()
 
 	wait, hasWait := o.Wait, o.HasWait
@@ -558,16 +558,17 @@ func (l *Locker) openGates(h *hold) {
 	l.leaveGates(keys)
 }
 
-// explicitTTL reports whether opts set a TTL (ResolveOptions fills in the
-// default otherwise, which must not override Config.TTL).
-func explicitTTL(opts []dblock.Option) bool {
-	var o dblock.Options
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
+// refuseLeaseOnly refuses the options only lease modes can honour: a
+// transaction's hold has no lease to cap (dblock.WithMaxHold) and writes
+// nothing to its row (dblock.WithMetadata).
+func refuseLeaseOnly(o mode.Options) error {
+	if o.MaxHold != 0 {
+		return fmt.Errorf("%w: WithMaxHold: a pessimistic hold lasts as long as its transaction (bound its work with ctx)", dblock.ErrInvalidOption)
 	}
-	return o.TTL != 0
+	if o.Metadata != "" {
+		return fmt.Errorf("%w: WithMetadata: a pessimistic hold stores no metadata", dblock.ErrInvalidOption)
+	}
+	return nil
 }
 
 // checkExclusive makes sure, once, that a row lock on the database excludes
@@ -617,7 +618,7 @@ func (l *Locker) reentrant(names []string, owner string) *hold {
 	return nil
 }
 
-func (l *Locker) reenter(ctx context.Context, op, label string, h *hold, o dblock.Options, start time.Time) (*Lease, error) {
+func (l *Locker) reenter(ctx context.Context, op, label string, h *hold, o mode.Options, start time.Time) (*Lease, error) {
 	fail := func(err error) (*Lease, error) {
 		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
 	}
@@ -686,13 +687,13 @@ func (l *Locker) abort(h *hold, reason error) {
 }
 
 // register records a fresh hold and returns its first handle.
-func (l *Locker) register(h *hold, o dblock.Options, label string, start time.Time) (*Lease, error) {
+func (l *Locker) register(h *hold, o mode.Options, label string, start time.Time) (*Lease, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		_ = h.end(context.Background(), true)
 		l.openGates(h)
-		return nil, fmt.Errorf("pessimistic: acquire %q: %w: %w", label, dblock.ErrNotAcquired, ErrClosed)
+		return nil, fmt.Errorf("pessimistic: acquire %q: %w: %w", label, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
 	h.count = 1
 	h.lastSeen = time.Now()
@@ -715,8 +716,8 @@ func (l *Locker) newHandle(h *hold, label string) *Lease {
 		}
 	}
 	lease := &Lease{h: h}
-	dl, ctl := dblock.NewLease(dblock.LeaseParams{
-		Name: label, Owner: h.owner, Mode: dblock.ModePessimistic, Token: max, Reentry: h.count,
+	dl, ctl := mode.NewLease(mode.LeaseParams{
+		Name: label, Owner: h.owner, Mode: dblock.ModePessimistic, Token: int64(max), Reentry: h.count,
 		Release: func(ctx context.Context) error { return l.releaseHandle(ctx, lease) },
 	})
 	lease.Lease, lease.ctl = dl, ctl
@@ -1070,7 +1071,7 @@ func isConnErr(err error) bool {
 
 // Close rolls back the locks still held through this Locker, each bounded by
 // a clean-up timeout (their handles are ended as lost first: Err wraps
-// dblock.ErrLost and ErrClosed, and a running Do's fn has its context
+// dblock.ErrLost and dblock.ErrClosed, and a running Do's fn has its context
 // cancelled), stops the session watcher and gives the Locker's own
 // connection back. It does not close the database.
 func (l *Locker) Close() error {
@@ -1082,7 +1083,7 @@ func (l *Locker) Close() error {
 	l.closed = true
 	close(l.stop)
 	l.mu.Unlock()
-	l.cancelAll(ErrClosed)
+	l.cancelAll(dblock.ErrClosed)
 	l.inflight.Wait()
 	l.mu.Lock()
 	var leases []*Lease
@@ -1098,7 +1099,7 @@ func (l *Locker) Close() error {
 	// End the holds as lost before rolling them back, so that code still
 	// working under them (a Do's fn) has its context cancelled first.
 	for _, lease := range leases {
-		lease.ctl.LoseIfHeld(ErrClosed)
+		lease.ctl.LoseIfHeld(dblock.ErrClosed)
 	}
 	var errs []error
 	for _, lease := range leases {
@@ -1149,7 +1150,7 @@ var errCreateBusy = errors.New("creating the lock row met a lock")
 
 // lock runs acquisition attempts until one succeeds, the wait ends, or an
 // error that waiting cannot fix occurs.
-func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, names []string, o dblock.Options, ttl time.Duration, try bool) (*hold, error) {
+func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, names []string, o mode.Options, ttl time.Duration, try bool) (*hold, error) {
 	notAcquired := func(holder *dialect.Holder, cause error) error {
 		return notAcquiredErr(op, label, holder, cause)
 	}
@@ -1267,7 +1268,7 @@ func settle(ctx context.Context) {
 //
 // ctx is the caller's context with Close's cancellation, waitCtx adds the
 // wait bound; statements that do not wait run on callCtx.
-func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, o dblock.Options, ttl time.Duration, try bool) (*hold, *dialect.Holder, error) {
+func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, o mode.Options, ttl time.Duration, try bool) (*hold, *dialect.Holder, error) {
 	db := l.db
 	kind := db.Dialect.Kind()
 	conn, err := l.poolConn(waitCtx, try)

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
@@ -179,7 +177,7 @@ func TestDoCommitRollbackPanic(t *testing.T) {
 		if _, err := iso.DB.ExecContext(ctx, "INSERT INTO p_counter (id, n) VALUES (1, 0)"); err != nil {
 			t.Fatalf("insert: %v", err)
 		}
-		bump := func(ctx context.Context, tx *sqlx.Tx) error {
+		bump := func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, "UPDATE p_counter SET n = n + 1 WHERE id = 1")
 			return err
 		}
@@ -197,7 +195,7 @@ func TestDoCommitRollbackPanic(t *testing.T) {
 			t.Fatalf("after commit: n = %d, want 1", n)
 		}
 		boom := errors.New("boom")
-		err := l.Do(ctx, name, func(ctx context.Context, tx *sqlx.Tx) error {
+		err := l.Do(ctx, name, func(ctx context.Context, tx *sql.Tx) error {
 			if err := bump(ctx, tx); err != nil {
 				return err
 			}
@@ -215,7 +213,7 @@ func TestDoCommitRollbackPanic(t *testing.T) {
 					t.Fatalf("recovered %v, want the re-raised panic", r)
 				}
 			}()
-			_ = l.Do(ctx, name, func(ctx context.Context, tx *sqlx.Tx) error {
+			_ = l.Do(ctx, name, func(ctx context.Context, tx *sql.Tx) error {
 				_ = bump(ctx, tx)
 				panic("panic!")
 			})
@@ -376,7 +374,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 		}
 		// The waiter either was waiting (not acquired, because of Close) or
 		// came after Close.
-		if err := <-waiter; !errors.Is(err, pessimistic.ErrClosed) {
+		if err := <-waiter; !errors.Is(err, dblock.ErrClosed) {
 			t.Fatalf("waiter: %v, want ErrClosed", err)
 		}
 		select {
@@ -387,7 +385,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 		if n := db.Stats().InUse; n != 0 {
 			t.Fatalf("%d connections in use after Close", n)
 		}
-		if _, err := l.TryAcquire(ctx, randName(t)); !errors.Is(err, pessimistic.ErrClosed) {
+		if _, err := l.TryAcquire(ctx, randName(t)); !errors.Is(err, dblock.ErrClosed) {
 			t.Fatalf("TryAcquire after Close: %v, want ErrClosed", err)
 		}
 		if iso.Kind != dialect.SQLite {

@@ -2,12 +2,11 @@ package pessimistic_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
@@ -136,7 +135,7 @@ func TestSingleConnectionPool(t *testing.T) {
 		db.SetMaxOpenConns(1)
 		l := newLocker(t, db, nil)
 		name := randName(t)
-		if err := l.Do(ctx, name, func(context.Context, *sqlx.Tx) error { return nil }); err != nil {
+		if err := l.Do(ctx, name, func(context.Context, *sql.Tx) error { return nil }); err != nil {
 			t.Fatalf("do on a one-connection pool: %v", err)
 		}
 		if _, err := l.Acquire(ctx, name, dblock.WithToken()); !errors.Is(err, dblock.ErrInvalidOption) {

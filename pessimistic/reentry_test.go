@@ -2,10 +2,9 @@ package pessimistic_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
@@ -26,7 +25,7 @@ func TestReentrantInnerRollback(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
-		insert := func(tx *sqlx.Tx, id int) {
+		insert := func(tx *sql.Tx, id int) {
 			t.Helper()
 			if _, err := tx.ExecContext(ctx, iso.DB.Rebind("INSERT INTO p_marks (id) VALUES (?)"), id); err != nil {
 				t.Fatalf("insert %d: %v", id, err)
@@ -34,7 +33,7 @@ func TestReentrantInnerRollback(t *testing.T) {
 		}
 		insert(outer.Tx(), 1)
 		boom := errors.New("boom")
-		err = l.Do(ctx, name, func(ctx context.Context, tx *sqlx.Tx) error {
+		err = l.Do(ctx, name, func(ctx context.Context, tx *sql.Tx) error {
 			insert(tx, 2)
 			return boom
 		}, dblock.WithOwner("me"))
@@ -43,7 +42,7 @@ func TestReentrantInnerRollback(t *testing.T) {
 		}
 		// The transaction goes on: the outer handle writes and commits.
 		insert(outer.Tx(), 3)
-		if err := l.Do(ctx, name, func(ctx context.Context, tx *sqlx.Tx) error {
+		if err := l.Do(ctx, name, func(ctx context.Context, tx *sql.Tx) error {
 			insert(tx, 4)
 			return nil
 		}, dblock.WithOwner("me")); err != nil {

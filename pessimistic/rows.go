@@ -2,6 +2,7 @@ package pessimistic
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 
@@ -37,7 +38,7 @@ func (a adapter) TryAcquire(ctx context.Context, name string, opts ...dblock.Opt
 }
 
 func (a adapter) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...dblock.Option) error {
-	return a.l.Do(ctx, name, func(ctx context.Context, _ *sqlx.Tx) error { return fn(ctx) }, opts...)
+	return a.l.Do(ctx, name, func(ctx context.Context, _ *sql.Tx) error { return fn(ctx) }, opts...)
 }
 
 func (a adapter) Close() error { return a.l.Close() }
@@ -79,11 +80,11 @@ type LockRowsParams struct {
 // (so it holds in a transaction begun DEFERRED too) and reads the keys;
 // every row is then locked until tx ends. NoWait and SkipLocked are refused
 // there with dblock.ErrInvalidOption.
-func (l *Locker) LockRows(ctx context.Context, tx *sqlx.Tx, p LockRowsParams) ([]any, error) {
+func (l *Locker) LockRows(ctx context.Context, tx *sql.Tx, p LockRowsParams) ([]any, error) {
 	if tx == nil {
 		return nil, fmt.Errorf("pessimistic: lock rows of %q: %w: nil transaction", p.Table, dblock.ErrInvalidOption)
 	}
-	keys, err := l.db.LockUserRows(ctx, tx, dialect.UserRowsParams{
+	keys, err := l.db.LockUserRows(ctx, &sqlx.Tx{Tx: tx, Mapper: l.db.Mapper}, dialect.UserRowsParams{
 		Table: p.Table, KeyColumn: p.KeyColumn, Keys: p.Keys, NoWait: p.NoWait, SkipLocked: p.SkipLocked,
 	})
 	if err != nil {
@@ -103,11 +104,11 @@ func (l *Locker) LockRows(ctx context.Context, tx *sqlx.Tx, p LockRowsParams) ([
 }
 
 // holdOf returns the live hold whose transaction is tx, if any.
-func (l *Locker) holdOf(tx *sqlx.Tx) *hold {
+func (l *Locker) holdOf(tx *sql.Tx) *hold {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for h := range l.all {
-		if h.tx == tx && !h.ended {
+		if h.tx != nil && h.tx.Tx == tx && !h.ended {
 			return h
 		}
 	}

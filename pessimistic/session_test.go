@@ -31,7 +31,7 @@ func TestPostgresLockTimeoutKept(t *testing.T) {
 	show := func(lease *pessimistic.Lease) string {
 		t.Helper()
 		var v string
-		if err := lease.Tx().GetContext(ctx, &v, "SHOW lock_timeout"); err != nil {
+		if err := lease.Tx().QueryRowContext(ctx, "SHOW lock_timeout").Scan(&v); err != nil {
 			t.Fatal(err)
 		}
 		return v
@@ -116,7 +116,7 @@ func TestMariaDBIdleBoundRestored(t *testing.T) {
 				t.Fatal(err)
 			}
 			var during int
-			if err := lease.Tx().GetContext(ctx, &during, "SELECT @@SESSION."+variable); err != nil || during != 7 {
+			if err := lease.Tx().QueryRowContext(ctx, "SELECT @@SESSION."+variable).Scan(&during); err != nil || during != 7 {
 				t.Fatalf("%s: %s during the hold: %d %v, want 7", c.label, variable, during, err)
 			}
 			if rollback {
@@ -177,7 +177,7 @@ func TestMySQL8Paths(t *testing.T) {
 		t.Fatalf("acquire: %v", err)
 	}
 	var wt int
-	if err := lease.Tx().GetContext(ctx, &wt, "SELECT @@SESSION.wait_timeout"); err != nil || wt != 9 {
+	if err := lease.Tx().QueryRowContext(ctx, "SELECT @@SESSION.wait_timeout").Scan(&wt); err != nil || wt != 9 {
 		t.Fatalf("wait_timeout during the hold: %d %v, want 9", wt, err)
 	}
 	if _, err := other.TryAcquire(ctx, name); !errors.Is(err, dblock.ErrNotAcquired) {
@@ -216,7 +216,7 @@ func TestSQLiteLockRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLocker(t, deferred, nil)
-	tx, err := deferred.BeginTxx(ctx, nil)
+	tx, err := deferred.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

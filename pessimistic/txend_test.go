@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
@@ -49,7 +47,7 @@ func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	update := func(tx *sqlx.Tx, id int) error {
+	update := func(tx *sql.Tx, id int) error {
 		_, err := tx.ExecContext(ctx, db1.Rebind("UPDATE p_acct SET n = n + 1 WHERE id = ?"), id)
 		return db1.Classify(err)
 	}
@@ -125,17 +123,17 @@ func TestLockRowsDeadlockEndsTx(t *testing.T) {
 	mustExec(t, iso, "CREATE TABLE p_acct (id INT PRIMARY KEY, n INT NOT NULL)")
 	mustExec(t, iso, "INSERT INTO p_acct (id, n) VALUES (1, 0), (2, 0)")
 	mustExec(t, iso, "CREATE TABLE p_marks (id INT PRIMARY KEY)")
-	tx1, err := iso.DB.BeginTxx(ctx, nil)
+	tx1, err := iso.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx1.Rollback() }()
-	tx2, err := iso.DB.BeginTxx(ctx, nil)
+	tx2, err := iso.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx2.Rollback() }()
-	lock := func(tx *sqlx.Tx, key int) error {
+	lock := func(tx *sql.Tx, key int) error {
 		_, err := l.LockRows(ctx, tx, pessimistic.LockRowsParams{Table: "p_acct", KeyColumn: "id", Keys: []any{key}})
 		return err
 	}
@@ -148,7 +146,7 @@ func TestLockRowsDeadlockEndsTx(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, c := range []struct {
-		tx  *sqlx.Tx
+		tx  *sql.Tx
 		key int
 	}{{tx1, 2}, {tx2, 1}} {
 		wg.Add(1)

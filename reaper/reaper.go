@@ -15,6 +15,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/mode"
 )
 
 // Defaults of Config.
@@ -74,7 +75,7 @@ type Config struct {
 	Owner string
 	// Logger receives per-pass counts (Info when the pass freed or deleted
 	// rows, Debug when it found nothing to do), skipped passes and retries
-	// (Debug, Warn) and failed scheduled passes (Error). Defaults to slog.Default().
+	// (Debug, Warn) and failed scheduled passes (Error). Defaults to none: the library logs nothing unless given a logger.
 	Logger *slog.Logger
 	// Hooks observe passes, for metrics and tracing. Optional.
 	Hooks *Hooks
@@ -220,13 +221,13 @@ func New(db *dialect.DB, cfg *Config) (*Reaper, error) {
 		return nil, fmt.Errorf("reaper: %w: query timeout %v shorter than 10ms", dblock.ErrInvalidOption, c.QueryTimeout)
 	}
 	leaseTTL := 4 * c.QueryTimeout
-	if err := dblock.ValidateTTL(leaseTTL); err != nil {
+	if err := mode.ValidateTTL(leaseTTL); err != nil {
 		return nil, fmt.Errorf("reaper: query timeout %v: %w", c.QueryTimeout, err)
 	}
 	if c.Owner == "" {
 		c.Owner = dblock.NewOwner()
 	}
-	if err := dblock.ValidateOwner(c.Owner); err != nil {
+	if err := mode.ValidateOwner(c.Owner); err != nil {
 		return nil, fmt.Errorf("reaper: %w", err)
 	}
 	if len(c.Owner) > dblock.MaxOwnerLen-passIDLen {
@@ -235,7 +236,7 @@ func New(db *dialect.DB, cfg *Config) (*Reaper, error) {
 	}
 	r := &Reaper{
 		db: db, cfg: c, schedule: sched, leaseTTL: leaseTTL,
-		log: dblock.LoggerOrDefault(c.Logger), metrics: newMetrics(), startedAt: time.Now(),
+		log: mode.Logger(c.Logger), metrics: newMetrics(), startedAt: time.Now(),
 		stopping: make(chan struct{}),
 	}
 	if c.Hooks != nil {

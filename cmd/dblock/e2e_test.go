@@ -270,6 +270,12 @@ func TestExecExitCodes(t *testing.T) {
 			// machine's scheduling pauses, not exec, decide the outcome.)
 			c.expect(t, 0, "exec", "--lock", "long", "--mode", "pessimistic", "--ttl", "1500ms", "--", "sleep", "3")
 		})
+		t.Run("76 at the max hold", func(t *testing.T) {
+			// The lease is renewed (every 200ms) until the cap, then lost:
+			// CMD gets SIGTERM and exec exits 76.
+			r := c.expect(t, 76, "exec", "--lock", "capped", "--ttl", "600ms", "--max-hold", "1500ms", "--", "sleep", "60")
+			assertOneLine(t, r.stderr, "lease expired")
+		})
 		t.Run("command not found or not runnable", func(t *testing.T) {
 			r := c.expect(t, 127, "exec", "--lock", "x", "--", "no-such-command-dblock-test")
 			assertOneLine(t, r.stderr, `exec: "no-such-command-dblock-test": executable file not found`)
@@ -487,6 +493,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"exec", "--lock", "x", "--ttl", "soon", "--", "true"}, "invalid value \"soon\" for flag -ttl"},
 		{[]string{"exec", "--lock", "x", "--ttl", "1ns", "--", "true"}, "ttl 1ns out of range"},
 		{[]string{"exec", "--lock", "x", "--wait", "-1s", "--", "true"}, "must not be negative"},
+		{[]string{"exec", "--lock", "x", "--max-hold", "1ns", "--", "true"}, "ttl 1ns out of range"},
+		{[]string{"exec", "--lock", "x", "--mode", "pessimistic", "--max-hold", "1m", "--", "true"}, "--max-hold: a pessimistic hold has no lease to cap"},
 		{[]string{"exec", "--lock", long, "--", "true"}, "invalid lock name"},
 		{[]string{"status", long}, "invalid lock name"},
 		{[]string{"release", "--lock", "x"}, "refusing to free \"x\" without --force"},

@@ -17,10 +17,11 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	lockmode "github.com/dblock-go/dblock/internal/mode"
 )
 
 const execHelp = `Usage: dblock [--dsn DSN] exec --lock NAME [--mode optimistic|pessimistic] [--fair]
-                 [--ttl DUR] [--wait DUR] [--owner ID] -- CMD [ARGS...]
+                 [--ttl DUR] [--max-hold DUR] [--wait DUR] [--owner ID] -- CMD [ARGS...]
 
 Runs CMD while holding the lock NAME, like flock(1) but across hosts: every
 process on every machine that uses the same database and NAME takes turns.
@@ -55,6 +56,9 @@ Flags:
                   CMD runs. A dead dblock's lock is free again after DUR.
                   Pessimistic mode: the server ends the transaction if this
                   client goes silent for DUR.
+  --max-hold DUR  never hold the lock longer than DUR: renewal stops there and
+                  the lock is lost (CMD gets SIGTERM, exit 76). Lease modes
+                  only (with --mode pessimistic it is a usage error).
   --wait DUR      give up after waiting DUR (exit 75); --wait 0 tries once;
                   without --wait, wait as long as it takes
                   (DUR: 30s, 5m, 1h30m; a bare number is seconds)
@@ -123,8 +127,9 @@ func (a *app) exec(ctx context.Context, args []string) int {
 	modeFlag := fs.String("mode", dblock.ModeOptimistic, "optimistic or pessimistic")
 	fair := fs.Bool("fair", false, "FIFO")
 	owner := fs.String("owner", "", "owner")
-	var ttl, wait optDuration
+	var ttl, maxHold, wait optDuration
 	fs.Var(&ttl, "ttl", "lease length")
+	fs.Var(&maxHold, "max-hold", "cap on the whole hold")
 	fs.Var(&wait, "wait", "how long to wait")
 	if done, err := a.parseFlags(fs, execHelp, args); done {
 		if err != nil {
@@ -144,12 +149,20 @@ func (a *app) exec(ctx context.Context, args []string) int {
 		return a.fail(err)
 	}
 	if ttl.set {
-		if err := dblock.ValidateTTL(ttl.d); err != nil {
+		if err := lockmode.ValidateTTL(ttl.d); err != nil {
 			return a.fail(withCode(exitUsage, fmt.Errorf("exec: --ttl: %w", err)))
 		}
 	}
+	if maxHold.set {
+		if err := lockmode.ValidateTTL(maxHold.d); err != nil {
+			return a.fail(withCode(exitUsage, fmt.Errorf("exec: --max-hold: %w", err)))
+		}
+		if mode == dblock.ModePessimistic {
+			return a.fail(usageErrorf("exec: --max-hold: a pessimistic hold has no lease to cap (use a lease mode)"))
+		}
+	}
 	if *owner != "" {
-		if err := dblock.ValidateOwner(*owner); err != nil {
+		if err := lockmode.ValidateOwner(*owner); err != nil {
 			return a.fail(withCode(exitUsage, fmt.Errorf("exec: --owner: %w", err)))
 		}
 	}
@@ -177,6 +190,9 @@ func (a *app) exec(ctx context.Context, args []string) int {
 	defer signal.Stop(sigs)
 
 	opts := lockOptions(mode, *owner, ttl.d, ttl.set, wait.d, wait.set, metadata(argv))
+	if maxHold.set {
+		opts = append(opts, dblock.WithMaxHold(maxHold.d))
+	}
 	a.logger.Debug("exec: acquiring", "lock", *name, "mode", mode, "wait", wait.String())
 	lease, sig, err := acquire(ctx, locker, *name, wait.set && wait.d == 0, opts, sigs)
 	if sig != nil {

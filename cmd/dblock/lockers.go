@@ -148,15 +148,15 @@ func modeOf(mode string, fair bool) (string, error) {
 // third of it), else dblock.TTLDefault. A pessimistic hold asks for a fencing
 // token, so DBLOCK_TOKEN means the same in every mode.
 func lockOptions(mode, owner string, ttl time.Duration, hasTTL bool, wait time.Duration, hasWait bool, metadata string) []dblock.Option {
-	opts := []dblock.Option{dblock.WithMetadata(metadata)}
+	var opts []dblock.Option
+	if mode != dblock.ModePessimistic {
+		opts = append(opts, dblock.WithMetadata(metadata)) // a pessimistic hold stores none
+	}
 	if owner != "" {
 		opts = append(opts, dblock.WithOwner(owner))
 	}
 	if hasTTL {
 		opts = append(opts, dblock.WithTTL(ttl))
-		if mode != dblock.ModePessimistic {
-			opts = append(opts, dblock.WithRenewal(true))
-		}
 	}
 	if hasWait && wait > 0 {
 		opts = append(opts, dblock.WithWait(wait))

@@ -164,7 +164,7 @@ func connDeathLease(t *testing.T, kind dialect.Kind, newLocker func(db *dialect.
 	const ttl = 1500 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lease, err := holder.Acquire(ctx, "conn-death", dblock.WithTTL(ttl), dblock.WithRenewal(true))
+	lease, err := holder.Acquire(ctx, "conn-death", dblock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func connDeathLease(t *testing.T, kind dialect.Kind, newLocker func(db *dialect.
 			t.Fatalf("after %d killed sessions the lease was reported lost: %v", killed, err)
 		}
 		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
-		l2, err := rival.TryAcquire(tctx, "conn-death", dblock.WithTTL(time.Minute))
+		l2, err := rival.TryAcquire(tctx, "conn-death", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 		tcancel()
 		if err == nil {
 			_ = l2.Release(ctx)
@@ -230,11 +230,11 @@ func TestFaultConnectionDeathPessimistic(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			lease, err := holder.Acquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute))
+			lease, err := holder.Acquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := rival.TryAcquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute)); !errors.Is(err, dblock.ErrNotAcquired) {
+			if _, err := rival.TryAcquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute)); !errors.Is(err, dblock.ErrNotAcquired) {
 				t.Fatalf("rival TryAcquire while the transaction holds the row: %v, want ErrNotAcquired", err)
 			}
 			n, err := k.kill(ctx)
@@ -251,7 +251,7 @@ func TestFaultConnectionDeathPessimistic(t *testing.T) {
 			if err := lease.Err(); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrConnLost) {
 				t.Fatalf("Err() = %v, want a loss wrapping ErrConnLost", err)
 			}
-			l2, err := rival.TryAcquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute))
+			l2, err := rival.TryAcquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 			if err != nil {
 				t.Fatalf("rival after the holder's session died: %v", err)
 			}
@@ -292,7 +292,7 @@ func TestFaultRenewalImpossible(t *testing.T) {
 				const ttl = 1500 * time.Millisecond
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				lease, err := holder.Acquire(ctx, "no-renewal", dblock.WithTTL(ttl), dblock.WithRenewal(true))
+				lease, err := holder.Acquire(ctx, "no-renewal", dblock.WithTTL(ttl))
 				if err != nil {
 					t.Fatal(err)
 				}

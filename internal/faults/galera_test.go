@@ -528,7 +528,7 @@ func TestFaultGalera(t *testing.T) {
 		end := time.Now().Add(20 * time.Second)
 		for time.Now().Before(end) {
 			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-			lease, err := l.TryAcquire(actx, "galera-quorum", dblock.WithTTL(time.Minute))
+			lease, err := l.TryAcquire(actx, "galera-quorum", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 			acancel()
 			if lease != nil {
 				_ = lease.Release(ctx)

@@ -61,7 +61,7 @@ func TestFaultLatencyLongerThanLease(t *testing.T) {
 			const ttl = time.Second
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			lease, err := holder.Acquire(ctx, "latency", dblock.WithTTL(ttl), dblock.WithRenewal(true))
+			lease, err := holder.Acquire(ctx, "latency", dblock.WithTTL(ttl))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,9 +197,9 @@ func TestFaultResetDuringAcquire(t *testing.T) {
 				err = cutWhile(t, px, ran, func(ctx context.Context) error {
 					var err error
 					if waiting {
-						lease, err = client.Acquire(ctx, "reset-acq", dblock.WithTTL(ttl), dblock.WithWait(5*time.Second))
+						lease, err = client.Acquire(ctx, "reset-acq", dblock.WithTTL(ttl), dblock.WithMaxHold(ttl), dblock.WithWait(5*time.Second))
 					} else {
-						lease, err = client.TryAcquire(ctx, "reset-acq", dblock.WithTTL(ttl))
+						lease, err = client.TryAcquire(ctx, "reset-acq", dblock.WithTTL(ttl), dblock.WithMaxHold(ttl))
 					}
 					return err
 				})
@@ -255,7 +255,7 @@ func TestFaultResetDuringRelease(t *testing.T) {
 				const ttl = 30 * time.Second
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				lease, err := client.Acquire(ctx, "reset-rel", dblock.WithTTL(ttl))
+				lease, err := client.Acquire(ctx, "reset-rel", dblock.WithTTL(ttl), dblock.WithMaxHold(ttl))
 				if err != nil {
 					t.Fatal(err)
 				}

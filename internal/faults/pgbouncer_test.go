@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -13,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
@@ -154,7 +153,7 @@ func TestFaultPgBouncer(t *testing.T) {
 	}{{"optimistic", opt}, {"fair", fair}} {
 		t.Run(m.name, func(t *testing.T) {
 			name := "bouncer-" + m.name
-			lease, err := m.l.Acquire(ctx, name, dblock.WithTTL(5*time.Second), dblock.WithRenewal(true))
+			lease, err := m.l.Acquire(ctx, name, dblock.WithTTL(5*time.Second))
 			if err != nil {
 				t.Fatalf("acquire through PgBouncer: %v", err)
 			}
@@ -165,7 +164,7 @@ func TestFaultPgBouncer(t *testing.T) {
 			go func() {
 				wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
 				defer wcancel()
-				l2, err := m.l.Acquire(wctx, name, dblock.WithTTL(5*time.Second))
+				l2, err := m.l.Acquire(wctx, name, dblock.WithTTL(5*time.Second), dblock.WithMaxHold(5*time.Second))
 				if err == nil {
 					err = l2.Release(wctx)
 				}
@@ -201,7 +200,7 @@ func TestFaultPgBouncer(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 5 {
-			err := pl.Do(ctx, "bouncer-tx", func(ctx context.Context, tx *sqlx.Tx) error {
+			err := pl.Do(ctx, "bouncer-tx", func(ctx context.Context, tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, "UPDATE bouncer_work SET n = n + 1 WHERE id = 1")
 				return err
 			})

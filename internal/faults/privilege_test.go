@@ -124,7 +124,7 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 	defer opt.Close()
 	// Acquire, renew (a 1.5 s lease, renewed every 0.5 s, held for 2.5 s)
 	// and release.
-	lease, err := opt.Acquire(ctx, "priv-opt", dblock.WithTTL(1500*time.Millisecond), dblock.WithRenewal(true))
+	lease, err := opt.Acquire(ctx, "priv-opt", dblock.WithTTL(1500*time.Millisecond))
 	if err != nil {
 		t.Fatalf("optimistic acquire: %v", err)
 	}
@@ -141,13 +141,13 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 		t.Fatal(err)
 	}
 	defer fair.Close()
-	fl, err := fair.Acquire(ctx, "priv-fair", dblock.WithTTL(time.Minute))
+	fl, err := fair.Acquire(ctx, "priv-fair", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 	if err != nil {
 		t.Fatalf("fair acquire: %v", err)
 	}
 	// A second fair waiter queues (a waiter row) and gives up.
 	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, werr := fair.Acquire(wctx, "priv-fair", dblock.WithTTL(time.Minute))
+	_, werr := fair.Acquire(wctx, "priv-fair", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 	wcancel()
 	if !errors.Is(werr, dblock.ErrNotAcquired) {
 		t.Fatalf("fair waiter = %v, want ErrNotAcquired", werr)
@@ -177,11 +177,11 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 	// backdates; a free row (acquired and released by the role) made idle
 	// for two days. On MySQL/MariaDB deleting the idle row raises the
 	// dblock_fence floor, which the role must be allowed to do.
-	if _, err := opt.Acquire(ctx, "priv-expired", dblock.WithTTL(50*time.Millisecond)); err != nil {
+	if _, err := opt.Acquire(ctx, "priv-expired", dblock.WithTTL(50*time.Millisecond), dblock.WithMaxHold(50*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	dbtest.AddWaiter(t, db, "priv-deadwaiter", dblock.NewOwner(), time.Minute)
-	idle, err := opt.Acquire(ctx, "priv-idle", dblock.WithTTL(time.Minute))
+	idle, err := opt.Acquire(ctx, "priv-idle", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 	if left != 0 {
 		t.Fatalf("the idle row is still there after a pass that deleted %d idle rows", st.IdleDeleted)
 	}
-	again, err := opt.Acquire(ctx, "priv-idle", dblock.WithTTL(time.Minute))
+	again, err := opt.Acquire(ctx, "priv-idle", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
 	if err != nil {
 		t.Fatalf("acquire the deleted name: %v", err)
 	}

@@ -145,7 +145,7 @@ func restartUnderLoad(t *testing.T, tg *restartTarget) {
 	}
 	durableLocker := newOpt()
 	const durableTTL = 10 * time.Second
-	durable, err := durableLocker.Acquire(ctx, "durable", dblock.WithTTL(durableTTL), dblock.WithRenewal(true))
+	durable, err := durableLocker.Acquire(ctx, "durable", dblock.WithTTL(durableTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func restartUnderLoad(t *testing.T, tg *restartTarget) {
 		t.Errorf("pessimistic Release after the restart = %v, want ErrLost", err)
 	}
 	rival := newOpt()
-	if l, err := rival.TryAcquire(ctx, "tx-held", dblock.WithTTL(time.Minute)); err != nil {
+	if l, err := rival.TryAcquire(ctx, "tx-held", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute)); err != nil {
 		t.Errorf("rival TryAcquire of the pessimistic name after the restart: %v", err)
 	} else {
 		if int64(l.Token()) <= int64(txLease.TokenOf("tx-held")) {

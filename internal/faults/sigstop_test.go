@@ -33,7 +33,7 @@ func stopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.Durat
 	defer l.Close()
 	fmt.Println("ready")
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	lease, err := l.Acquire(actx, name, dblock.WithTTL(ttl), dblock.WithRenewal(true))
+	lease, err := l.Acquire(actx, name, dblock.WithTTL(ttl))
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -308,7 +308,7 @@ func TestFaultTCPKeepalives(t *testing.T) {
 		t.Fatal(err)
 	}
 	var idle string
-	if err := lease.Tx().GetContext(ctx, &idle, "SHOW tcp_keepalives_idle"); err != nil {
+	if err := lease.Tx().QueryRowContext(ctx, "SHOW tcp_keepalives_idle").Scan(&idle); err != nil {
 		t.Fatal(err)
 	}
 	if idle != "10" {
@@ -342,7 +342,7 @@ func guardStopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.
 	defer l.Close()
 	fmt.Println("ready")
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	lease, err := l.Acquire(actx, name, dblock.WithTTL(ttl), dblock.WithRenewal(true))
+	lease, err := l.Acquire(actx, name, dblock.WithTTL(ttl))
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

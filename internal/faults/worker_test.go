@@ -117,8 +117,6 @@ func (c lockerClient) acquire(ctx context.Context, name string, ttl, wait time.D
 		// The TTL bounds an idle locking transaction; the token makes the
 		// holder identifiable in the history.
 		opts = append(opts, dblock.WithToken())
-	} else {
-		opts = append(opts, dblock.WithRenewal(true))
 	}
 	lease, err := c.l.Acquire(ctx, name, opts...)
 	switch {

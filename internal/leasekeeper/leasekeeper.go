@@ -26,18 +26,15 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/mode"
 )
-
-// ErrClosed is returned by Start after Close, and is the default reason of
-// the leases that Close ends (Config.Closed).
-var ErrClosed = errors.New("locker closed")
 
 // Config configures a Keeper.
 type Config struct {
 	DB *dialect.DB
 	// Prefix starts log messages ("fairqueue").
 	Prefix string
-	// Logger defaults to slog.Default().
+	// Logger defaults to one that writes nothing.
 	Logger *slog.Logger
 	// Hooks observe releases and losses (acquisitions are the mode's to report).
 	Hooks dblock.Hooks
@@ -47,10 +44,6 @@ type Config struct {
 	// loss, and each attempt of a release (a connection that stops
 	// answering is given up, and the release tried again on another).
 	ReleaseTimeout time.Duration
-	// Closed is the reason (wrapped in a *dblock.LostError) of the leases
-	// still held when Close runs: the mode's own ErrClosed. Defaults to
-	// ErrClosed.
-	Closed error
 	// CountStatement, when set, is called once per statement sent.
 	CountStatement func()
 	// WriteMu, when set, is held around every write. On SQLite, which has one
@@ -86,10 +79,7 @@ func New(cfg Config) *Keeper {
 	if cfg.ReleaseTimeout <= 0 {
 		cfg.ReleaseTimeout = 5 * time.Second
 	}
-	if cfg.Closed == nil {
-		cfg.Closed = ErrClosed
-	}
-	return &Keeper{cfg: cfg, logger: dblock.LoggerOrDefault(cfg.Logger),
+	return &Keeper{cfg: cfg, logger: mode.Logger(cfg.Logger),
 		held: map[*dblock.Lease]*held{}, reentry: map[nameOwner]map[dblock.Token]int{}}
 }
 
@@ -98,8 +88,9 @@ type Params struct {
 	Name, Owner, Mode string
 	Token             dblock.Token
 	TTL               time.Duration
-	// Renew asks for background renewal every TTL/3.
-	Renew bool
+	// MaxHold, when positive, caps the hold: renewals (every TTL/3) never
+	// carry the lease past ReqStart + MaxHold.
+	MaxHold time.Duration
 	// ReqStart is when the acquiring statement was sent (monotonic clock):
 	// the lease can be trusted until ReqStart + TTL.
 	ReqStart time.Time
@@ -110,13 +101,21 @@ type Params struct {
 	OnReleased func()
 }
 
+// firstTTL is the lease the acquisition asked for: TTL, or MaxHold when shorter.
+func (p Params) firstTTL() time.Duration {
+	if p.MaxHold > 0 && p.MaxHold < p.TTL {
+		return p.MaxHold
+	}
+	return p.TTL
+}
+
 // Start returns the handle of a lease just acquired and starts its watchdog.
-// After Close it releases the lease in the database and returns ErrClosed.
+// After Close it releases the lease in the database and returns dblock.ErrClosed.
 func (k *Keeper) Start(p Params) (*dblock.Lease, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &held{
 		k: k, p: p, key: holdKey{p.Name, p.Owner, p.Token},
-		ctx: ctx, stop: cancel, watchDone: make(chan struct{}), deadline: p.ReqStart.Add(p.TTL), acquired: time.Now(),
+		ctx: ctx, stop: cancel, watchDone: make(chan struct{}), deadline: p.ReqStart.Add(p.firstTTL()), acquired: time.Now(),
 	}
 	k.mu.Lock()
 	if k.closed {
@@ -126,7 +125,7 @@ func (k *Keeper) Start(p Params) (*dblock.Lease, error) {
 		defer relCancel()
 		k.count()
 		_, _ = k.cfg.DB.ReleaseLease(relCtx, nil, p.Name, p.Owner, p.Token)
-		return nil, ErrClosed
+		return nil, dblock.ErrClosed
 	}
 	no := nameOwner{p.Name, p.Owner}
 	if k.reentry[no] == nil {
@@ -137,8 +136,8 @@ func (k *Keeper) Start(p Params) (*dblock.Lease, error) {
 	if p.Reentry > 0 {
 		reentry = p.Reentry
 	}
-	h.lease, h.ctl = dblock.NewLease(dblock.LeaseParams{
-		Name: p.Name, Owner: p.Owner, Mode: p.Mode, Token: p.Token, Reentry: reentry,
+	h.lease, h.ctl = mode.NewLease(mode.LeaseParams{
+		Name: p.Name, Owner: p.Owner, Mode: p.Mode, Token: int64(p.Token), Reentry: reentry,
 		Deadline: h.deadline, Release: h.release,
 	})
 	k.held[h.lease] = h
@@ -199,7 +198,7 @@ func (k *Keeper) Held() int {
 
 // Close ends every lease still held and frees its row (bounded by
 // Config.ReleaseTimeout), stops the watchdogs and waits for them. Later
-// Starts fail with ErrClosed.
+// Starts fail with dblock.ErrClosed.
 //
 // A lease ended by Close is lost to its holder, not released by it: Done
 // closes and Err wraps dblock.ErrLost and Config.Closed before the row is
@@ -217,7 +216,7 @@ func (k *Keeper) Close() error {
 	k.mu.Unlock()
 
 	for _, h := range holds {
-		if h.ctl.LoseIfHeld(k.cfg.Closed) {
+		if h.ctl.LoseIfHeld(dblock.ErrClosed) {
 			k.logger.LogAttrs(context.Background(), slog.LevelDebug, k.cfg.Prefix+": lease ended by Close", h.attrs()...)
 		}
 	}
@@ -276,7 +275,7 @@ type held struct {
 	p         Params
 	key       holdKey
 	lease     *dblock.Lease
-	ctl       dblock.LeaseControl
+	ctl       mode.Control
 	acquired  time.Time
 	ctx       context.Context // Cancelled when Release begins; belongs to the lease, not to any caller.
 	stop      context.CancelFunc
@@ -317,13 +316,9 @@ func (h *held) renewLoop() error {
 	expiry := time.NewTimer(time.Until(deadline))
 	defer expiry.Stop()
 	interval := h.p.TTL / 3
-	var renewC <-chan time.Time
-	var renewTimer *time.Timer
-	if h.p.Renew {
-		renewTimer = time.NewTimer(interval)
-		defer renewTimer.Stop()
-		renewC = renewTimer.C
-	}
+	renewTimer := time.NewTimer(interval)
+	defer renewTimer.Stop()
+	renewC := renewTimer.C
 	retry := min(max(interval/4, h.k.cfg.RetryMin), 2*time.Second)
 	quick := 0 // Renewals retried at once since the last success.
 	for attempt := 1; ; attempt++ {
@@ -338,13 +333,18 @@ func (h *held) renewLoop() error {
 		case <-renewC:
 		}
 		reqStart := time.Now()
+		ttl, renew := h.renewTTL(reqStart)
+		if !renew {
+			renewC = nil // The cap is reached: the lease runs out at its deadline.
+			continue
+		}
 		// One attempt may use two thirds of the time left: a connection
 		// that hangs (a server that stalls a new session) is given up while
 		// there is still time to renew on another.
 		ctx, cancel := context.WithDeadline(h.ctx, reqStart.Add(time.Until(deadline)*2/3))
 		h.k.count()
 		unlock := h.k.lockWrites()
-		ok, err := h.k.cfg.DB.RenewLease(ctx, nil, h.p.Name, h.p.Owner, h.p.Token, h.p.TTL)
+		ok, err := h.k.cfg.DB.RenewLease(ctx, nil, h.p.Name, h.p.Owner, h.p.Token, ttl)
 		unlock()
 		cancel()
 		if h.ctx.Err() != nil {
@@ -368,7 +368,7 @@ func (h *held) renewLoop() error {
 			return h.classify(h.ctx)
 		}
 		attempt, quick = 0, 0
-		deadline = reqStart.Add(h.p.TTL)
+		deadline = reqStart.Add(ttl)
 		h.mu.Lock()
 		h.deadline = deadline
 		h.mu.Unlock()
@@ -376,6 +376,20 @@ func (h *held) renewLoop() error {
 		expiry.Reset(time.Until(deadline))
 		renewTimer.Reset(interval)
 	}
+}
+
+// renewTTL is the lease a renewal sent at reqStart asks for: the TTL, cut
+// short so that it never ends past the hold's cap (ReqStart + MaxHold), and
+// false when what is left of the cap is too short to renew at all.
+func (h *held) renewTTL(reqStart time.Time) (time.Duration, bool) {
+	if h.p.MaxHold <= 0 {
+		return h.p.TTL, true
+	}
+	left := h.p.ReqStart.Add(h.p.MaxHold).Sub(reqStart)
+	if left < dblock.TTLMin {
+		return 0, false
+	}
+	return min(h.p.TTL, left), true
 }
 
 // quickRetries is how many renewals after a broken connection are retried

@@ -56,13 +56,21 @@ func start(t *testing.T, k *leasekeeper.Keeper, db *dialect.DB, name string, ttl
 		t.Fatalf("acquire %q: %+v %v", name, res, err)
 	}
 	lease, err := k.Start(leasekeeper.Params{
-		Name: name, Owner: owner, Mode: dblock.ModeOptimistic, Token: res.Token, TTL: ttl, Renew: renew,
+		Name: name, Owner: owner, Mode: dblock.ModeOptimistic, Token: res.Token, TTL: ttl, MaxHold: maxHold(renew, ttl),
 		ReqStart: reqStart, Reentry: res.Reentry,
 	})
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	return lease
+}
+
+// maxHold caps a lease that must not be renewed at its first TTL.
+func maxHold(renew bool, ttl time.Duration) time.Duration {
+	if renew {
+		return 0
+	}
+	return ttl
 }
 
 // blockRow makes another transaction hold name's row (on SQLite, the
@@ -220,15 +228,15 @@ func TestLostStopsWatchdog(t *testing.T) {
 }
 
 // TestCloseEndsLeasesAsLost: Close ends a held lease as lost with
-// Config.Closed before it frees the row, and frees it.
+// dblock.ErrClosed before it frees the row, and frees it.
 func TestCloseEndsLeasesAsLost(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 		defer cancel()
-		closedErr := errors.New("mode: locker closed")
+		closedErr := dblock.ErrClosed
 		var released atomic.Int32
-		k := leasekeeper.New(leasekeeper.Config{DB: iso.DB, Logger: quiet, Closed: closedErr, Hooks: dblock.Hooks{
+		k := leasekeeper.New(leasekeeper.Config{DB: iso.DB, Logger: quiet, Hooks: dblock.Hooks{
 			OnReleased: func(string, string, dblock.Token, time.Duration) { released.Add(1) },
 			OnLost:     func(string, string, dblock.Token, error) { t.Errorf("OnLost called for a lease ended by Close") },
 		}})
@@ -253,7 +261,7 @@ func TestCloseEndsLeasesAsLost(t *testing.T) {
 		if err != nil || h.Owner != "" {
 			t.Fatalf("row after Close: owner %q (%v), want free", h.Owner, err)
 		}
-		if _, err := k.Start(leasekeeper.Params{Name: name, Owner: "o", Token: 1, TTL: time.Minute, ReqStart: time.Now()}); !errors.Is(err, leasekeeper.ErrClosed) {
+		if _, err := k.Start(leasekeeper.Params{Name: name, Owner: "o", Token: 1, TTL: time.Minute, ReqStart: time.Now()}); !errors.Is(err, dblock.ErrClosed) {
 			t.Fatalf("Start after Close: %v, want ErrClosed", err)
 		}
 	})

@@ -345,7 +345,7 @@ func checkNotReentrantByAccident(t *testing.T, s *suite) {
 
 func checkExpiryAndTakeover(t *testing.T, s *suite) {
 	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("expiry")
-	old := mustAcquire(t, l, ctx, name, dblock.WithTTL(300*time.Millisecond))
+	old := mustAcquire(t, l, ctx, name, dblock.WithTTL(300*time.Millisecond), dblock.WithMaxHold(300*time.Millisecond))
 	if _, ok := old.Deadline(); !ok {
 		t.Errorf("lease without a deadline")
 	}
@@ -369,7 +369,7 @@ func checkExpiryAndTakeover(t *testing.T, s *suite) {
 
 func checkRenewal(t *testing.T, s *suite) {
 	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("renew")
-	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(time.Second), dblock.WithRenewal(true))
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(time.Second))
 	d0, _ := lease.Deadline()
 	// Hold for several TTLs: the watchdog must keep the lease.
 	time.Sleep(2500 * time.Millisecond)
@@ -433,7 +433,7 @@ func checkOwnerOnlyRelease(t *testing.T, s *suite) {
 
 func checkLostSignal(t *testing.T, s *suite) {
 	l, ctx, name := s.locker(), s.ctx(), RandomName("lost")
-	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(600*time.Millisecond), dblock.WithRenewal(true))
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(600*time.Millisecond))
 	if ok, err := s.iso.DB.ForceRelease(ctx, nil, name); err != nil || !ok {
 		t.Fatalf("force release: %v %v", ok, err)
 	}
@@ -637,7 +637,7 @@ func checkDoCancelsOnLoss(t *testing.T, s *suite) {
 		case <-time.After(hangGuard):
 			return errors.New("fn's context was not cancelled")
 		}
-	}, opts(dblock.WithTTL(300*time.Millisecond))...)
+	}, opts(dblock.WithTTL(300*time.Millisecond), dblock.WithMaxHold(300*time.Millisecond))...)
 	if !errors.Is(cause, dblock.ErrLost) || !errors.Is(cause, dblock.ErrExpired) {
 		t.Fatalf("fn's context cause: %v, want ErrLost and ErrExpired", cause)
 	}
@@ -757,7 +757,7 @@ func ph(kind dialect.Kind, n int) string {
 
 func checkTakenOver(t *testing.T, s *suite) {
 	l, ctx, name := s.locker(), s.ctx(), RandomName("takenover")
-	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(900*time.Millisecond), dblock.WithRenewal(true))
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(900*time.Millisecond))
 	// Another owner takes the row over behind the holder's back (as after a
 	// stall past its lease): a new owner and a newer token, unexpired.
 	k := s.iso.Kind
@@ -812,7 +812,7 @@ func blockRow(t *testing.T, s *suite, ctx context.Context, name string) (unblock
 func checkRenewalStopsOnRelease(t *testing.T, s *suite) {
 	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("renewstop")
 	const ttl = 200 * time.Millisecond
-	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl), dblock.WithRenewal(true))
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl))
 	// The release statement waits behind another transaction for longer
 	// than the lease. Renewal stops the instant Release begins, so nothing
 	// renews the lease meanwhile, and nothing declares it lost either: the
@@ -907,7 +907,7 @@ func busy(ctx context.Context, kind dialect.Kind, tx *sqlx.Tx, d time.Duration) 
 func checkGuardUntilCommit(t *testing.T, s *suite) {
 	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("guard")
 	const ttl = 2 * time.Second
-	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl))
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl), dblock.WithMaxHold(ttl))
 	tx, err := s.iso.DB.BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin: %v", err)

@@ -61,7 +61,7 @@ const workerTimeout = 5 * time.Minute
 //
 // A second, renewing phase follows on a fresh name: procs processes x
 // renewIterations acquisitions with a short TTL renewed in the background
-// (WithTTL(renewTTL), WithRenewal(true)), each critical section sleeping,
+// (WithTTL(renewTTL)), each critical section sleeping,
 // every holdLongEvery-th one past the renewal interval. A lease may then be
 // lost on a loaded machine; a worker marks a section trusted only when it
 // ended while the lease still held (before Lease.Deadline, or, without a
@@ -236,7 +236,7 @@ func worker(newLocker func(db *dialect.DB) dblock.Locker) (err error) {
 		if err != nil {
 			return fmt.Errorf("ttl: %w", err)
 		}
-		opts = append(opts, dblock.WithTTL(ttl), dblock.WithRenewal(true))
+		opts = append(opts, dblock.WithTTL(ttl))
 		renewing = true
 	}
 	pid := os.Getpid()
