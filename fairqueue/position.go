@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 )
 
@@ -28,6 +29,9 @@ type Waiter struct {
 // heartbeat deadline passed) take no position and are not listed. It needs
 // no Locker, so tools such as `dblock status` can call it.
 func Queue(ctx context.Context, db *dialect.DB, name string) ([]Waiter, error) {
+	if err := dblock.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("fairqueue: queue: %w", err)
+	}
 	rows, err := db.ListWaiters(ctx, []string{name})
 	if err != nil {
 		return nil, fmt.Errorf("fairqueue: queue %q: %w", name, err)
