@@ -390,7 +390,7 @@ func (a *attempt) direct(wait bool) (*dblock.Lease, error) {
 		cancel()
 		l.stats.statements.Add(uint64(max(res.Statements, 1)))
 		if err == nil && res.Acquired {
-			return a.started(res.Token, reqStart)
+			return a.started(res, reqStart)
 		}
 		if err == nil {
 			if !wait {
@@ -426,12 +426,15 @@ func (a *attempt) sleep(d time.Duration) error {
 	return a.stopped(dialect.Holder{})
 }
 
-// started hands an acquired lease to the keeper.
-func (a *attempt) started(token dblock.Token, reqStart time.Time) (*dblock.Lease, error) {
+// started hands an acquired lease to the keeper, with the owner's
+// acquisition count as the row reports it (as optimistic does), so handles
+// of one owner in several Lockers or processes agree on Reentry.
+func (a *attempt) started(res dialect.AcquireResult, reqStart time.Time) (*dblock.Lease, error) {
 	l := a.l
+	token := res.Token
 	lease, err := l.keeper.Start(leasekeeper.Params{
 		Name: a.name, Owner: a.o.Owner, Mode: dblock.ModeFair, Token: token, TTL: a.o.TTL, MaxHold: a.o.MaxHold,
-		ReqStart: reqStart, OnReleased: func() { l.local.notify(a.name, eventRelease) },
+		ReqStart: reqStart, Reentry: res.Reentry, OnReleased: func() { l.local.notify(a.name, eventRelease) },
 	})
 	if err != nil {
 		l.local.notify(a.name, eventRelease)

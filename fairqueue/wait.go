@@ -322,7 +322,7 @@ func (a *attempt) take(w *waiter) (lease *dblock.Lease, err error) {
 			return nil, l.db.Classify(err)
 		}
 	}
-	return a.started(res.Token, reqStart)
+	return a.started(res, reqStart)
 }
 
 // signals are this Locker's own queue events per name (a release of the

@@ -1,0 +1,63 @@
+package fairqueue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/optimistic"
+)
+
+// TestReentryAcrossLockers: two Lockers (two processes, in effect) share an
+// owner; A acquires twice, then B once. B's lease reports the owner's count
+// as the row has it, exactly as an optimistic lease does in the same steps:
+// 3 where the database reports the count (PostgreSQL, SQLite); on MySQL,
+// whose acquire reports the count only when it inserts the row, both report
+// their own Locker's handles (documented on Lease.Reentry).
+func TestReentryAcrossLockers(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		fairA, fairB := newFair(t, iso.DB, testConfig(t)), newFair(t, iso.DB, testConfig(t))
+		t.Cleanup(func() { _ = fairA.Close(); _ = fairB.Close() })
+		optA, err := optimistic.New(iso.DB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		optB, err := optimistic.New(iso.DB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = optA.Close(); _ = optB.Close() })
+
+		counts := map[string]int{}
+		for mode, pair := range map[string][2]dblock.Locker{"fair": {fairA, fairB}, "optimistic": {optA, optB}} {
+			name, owner := locktest.RandomName("reentry-"+mode), dblock.WithOwner("shared-"+mode)
+			var leases []*dblock.Lease
+			for _, l := range []dblock.Locker{pair[0], pair[0], pair[1]} {
+				lease, err := l.Acquire(ctx, name, owner, dblock.WithWait(10*time.Second))
+				if err != nil {
+					t.Fatalf("%s: acquire: %v", mode, err)
+				}
+				leases = append(leases, lease)
+			}
+			counts[mode] = leases[2].Reentry()
+			for _, lease := range leases {
+				if err := lease.Release(ctx); err != nil {
+					t.Fatalf("%s: release: %v", mode, err)
+				}
+			}
+		}
+		if counts["fair"] != counts["optimistic"] {
+			t.Fatalf("B's Reentry: fair %d, optimistic %d; want the same", counts["fair"], counts["optimistic"])
+		}
+		if iso.Kind != dialect.MySQL && counts["fair"] != 3 {
+			t.Fatalf("B's Reentry: %d, want the row's count 3", counts["fair"])
+		}
+	})
+}
