@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"time"
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
@@ -65,7 +66,9 @@ func gooseDialect(kind dialect.Kind) (goose.Dialect, error) {
 
 // NewProvider returns a goose Provider for db's dialect on VersionTable. On
 // PostgreSQL concurrent runs are serialised by a session advisory lock
-// (LockID), tried every second.
+// (LockID), tried every second. Up, Down, DownTo and Status also serialise
+// runs on MySQL/MariaDB (a named lock) and SQLite (retries); a Provider used
+// directly does not.
 func NewProvider(db *dialect.DB) (*goose.Provider, error) {
 	gd, err := gooseDialect(db.Dialect.Kind())
 	if err != nil {
@@ -93,46 +96,97 @@ func NewProvider(db *dialect.DB) (*goose.Provider, error) {
 	return goose.NewProvider(gd, db.DB.DB, sub, opts...)
 }
 
-// Up applies every pending migration.
+// Up applies every pending migration. Concurrent runs on one database (say,
+// replicas that migrate as they start) are serialised: each ends with every
+// migration applied, or an error.
 func Up(ctx context.Context, db *dialect.DB) error {
-	p, err := NewProvider(db)
-	if err != nil {
-		return err
-	}
-	_, err = p.Up(ctx)
+	_, err := UpResults(ctx, db)
 	return err
+}
+
+// UpResults is Up, returning the migrations this call applied (none when a
+// concurrent run applied them first).
+func UpResults(ctx context.Context, db *dialect.DB) ([]*goose.MigrationResult, error) {
+	var applied []*goose.MigrationResult
+	err := run(ctx, db, func(p *goose.Provider) error {
+		res, err := p.Up(ctx)
+		for _, r := range res {
+			if r.Error == nil {
+				applied = append(applied, r)
+			}
+		}
+		return err
+	})
+	return applied, err
 }
 
 // Down rolls back the most recent migration (as `goose down` does).
 func Down(ctx context.Context, db *dialect.DB) error {
-	p, err := NewProvider(db)
-	if err != nil {
+	return run(ctx, db, func(p *goose.Provider) error {
+		_, err := p.Down(ctx)
+		if errors.Is(err, goose.ErrNoNextVersion) {
+			return nil
+		}
 		return err
-	}
-	_, err = p.Down(ctx)
-	if errors.Is(err, goose.ErrNoNextVersion) {
-		return nil
-	}
-	return err
+	})
 }
 
 // DownTo rolls back to version (0 removes every dblock table).
 func DownTo(ctx context.Context, db *dialect.DB, version int64) error {
-	p, err := NewProvider(db)
+	return run(ctx, db, func(p *goose.Provider) error {
+		_, err := p.DownTo(ctx, version)
+		return err
+	})
+}
+
+// sqliteRetries bounds the runs retried on SQLite (see run).
+const sqliteRetries = 10
+
+// run runs fn on a new Provider, on MySQL/MariaDB under the migration lock
+// (lockRun). On SQLite a run that fails is run again
+// (with a fresh Provider, which reads the applied versions anew), a few
+// times with a growing pause: SQLite has no lock goose can hold across a
+// run, so two processes migrating one fresh file both see version 0 and
+// one of them fails on a table the other just created (or on the busy
+// database). Each migration runs in a transaction, so a failed run leaves
+// nothing half done, and the second run finds the work done. A real error
+// fails every try and is returned.
+func run(ctx context.Context, db *dialect.DB, fn func(p *goose.Provider) error) error {
+	unlock, err := lockRun(ctx, db)
 	if err != nil {
 		return err
 	}
-	_, err = p.DownTo(ctx, version)
-	return err
+	defer unlock()
+	pause := 20 * time.Millisecond
+	for try := 1; ; try++ {
+		p, err := NewProvider(db)
+		if err != nil {
+			return err
+		}
+		err = fn(p)
+		if err == nil || db.Dialect.Kind() != dialect.SQLite || try == sqliteRetries || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // Status reports each migration and whether it is applied.
 func Status(ctx context.Context, db *dialect.DB) ([]*goose.MigrationStatus, error) {
-	p, err := NewProvider(db)
-	if err != nil {
-		return nil, err
-	}
-	return p.Status(ctx)
+	var st []*goose.MigrationStatus
+	err := run(ctx, db, func(p *goose.Provider) error {
+		var err error
+		st, err = p.Status(ctx)
+		return err
+	})
+	return st, err
 }
 
 // Check returns an error wrapping dblock.ErrSchemaMissing, saying which

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"path"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/pressly/goose/v3"
 
+	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/migrations"
 )
 
@@ -57,42 +57,13 @@ func (a *app) migrate(ctx context.Context, args []string) error {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
-	p, err := migrations.NewProvider(db)
-	if err != nil {
-		return fmt.Errorf("migrate %s: %w", sub, err)
-	}
 	switch sub {
 	case "up":
-		res, err := p.Up(ctx)
-		for _, r := range res {
-			if r.Error == nil {
-				fmt.Fprintf(a.stdout, "applied %s\n", path.Base(r.Source.Path))
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("migrate up: %w", db.Classify(err))
-		}
-		v, err := p.GetDBVersion(ctx)
-		if err != nil {
-			return fmt.Errorf("migrate up: %w", db.Classify(err))
-		}
-		if len(res) == 0 {
-			fmt.Fprintf(a.stdout, "up to date at version %d\n", v)
-		} else {
-			fmt.Fprintf(a.stdout, "migrated to version %d\n", v)
-		}
+		return a.migrateUp(ctx, db)
 	case "down":
-		r, err := p.Down(ctx)
-		if errors.Is(err, goose.ErrNoNextVersion) {
-			fmt.Fprintln(a.stdout, "nothing to roll back: no migration is applied")
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("migrate down: %w", db.Classify(err))
-		}
-		fmt.Fprintf(a.stdout, "rolled back %s\n", path.Base(r.Source.Path))
+		return a.migrateDown(ctx, db)
 	case "status":
-		st, err := p.Status(ctx)
+		st, err := migrations.Status(ctx, db)
 		if err != nil {
 			return fmt.Errorf("migrate status: %w", db.Classify(err))
 		}
@@ -107,5 +78,56 @@ func (a *app) migrate(ctx context.Context, args []string) error {
 		}
 		return tw.Flush()
 	}
+	return nil
+}
+
+// migrateUp applies the pending migrations through migrations.UpResults
+// (which serialises concurrent runs) and names the ones this run applied.
+func (a *app) migrateUp(ctx context.Context, db *dialect.DB) error {
+	res, err := migrations.UpResults(ctx, db)
+	for _, r := range res {
+		fmt.Fprintf(a.stdout, "applied %s\n", path.Base(r.Source.Path))
+	}
+	if err != nil {
+		return fmt.Errorf("migrate up: %w", db.Classify(err))
+	}
+	st, err := migrations.Status(ctx, db)
+	if err != nil {
+		return fmt.Errorf("migrate up: %w", db.Classify(err))
+	}
+	var v int64
+	for _, s := range st {
+		if s.State == goose.StateApplied {
+			v = max(v, s.Source.Version)
+		}
+	}
+	if len(res) == 0 {
+		fmt.Fprintf(a.stdout, "up to date at version %d\n", v)
+	} else {
+		fmt.Fprintf(a.stdout, "migrated to version %d\n", v)
+	}
+	return nil
+}
+
+// migrateDown rolls back the newest applied migration and names it.
+func (a *app) migrateDown(ctx context.Context, db *dialect.DB) error {
+	before, err := migrations.Status(ctx, db)
+	if err != nil {
+		return fmt.Errorf("migrate down: %w", db.Classify(err))
+	}
+	var newest *goose.MigrationStatus
+	for _, s := range before {
+		if s.State == goose.StateApplied {
+			newest = s
+		}
+	}
+	if newest == nil {
+		fmt.Fprintln(a.stdout, "nothing to roll back: no migration is applied")
+		return nil
+	}
+	if err := migrations.Down(ctx, db); err != nil {
+		return fmt.Errorf("migrate down: %w", db.Classify(err))
+	}
+	fmt.Fprintf(a.stdout, "rolled back %s\n", path.Base(newest.Source.Path))
 	return nil
 }
