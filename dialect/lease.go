@@ -37,6 +37,14 @@ type LeaseSQL struct {
 	ForceRelease string
 	// Exists finds a name's row without locking it.
 	Exists string
+	// AcquireInTx, when set, replaces Acquire inside a transaction that
+	// runs other statements too (AcquireLeases, a fair waiter's take).
+	// MariaDB needs it: a statement told not to wait at all (SET STATEMENT
+	// innodb_lock_wait_timeout=0) that skips a locked row (the fencing
+	// floor's, SKIP LOCKED) fails inside a transaction with "Error 1180:
+	// Got error 1 during COMMIT"; in autocommit mode it does not. Inside a
+	// transaction the statement may wait one second for a row lock instead.
+	AcquireInTx string
 }
 
 // NotifyChannel is the PostgreSQL channel on which releases are announced;
@@ -236,6 +244,10 @@ WHERE name = ? AND owner IS NOT NULL`
 // for a row lock.
 const mariadbNoWait = "SET STATEMENT innodb_lock_wait_timeout=0 FOR "
 
+// mariadbWaitOneSecond bounds one statement's wait for a row lock to the
+// smallest wait that is not zero (see LeaseSQL.AcquireInTx).
+const mariadbWaitOneSecond = "SET STATEMENT innodb_lock_wait_timeout=1 FOR "
+
 var mysqlLease = LeaseSQL{
 	Acquire: mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew,
 	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
@@ -246,7 +258,7 @@ var mysqlLease = LeaseSQL{
 // row held by us, which other statements lock for one autocommit statement at
 // most, and failing them at once would leave the lease to expire.
 var mariadbLease = LeaseSQL{
-	Acquire: mariadbNoWait + mariadbAcquire, Release: mysqlRelease, Renew: mysqlRenew,
+	Acquire: mariadbNoWait + mariadbAcquire, AcquireInTx: mariadbWaitOneSecond + mariadbAcquire, Release: mysqlRelease, Renew: mysqlRenew,
 	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
 	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
 }
@@ -407,7 +419,11 @@ func (db *DB) acquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 	case Postgres:
 		return db.pgAcquire(ctx, q, db.Dialect.Lease().Acquire, p, false)
 	case MySQL:
-		n, id, err := db.execFenced(ctx, q, db.Dialect.Lease().Acquire, p.Name, p.Owner, p.Mode, ttl, nullString(p.Metadata))
+		query := db.Dialect.Lease().Acquire
+		if _, inTx := q.(*sqlx.Tx); inTx && db.Dialect.Lease().AcquireInTx != "" {
+			query = db.Dialect.Lease().AcquireInTx
+		}
+		n, id, err := db.execFenced(ctx, q, query, p.Name, p.Owner, p.Mode, ttl, nullString(p.Metadata))
 		if err != nil {
 			err = db.Classify(err)
 			if errors.Is(err, ErrFenceBusy) {
