@@ -419,32 +419,7 @@ func (db *DB) acquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 	case Postgres:
 		return db.pgAcquire(ctx, q, db.Dialect.Lease().Acquire, p, false)
 	case MySQL:
-		query := db.Dialect.Lease().Acquire
-		if _, inTx := q.(*sqlx.Tx); inTx && db.Dialect.Lease().AcquireInTx != "" {
-			query = db.Dialect.Lease().AcquireInTx
-		}
-		n, id, err := db.execFenced(ctx, q, query, p.Name, p.Owner, p.Mode, ttl, nullString(p.Metadata))
-		if err != nil {
-			err = db.Classify(err)
-			if errors.Is(err, ErrFenceBusy) {
-				return AcquireResult{Holder: Holder{Reason: ErrFenceBusy}}, nil
-			}
-			if errors.Is(err, dblock.ErrNotAcquired) {
-				// A transaction holds the name's row or key (the fence read
-				// skips locks, so the wait was not for the floor).
-				return AcquireResult{Holder: db.lockedHolder(ctx, q, p.Name)}, nil
-			}
-			return AcquireResult{}, err
-		}
-		if n == 0 {
-			h, err := db.LeaseHolder(ctx, q, p.Name)
-			return AcquireResult{Holder: h, Statements: 2}, err
-		}
-		res = AcquireResult{Acquired: true, Token: dblock.Token(id)}
-		if n == 1 {
-			res.Reentry = 1 // Inserted; an update does not report the count.
-		}
-		return res, nil
+		return db.acquireMySQL(ctx, q, p)
 	default: // SQLite
 		var version int64
 		var err error
@@ -470,6 +445,80 @@ func (db *DB) acquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 		}
 		res.Acquired, res.Token = true, dblock.Token(version)
 		return res, nil
+	}
+}
+
+// acquireMySQL is AcquireLease on MySQL/MariaDB. A name with no row whose
+// key another transaction holds locked is free, not held: the lock is a
+// brief one (another acquisition inserting the same name, a reaper batch
+// deleting idle neighbours, a gap lock of a locking read), so the statement
+// is run again, with the fence retries' pauses, for up to keyLockedMax; only
+// then is it refused, with ErrKeyLocked as the reason.
+func (db *DB) acquireMySQL(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
+	query := db.Dialect.Lease().Acquire
+	if _, inTx := q.(*sqlx.Tx); inTx && db.Dialect.Lease().AcquireInTx != "" {
+		query = db.Dialect.Lease().AcquireInTx
+	}
+	var first time.Time
+	pause := fenceRetryMin
+	for {
+		n, id, err := db.execFenced(ctx, q, query, p.Name, p.Owner, p.Mode, p.TTL.Microseconds(), nullString(p.Metadata))
+		if err == nil {
+			return mysqlAcquired(ctx, db, q, p.Name, n, id)
+		}
+		err = db.Classify(err)
+		if errors.Is(err, ErrFenceBusy) {
+			return AcquireResult{Holder: Holder{Reason: ErrFenceBusy}}, nil
+		}
+		if !errors.Is(err, dblock.ErrNotAcquired) {
+			return AcquireResult{}, err
+		}
+		// A transaction holds the name's row or key (the fence read skips
+		// locks, so the wait was not for the floor).
+		h := db.lockedHolder(ctx, q, p.Name)
+		if h.Reason != ErrKeyLocked {
+			return AcquireResult{Holder: h}, nil
+		}
+		if first.IsZero() {
+			first = time.Now()
+		} else if time.Since(first) >= keyLockedMax {
+			return AcquireResult{Holder: h}, nil
+		}
+		if err := sleepCtx(ctx, pause/2+rand.N(pause/2+1)); err != nil {
+			return AcquireResult{}, err
+		}
+		pause = min(2*pause, fenceRetryMax)
+	}
+}
+
+// keyLockedMax bounds how long an acquisition of a name without a row waits
+// for another transaction's lock on its key (see acquireMySQL).
+const keyLockedMax = 500 * time.Millisecond
+
+// mysqlAcquired reads the acquire statement's OK packet: affected rows 1
+// (inserted) or 2 (taken or re-entered) and the token as insert id, or 0
+// rows when another owner holds the name.
+func mysqlAcquired(ctx context.Context, db *DB, q Querier, name string, n, id int64) (AcquireResult, error) {
+	if n == 0 {
+		h, err := db.LeaseHolder(ctx, q, name)
+		return AcquireResult{Holder: h, Statements: 2}, err
+	}
+	res := AcquireResult{Acquired: true, Token: dblock.Token(id)}
+	if n == 1 {
+		res.Reentry = 1 // Inserted; an update does not report the count.
+	}
+	return res, nil
+}
+
+// sleepCtx waits d, or until ctx ends (returning its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -645,12 +694,8 @@ func (db *DB) execFenced(ctx context.Context, q Querier, query string, args ...a
 		} else if time.Since(first) >= fenceBusyMax {
 			return 0, 0, fmt.Errorf("%w: %w", dblock.ErrNotAcquired, ErrFenceBusy)
 		}
-		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, 0, ctx.Err()
-		case <-t.C:
+		if err := sleepCtx(ctx, pause/2+rand.N(pause/2+1)); err != nil {
+			return 0, 0, err
 		}
 		pause = min(2*pause, fenceRetryMax)
 	}
