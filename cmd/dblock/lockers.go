@@ -64,6 +64,9 @@ type txLocker struct {
 
 	mu   sync.Mutex
 	held map[*dblock.Lease]*pessimistic.Lease
+
+	// keepAliveQuery is the keep-alive statement; empty means "SELECT 1".
+	keepAliveQuery string
 }
 
 func (t *txLocker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
@@ -99,6 +102,10 @@ func (t *txLocker) keepAlive(lease *dblock.Lease, ttl time.Duration) func() {
 	if ttl <= 0 {
 		ttl = dblock.TTLDefault
 	}
+	query := t.keepAliveQuery
+	if query == "" {
+		query = "SELECT 1"
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -112,10 +119,14 @@ func (t *txLocker) keepAlive(lease *dblock.Lease, ttl time.Duration) func() {
 			case <-lease.Done():
 				return
 			case <-tick.C:
-				qctx, qcancel := context.WithTimeout(ctx, keepAliveTimeout)
+				// Stop must not cancel a statement in flight: both drivers
+				// close the connection of a statement whose context ends
+				// mid-way, and with it the holding transaction. Stop waits
+				// for it instead (keepAliveTimeout at most).
+				qctx, qcancel := context.WithTimeout(context.Background(), keepAliveTimeout)
 				// A failure is left to the pessimistic locker, which
 				// notices a dead session and reports the loss.
-				_, _ = pl.Tx().ExecContext(qctx, "SELECT 1")
+				_, _ = pl.Tx().ExecContext(qctx, query)
 				qcancel()
 			}
 		}
