@@ -37,14 +37,16 @@ type LeaseSQL struct {
 	ForceRelease string
 	// Exists finds a name's row without locking it.
 	Exists string
-	// AcquireInTx, when set, replaces Acquire inside a transaction that
-	// runs other statements too (AcquireLeases, a fair waiter's take).
-	// MariaDB needs it: a statement told not to wait at all (SET STATEMENT
-	// innodb_lock_wait_timeout=0) that skips a locked row (the fencing
-	// floor's, SKIP LOCKED) fails inside a transaction with "Error 1180:
-	// Got error 1 during COMMIT"; in autocommit mode it does not. Inside a
-	// transaction the statement may wait one second for a row lock instead.
-	AcquireInTx string
+	// FloorInTx and AcquireInTx (MySQL/MariaDB) replace Acquire inside a
+	// transaction that runs other statements too (AcquireLeases, a fair
+	// waiter's take): FloorInTx reads the fencing floor with a skip-locked
+	// shared lock, which the transaction then keeps until it ends, and
+	// AcquireInTx is Acquire with that floor as its third parameter. One
+	// statement cannot do both there: on MariaDB a statement told not to
+	// wait (innodb_lock_wait_timeout=0) that skips a locked row fails inside
+	// a transaction with "Error 1180: Got error 1 during COMMIT" (in
+	// autocommit mode it does not).
+	FloorInTx, AcquireInTx string
 }
 
 // NotifyChannel is the PostgreSQL channel on which releases are announced;
@@ -213,6 +215,26 @@ var (
 	mariadbAcquire = fmt.Sprintf(mysqlAcquireText, mariadbShareSkipLocked)
 )
 
+// mysqlFloorText reads the fencing floor inside a transaction (followed by
+// the skip-locked shared-lock clause); see LeaseSQL.FloorInTx.
+const mysqlFloorText = "SELECT floor FROM dblock_fence WHERE id = 1 "
+
+// mysqlAcquireValues is mysqlAcquireText with the floor read beforehand
+// (the third parameter) instead of in the statement.
+const mysqlAcquireValues = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+VALUES (?, ?, 1, LAST_INSERT_ID(? + 1), ?,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)
+ON DUPLICATE KEY UPDATE
+    reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
+                     IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
+    version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
+    mode        = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(mode), mode),
+    acquired_at = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(acquired_at), acquired_at),
+    metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
+    owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
+    expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
+    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)`
+
 // owner is assigned before reentry, so it still sees the old count.
 const mysqlRelease = `UPDATE dblock_locks SET
     owner      = IF(reentry > 1, owner, NULL),
@@ -244,12 +266,9 @@ WHERE name = ? AND owner IS NOT NULL`
 // for a row lock.
 const mariadbNoWait = "SET STATEMENT innodb_lock_wait_timeout=0 FOR "
 
-// mariadbWaitOneSecond bounds one statement's wait for a row lock to the
-// smallest wait that is not zero (see LeaseSQL.AcquireInTx).
-const mariadbWaitOneSecond = "SET STATEMENT innodb_lock_wait_timeout=1 FOR "
-
 var mysqlLease = LeaseSQL{
 	Acquire: mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew,
+	FloorInTx: mysqlFloorText + mysqlShareSkipLocked, AcquireInTx: mysqlAcquireValues,
 	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
 	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
 }
@@ -258,7 +277,8 @@ var mysqlLease = LeaseSQL{
 // row held by us, which other statements lock for one autocommit statement at
 // most, and failing them at once would leave the lease to expire.
 var mariadbLease = LeaseSQL{
-	Acquire: mariadbNoWait + mariadbAcquire, AcquireInTx: mariadbWaitOneSecond + mariadbAcquire, Release: mysqlRelease, Renew: mysqlRenew,
+	Acquire: mariadbNoWait + mariadbAcquire, Release: mysqlRelease, Renew: mysqlRenew,
+	FloorInTx: mysqlFloorText + mariadbShareSkipLocked, AcquireInTx: mariadbNoWait + mysqlAcquireValues,
 	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
 	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
 }
@@ -455,14 +475,11 @@ func (db *DB) acquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 // is run again, with the fence retries' pauses, for up to keyLockedMax; only
 // then is it refused, with ErrKeyLocked as the reason.
 func (db *DB) acquireMySQL(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
-	query := db.Dialect.Lease().Acquire
-	if _, inTx := q.(*sqlx.Tx); inTx && db.Dialect.Lease().AcquireInTx != "" {
-		query = db.Dialect.Lease().AcquireInTx
-	}
+	attempt := db.mysqlAcquireAttempt(ctx, q, p)
 	var first time.Time
 	pause := fenceRetryMin
 	for {
-		n, id, err := db.execFenced(ctx, q, query, p.Name, p.Owner, p.Mode, p.TTL.Microseconds(), nullString(p.Metadata))
+		n, id, err := db.retryFenced(ctx, q, attempt)
 		if err == nil {
 			return mysqlAcquired(ctx, db, q, p.Name, n, id)
 		}
@@ -488,6 +505,27 @@ func (db *DB) acquireMySQL(ctx context.Context, q Querier, p AcquireParams) (Acq
 			return AcquireResult{}, err
 		}
 		pause = min(2*pause, fenceRetryMax)
+	}
+}
+
+// mysqlAcquireAttempt returns one try of the acquire statement for
+// retryFenced: Acquire on its own, or FloorInTx then AcquireInTx inside a
+// transaction (see LeaseSQL.FloorInTx).
+func (db *DB) mysqlAcquireAttempt(ctx context.Context, q Querier, p AcquireParams) fencedAttempt {
+	s := db.Dialect.Lease()
+	ttl, md := p.TTL.Microseconds(), nullString(p.Metadata)
+	if _, inTx := q.(*sqlx.Tx); !inTx {
+		return func() (sql.Result, error) { return q.ExecContext(ctx, s.Acquire, p.Name, p.Owner, p.Mode, ttl, md) }
+	}
+	return func() (sql.Result, error) {
+		var floor int64
+		if err := q.QueryRowxContext(ctx, s.FloorInTx).Scan(&floor); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, nil // The floor's row is locked: skipped.
+			}
+			return nil, err
+		}
+		return q.ExecContext(ctx, s.AcquireInTx, p.Name, p.Owner, floor, p.Mode, ttl, md)
 	}
 }
 
@@ -665,21 +703,34 @@ const (
 // error wrapping dblock.ErrSchemaMissing. It returns the affected rows and
 // the insert id; errors are unclassified driver errors, except those two.
 func (db *DB) execFenced(ctx context.Context, q Querier, query string, args ...any) (affected, id int64, err error) {
+	return db.retryFenced(ctx, q, func() (sql.Result, error) { return q.ExecContext(ctx, query, args...) })
+}
+
+// fencedAttempt is one try of a statement that reads the fencing floor with
+// a skip-locked lock: its result, or a nil result when the floor's row was
+// locked and skipped before the statement ran.
+type fencedAttempt func() (sql.Result, error)
+
+// retryFenced runs attempt until it did not skip the floor's row, with the
+// pauses and bounds execFenced documents.
+func (db *DB) retryFenced(ctx context.Context, q Querier, attempt fencedAttempt) (affected, id int64, err error) {
 	var first time.Time
 	pause := fenceRetryMin
 	for {
-		r, err := q.ExecContext(ctx, query, args...)
+		r, err := attempt()
 		if err != nil {
 			return 0, 0, err
 		}
-		if affected, err = r.RowsAffected(); err != nil {
-			return 0, 0, err
-		}
-		if id, err = r.LastInsertId(); err != nil {
-			return 0, 0, err
-		}
-		if affected != 0 || id != 0 {
-			return affected, id, nil
+		if r != nil {
+			if affected, err = r.RowsAffected(); err != nil {
+				return 0, 0, err
+			}
+			if id, err = r.LastInsertId(); err != nil {
+				return 0, 0, err
+			}
+			if affected != 0 || id != 0 {
+				return affected, id, nil
+			}
 		}
 		if first.IsZero() {
 			first = time.Now()
@@ -712,23 +763,70 @@ const sqliteLeaseBusyTimeout = 100 * time.Millisecond
 // (SQLite runs in-process, so the extra statements cost microseconds). A
 // connection whose timeout cannot be restored is discarded.
 func (db *DB) sqliteShortBusy(ctx context.Context, fn func(c *sqlx.Conn) error) error {
-	c, err := db.Connx(ctx)
+	c, restore, err := db.shortBusyConn(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer restore()
+	return fn(c)
+}
+
+// shortBusyConn pins a SQLite connection whose busy timeout is
+// sqliteLeaseBusyTimeout; restore puts the connection's own timeout back
+// (or discards the connection) and returns it to the pool.
+func (db *DB) shortBusyConn(ctx context.Context) (c *sqlx.Conn, restore func(), err error) {
+	c, err = db.Connx(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	var prev int64
 	if err := c.QueryRowxContext(ctx, "PRAGMA busy_timeout").Scan(&prev); err != nil {
-		return err
+		_ = c.Close()
+		return nil, nil, err
 	}
 	if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", sqliteLeaseBusyTimeout.Milliseconds())); err != nil {
-		return err
+		_ = c.Close()
+		return nil, nil, err
 	}
-	err = fn(c)
-	if _, rerr := c.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", prev)); rerr != nil {
-		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	return c, func() {
+		if _, rerr := c.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", prev)); rerr != nil {
+			_ = c.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		_ = c.Close()
+	}, nil
+}
+
+// onPoolShortBusy runs fn on q, or, when q is nil, on the pool; on SQLite
+// the pool's statement then waits for the database's write lock
+// sqliteLeaseBusyTimeout at most (a pessimistic holder keeps it for its whole
+// transaction, and a statement of a wait bounded by its caller must not wait
+// out the pool's busy timeout). A busy database is an error wrapping
+// dblock.ErrNotAcquired.
+func (db *DB) onPoolShortBusy(ctx context.Context, q Querier, fn func(q Querier) error) error {
+	if q != nil || db.Dialect.Kind() != SQLite {
+		return fn(db.q(q))
 	}
-	return err
+	return db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error { return fn(c) })
+}
+
+// BeginWriteTx begins a transaction on the pool that writes; on SQLite it
+// waits for the database's write lock sqliteLeaseBusyTimeout at most (see
+// onPoolShortBusy). Call end once the transaction is committed or rolled
+// back.
+func (db *DB) BeginWriteTx(ctx context.Context) (tx *sqlx.Tx, end func(), err error) {
+	if db.Dialect.Kind() != SQLite {
+		tx, err = db.BeginTxx(ctx, nil)
+		return tx, func() {}, db.Classify(err)
+	}
+	c, restore, err := db.shortBusyConn(ctx)
+	if err != nil {
+		return nil, nil, db.Classify(err)
+	}
+	if tx, err = c.BeginTxx(ctx, nil); err != nil {
+		restore()
+		return nil, nil, db.Classify(err)
+	}
+	return tx, restore, nil
 }
 
 // ReleaseLease runs the release CAS; it reports whether the row named (owner,

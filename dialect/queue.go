@@ -249,8 +249,15 @@ type QueueState struct {
 
 // Enqueue inserts a waiter for (name, owner) whose heartbeat deadline is
 // timeout from the database's now.
-func (db *DB) Enqueue(ctx context.Context, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
-	q = db.q(q)
+func (db *DB) Enqueue(ctx context.Context, q Querier, name, owner string, timeout time.Duration) (t WaiterTicket, err error) {
+	err = db.onPoolShortBusy(ctx, q, func(q Querier) error {
+		t, err = db.enqueue(ctx, q, name, owner, timeout)
+		return err
+	})
+	return t, err
+}
+
+func (db *DB) enqueue(ctx context.Context, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
 	sqlText := db.Dialect.Queue().Enqueue
 	if db.Dialect.Kind() == MySQL {
 		r, err := q.ExecContext(ctx, sqlText, name, owner, timeout.Microseconds())
@@ -274,8 +281,12 @@ func (db *DB) Enqueue(ctx context.Context, q Querier, name, owner string, timeou
 
 // HeartbeatWaiter extends waiter id's deadline to timeout from the database's
 // now. It reports false when the waiter is gone or already dead.
-func (db *DB) HeartbeatWaiter(ctx context.Context, q Querier, id int64, timeout time.Duration) (bool, error) {
-	return db.execOne(ctx, db.q(q), db.Dialect.Queue().Heartbeat, timeout.Microseconds(), id)
+func (db *DB) HeartbeatWaiter(ctx context.Context, q Querier, id int64, timeout time.Duration) (ok bool, err error) {
+	err = db.onPoolShortBusy(ctx, q, func(q Querier) error {
+		ok, err = db.execOne(ctx, q, db.Dialect.Queue().Heartbeat, timeout.Microseconds(), id)
+		return err
+	})
+	return ok, err
 }
 
 // maxHeartbeatBatch bounds the ids of one HeartbeatWaiters statement.
@@ -284,8 +295,15 @@ const maxHeartbeatBatch = 500
 // HeartbeatWaiters extends the deadlines of the live waiters among ids (one
 // statement per 500 ids) and returns how many it extended. Dead waiters stay
 // dead: each learns it from CheckWaiter.
-func (db *DB) HeartbeatWaiters(ctx context.Context, q Querier, ids []int64, timeout time.Duration) (int, error) {
-	q = db.q(q)
+func (db *DB) HeartbeatWaiters(ctx context.Context, q Querier, ids []int64, timeout time.Duration) (n int, err error) {
+	err = db.onPoolShortBusy(ctx, q, func(q Querier) error {
+		n, err = db.heartbeatWaiters(ctx, q, ids, timeout)
+		return err
+	})
+	return n, err
+}
+
+func (db *DB) heartbeatWaiters(ctx context.Context, q Querier, ids []int64, timeout time.Duration) (int, error) {
 	var t queueText
 	switch db.Dialect.Kind() {
 	case Postgres:
@@ -380,8 +398,15 @@ func (db *DB) TakeWaiter(ctx context.Context, tx Querier, id int64) (bool, error
 
 // LeaveQueue deletes waiter id, live or dead, and reports whether it was
 // there. On PostgreSQL the waiters of its name are notified.
-func (db *DB) LeaveQueue(ctx context.Context, q Querier, id int64) (bool, error) {
-	q = db.q(q)
+func (db *DB) LeaveQueue(ctx context.Context, q Querier, id int64) (left bool, err error) {
+	err = db.onPoolShortBusy(ctx, q, func(q Querier) error {
+		left, err = db.leaveQueue(ctx, q, id)
+		return err
+	})
+	return left, err
+}
+
+func (db *DB) leaveQueue(ctx context.Context, q Querier, id int64) (bool, error) {
 	if db.Dialect.Kind() == Postgres {
 		var notified bool
 		err := q.QueryRowxContext(ctx, db.Dialect.Queue().Leave, id).Scan(&notified)

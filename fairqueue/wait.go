@@ -183,7 +183,10 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 // a transient database error, or a statement that ran out of its own time
 // (a busy database) while the caller still waits.
 func (a *attempt) retryable(err error) bool {
-	return transient(err) || errors.Is(err, context.DeadlineExceeded) && a.ctx.Err() == nil
+	// ErrNotAcquired from a queue statement: on SQLite, another transaction
+	// (a pessimistic holder) has the database's write lock; wait and retry.
+	return transient(err) || errors.Is(err, dblock.ErrNotAcquired) ||
+		errors.Is(err, context.DeadlineExceeded) && a.ctx.Err() == nil
 }
 
 // delay is how long a waiter sleeps after a check that did not take the lock.
@@ -281,10 +284,11 @@ func (a *attempt) take(w *waiter) (lease *dblock.Lease, err error) {
 	defer func() { unlock() }()
 	reqStart := time.Now()
 	l.count()
-	tx, err := l.db.BeginTxx(ctx, nil)
+	tx, end, err := l.db.BeginWriteTx(ctx)
 	if err != nil {
-		return nil, l.db.Classify(err)
+		return nil, err
 	}
+	defer end()
 	rollback := func() {
 		l.count()
 		_ = tx.Rollback()
