@@ -1083,6 +1083,24 @@ func TestStatusReadOnlyRole(t *testing.T) {
 					t.Errorf("locks as a read-only role: %v, want the pessimistic hold and the expired lease", names)
 				}
 			}
+			// Asked by name, the held name and a free one: the role cannot
+			// tell them apart on PostgreSQL, and says so rather than "free".
+			r = cli{dsn: roDSN}.expect(t, 0, "status", "--json", "ro-p", "ro-free")
+			st = statusJSON{}
+			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+				t.Fatalf("status --json NAMES as a read-only role: %v\n%s", err, r.stdout)
+			}
+			if kind == dialect.Postgres {
+				if st.TxHoldsChecked || len(st.Free) != 0 || strings.Join(st.Unknown, " ") != "ro-p ro-free" || st.UnknownReason == nil {
+					t.Errorf("names a read-only role cannot check: %s", r.stdout)
+				}
+				r = cli{dsn: roDSN}.expect(t, 0, "status", "ro-p")
+				if !strings.Contains(r.stdout, "unknown: ro-p") || strings.Contains(r.stdout, "free:") {
+					t.Errorf("table for a name a read-only role cannot check:\n%s", r.stdout)
+				}
+			} else if !st.TxHoldsChecked || strings.Join(st.Free, " ") != "ro-free" || len(st.Unknown) != 0 {
+				t.Errorf("names a read-only role checks on MariaDB: %s", r.stdout)
+			}
 			holder.signal(syscall.SIGTERM)
 			holder.wait()
 		})

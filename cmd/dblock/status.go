@@ -54,8 +54,16 @@ seconds as numbers, null when there is no value):
     "waiters": [{"name": "...", "owner": "...", "position": 1, "id": 3,
                  "waiting_since": "...", "wait_seconds": 2.25,
                  "heartbeat_at": "...", "expires_at": "..."}],
-    "free": ["names asked for that nobody holds"]
+    "free": ["names asked for that nobody holds"],
+    "tx_holds_checked": true,
+    "unknown": ["names asked for whose state could not be checked"],
+    "unknown_reason": null
   }
+A name is never reported free without being checked: when the probe for
+transaction holds cannot run (a role that may not lock rows of dblock_locks),
+"tx_holds_checked" is false, "unknown_reason" says why, and the names asked
+for that no lease or waiter names are listed in "unknown" (in the table: a
+line "unknown: NAMES (why)") instead of "free".
 A transaction (pessimistic) hold has "mode": "pessimistic", "owner": "",
 "token": null, "reentry": 0 and null times; "write_locked" is true when an
 SQLite database is write-locked by a transaction ("now" is the database
@@ -86,6 +94,13 @@ type statusJSON struct {
 	Locks       []lockJSON   `json:"locks"`
 	Waiters     []waiterJSON `json:"waiters"`
 	Free        []string     `json:"free"`
+	// TxHoldsChecked is false when the probe for transaction (pessimistic)
+	// holds could not run (a role that may not lock rows): Locks then shows
+	// the leases only, and the names asked for that no lease or waiter
+	// names are Unknown, never Free.
+	TxHoldsChecked bool     `json:"tx_holds_checked"`
+	Unknown        []string `json:"unknown"`
+	UnknownReason  *string  `json:"unknown_reason"`
 }
 
 type lockJSON struct {
@@ -140,11 +155,14 @@ func (a *app) status(ctx context.Context, args []string) error {
 		return fmt.Errorf("status: %w", a.schemaError(err))
 	}
 	tx, err := db.ProbeTxHolds(ctx, names, dialect.TxProbeLimitDefault)
+	unchecked := ""
 	switch {
 	case dialect.PermissionDenied(err):
 		// A read-only role (PostgreSQL wants UPDATE for a locking read)
-		// still gets the lease holders, with a word about what is missing.
-		a.errorLine(fmt.Errorf("status: transaction (pessimistic) holds not shown: this role may not lock rows of dblock_locks (PostgreSQL: grant it UPDATE): %w", err))
+		// still gets the lease holders, with a word about what is missing,
+		// and no name it could not check is called free.
+		unchecked = "transaction (pessimistic) holds not checked: this role may not lock rows of dblock_locks (PostgreSQL: grant it UPDATE)"
+		a.errorLine(fmt.Errorf("status: %s: %w", strings.Replace(unchecked, "not checked", "not shown", 1), err))
 		tx = dialect.TxHolds{}
 	case err != nil:
 		return fmt.Errorf("status: probe for transaction holds: %w", a.schemaError(err))
@@ -162,9 +180,12 @@ func (a *app) status(ctx context.Context, args []string) error {
 	}
 	st := statusData{
 		now: now, locks: mergeTxHolds(now, names, rows, tx), waiters: waiters,
-		writeLocked: tx.WriteLocked, limited: tx.Limited,
+		writeLocked: tx.WriteLocked, limited: tx.Limited, unchecked: unchecked,
 	}
 	st.free = freeNames(names, st.locks, waiters)
+	if unchecked != "" {
+		st.free, st.unknown = []string{}, st.free
+	}
 	if *asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -181,6 +202,10 @@ type statusData struct {
 	free        []string
 	writeLocked bool // SQLite: a transaction holds the write lock.
 	limited     bool // Not every row was probed for transaction holds.
+	// unchecked, when set, says why transaction holds could not be
+	// probed; the names asked for that would be free are unknown instead.
+	unchecked string
+	unknown   []string
 }
 
 // lockEntry is a held lock: a lease row, or a transaction hold (tx), which
@@ -253,6 +278,12 @@ func buildStatus(st statusData) statusJSON {
 		Locks:         []lockJSON{},
 		Waiters:       []waiterJSON{},
 		Free:          st.free,
+
+		TxHoldsChecked: st.unchecked == "",
+		Unknown:        append([]string{}, st.unknown...),
+	}
+	if st.unchecked != "" {
+		doc.UnknownReason = &st.unchecked
 	}
 	for _, l := range st.locks {
 		j := lockJSON{
@@ -334,6 +365,10 @@ func (a *app) printStatus(st statusData) error {
 	if len(st.free) > 0 {
 		fmt.Fprintln(tw)
 		fmt.Fprintf(tw, "free: %s\n", strings.Join(st.free, ", "))
+	}
+	if len(st.unknown) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "unknown: %s (%s)\n", strings.Join(st.unknown, ", "), st.unchecked)
 	}
 	return tw.Flush()
 }
