@@ -53,7 +53,7 @@
 //	if err := r.Check(ctx); err != nil {
 //		return err // dblock.ErrSchemaMissing: run the migrations
 //	}
-//	go http.ListenAndServe(":9090", r.Handler()) // /metrics and /healthz
+//	mux.Handle("/", r.Handler()) // /metrics and /healthz, on your HTTP server
 //	r.Start()
 //	<-ctx.Done() // SIGTERM
 //	return r.Stop(context.Background()) // the running batch finishes

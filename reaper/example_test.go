@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -63,4 +64,47 @@ func Example() {
 		st.ExpiredFreed, st.WaitersDeleted, st.IdleDeleted, st.LocksHeld)
 	// Output:
 	// expired leases freed: 1, waiters deleted: 0, idle rows deleted: 0, locks held: 1
+}
+
+// runSidecar is the package documentation's sidecar, word for word
+// (TestDocsCompile in the root package checks that it stays so).
+func runSidecar(ctx context.Context, db *dialect.DB, logger *slog.Logger, mux *http.ServeMux) error {
+	r, err := reaper.New(db, &reaper.Config{Schedule: "@every 15s", Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := r.Check(ctx); err != nil {
+		return err // dblock.ErrSchemaMissing: run the migrations
+	}
+	mux.Handle("/", r.Handler()) // /metrics and /healthz, on your HTTP server
+	r.Start()
+	<-ctx.Done()                        // SIGTERM
+	return r.Stop(context.Background()) // the running batch finishes
+}
+
+// The sidecar of the package documentation, stopped soon after it started.
+func Example_sidecar() {
+	dir, err := os.MkdirTemp("", "dblock-reaper-example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	db, err := dialect.Open(ctx, "sqlite://"+filepath.Join(dir, "dblock.db"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	if err := migrations.Up(ctx, db); err != nil {
+		fmt.Println(err)
+		return
+	}
+	time.AfterFunc(50*time.Millisecond, cancel) // SIGTERM, soon
+	err = runSidecar(ctx, db, slog.New(slog.DiscardHandler), http.NewServeMux())
+	fmt.Println("stopped:", err)
+	// Output:
+	// stopped: <nil>
 }
