@@ -1135,6 +1135,10 @@ func waitBounded(wg *sync.WaitGroup, d time.Duration) {
 
 // ---- acquiring ----
 
+// deadConnRetries bounds the attempts one acquisition makes again on
+// another connection when the pool handed it a dead one.
+const deadConnRetries = 3
+
 // errRetry asks the acquire loop to try again at once (a row was missing).
 var errRetry = errors.New("retry")
 
@@ -1155,7 +1159,7 @@ func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, n
 		return notAcquiredErr(op, label, holder, cause)
 	}
 	backoff := backoffMin
-	missing, stale, busy := 0, 0, 0
+	missing, stale, busy, dead := 0, 0, 0, 0
 	for attempt := 1; ; attempt++ {
 		if err := waitCtx.Err(); err != nil {
 			return nil, notAcquired(nil, context.Cause(waitCtx))
@@ -1168,6 +1172,12 @@ func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, n
 			if stale++; stale > 1000 {
 				return nil, fmt.Errorf("pessimistic: %s %q: fencing token overtaken %d times", op, label, stale)
 			}
+			continue
+		case errors.Is(err, driver.ErrBadConn) && dead < deadConnRetries:
+			// A pooled connection the server had closed (after an idle
+			// timeout, say): the driver sent nothing on it, and the
+			// attempt destroyed it; another connection is tried.
+			dead++
 			continue
 		case errors.Is(err, errRetry):
 			if missing++; missing > 5 {
@@ -1242,16 +1252,21 @@ func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, n
 	}
 }
 
-// settle waits for ctx's deadline when it is imminent: the server's lock
-// timeout was set to end with it, and may end a hair earlier, so that the
-// error then reports the deadline as its cause.
+// settle waits for ctx's deadline when it is near: the server's lock
+// timeout was set to end with it, in whole milliseconds and counted from a
+// moment the client only estimates, and may end earlier (on a loaded
+// machine, by more than a hair), so that the error then reports the
+// deadline as its cause.
+// settleWindow is how near the deadline must be for settle to wait for it.
+const settleWindow = time.Second
+
 func settle(ctx context.Context) {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return
 	}
 	left := time.Until(dl)
-	if left > 100*time.Millisecond {
+	if left > settleWindow {
 		return
 	}
 	t := time.NewTimer(left + time.Millisecond)
