@@ -31,6 +31,10 @@ help: ## Show this help
 test: db/up ## Run all tests (race detector, shuffled) against PostgreSQL, MySQL/MariaDB and SQLite
 	$(GO) test $(TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
 
+.PHONY: soak
+soak: db/up ## Run the mixed-mode soak longer (DBLOCK_SOAK per dialect, default 2m; DBLOCK_SOAK_SEED replays)
+	DBLOCK_SOAK=$${DBLOCK_SOAK:-2m} $(GO) test -race -count=1 -timeout 60m -run TestSoak -v ./internal/soak/
+
 .PHONY: test/short
 test/short: db/up ## Run the tests in -short mode, without the race detector
 	$(GO) test -short -count=1 -timeout 10m ./...
