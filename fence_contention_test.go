@@ -11,7 +11,6 @@ import (
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
-	"github.com/dblock-go/dblock/optimistic"
 )
 
 // holdFence makes another transaction hold the fencing floor's row (as a
@@ -50,16 +49,8 @@ func TestFenceContentionEndsInADocumentedResult(t *testing.T) {
 			iso := dbtest.New(t, kind)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			opt, err := optimistic.New(iso.DB, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer opt.Close()
-			fair, err := fairqueue.New(iso.DB, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fair.Close()
+			m := newModes(t, iso)
+			opt, fair := m.opt, m.fair
 			documented := func(what string, err error) {
 				t.Helper()
 				if err != nil && !errors.Is(err, dblock.ErrNotAcquired) {

@@ -7,10 +7,8 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
-	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
-	"github.com/dblock-go/dblock/optimistic"
 )
 
 // TestFreeNameBehindABriefKeyLock: on MySQL/MariaDB another transaction can
@@ -25,17 +23,8 @@ func TestFreeNameBehindABriefKeyLock(t *testing.T) {
 	iso := dbtest.New(t, dialect.MySQL)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	opt, err := optimistic.New(iso.DB, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer opt.Close()
-	fair, err := fairqueue.New(iso.DB, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fair.Close()
-	for mode, l := range map[string]dblock.Locker{"optimistic": opt, "fair": fair} {
+	m := newModes(t, iso)
+	for mode, l := range map[string]dblock.Locker{"optimistic": m.opt, "fair": m.fair} {
 		name := locktest.RandomName("gap")
 		tx, err := iso.DB.DB.DB.BeginTx(ctx, nil) // REPEATABLE READ: the read locks the gap.
 		if err != nil {

@@ -31,21 +31,8 @@ func TestEveryNameIsValidated(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		opt, err := optimistic.New(iso.DB, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer opt.Close()
-		fair, err := fairqueue.New(iso.DB, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fair.Close()
-		pess, err := pessimistic.New(iso.DB, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pess.Close()
+		m := newModes(t, iso)
+		opt, fair, pess := m.opt, m.fair, m.pess
 		held, err := pess.TryAcquire(ctx, "held")
 		if err != nil {
 			t.Fatal(err)

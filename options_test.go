@@ -9,11 +9,8 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
-	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/mode"
-	"github.com/dblock-go/dblock/optimistic"
-	"github.com/dblock-go/dblock/pessimistic"
 )
 
 // badMetadata is metadata every acquisition must refuse, whatever the mode
@@ -53,21 +50,8 @@ func TestMetadataRefusedEverywhere(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		opt, err := optimistic.New(iso.DB, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer opt.Close()
-		fair, err := fairqueue.New(iso.DB, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fair.Close()
-		pess, err := pessimistic.New(iso.DB, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pess.Close()
+		m := newModes(t, iso)
+		opt, fair, pess := m.opt, m.fair, m.pess
 		tries := map[string]func(md string) error{
 			"optimistic": func(md string) error {
 				_, err := opt.TryAcquire(ctx, "job", dblock.WithMetadata(md))
@@ -131,16 +115,8 @@ func TestPessimisticRefusesLeaseOptions(t *testing.T) {
 	iso := dbtest.New(t, dialect.SQLite)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pess, err := pessimistic.New(iso.DB, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pess.Close()
-	opt, err := optimistic.New(iso.DB, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer opt.Close()
+	m := newModes(t, iso)
+	pess, opt := m.pess, m.opt
 	refused := map[string]dblock.Option{
 		"WithMaxHold":  dblock.WithMaxHold(time.Minute),
 		"WithMetadata": dblock.WithMetadata("host a"),

@@ -182,7 +182,11 @@ const mysqlAcquireText = `INSERT INTO dblock_locks (name, owner, reentry, versio
 SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?
 FROM dblock_fence f WHERE f.id = 1 %s
-ON DUPLICATE KEY UPDATE
+` + mysqlAcquireUpdate
+
+// mysqlAcquireUpdate is the takeover or re-entry of an existing row, shared
+// by mysqlAcquireText and mysqlAcquireValues.
+const mysqlAcquireUpdate = `ON DUPLICATE KEY UPDATE
     reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
                      IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
     version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
@@ -224,16 +228,7 @@ const mysqlFloorText = "SELECT floor FROM dblock_fence WHERE id = 1 "
 const mysqlAcquireValues = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
 VALUES (?, ?, 1, LAST_INSERT_ID(? + 1), ?,
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)
-ON DUPLICATE KEY UPDATE
-    reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
-                     IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
-    version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
-    mode        = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(mode), mode),
-    acquired_at = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(acquired_at), acquired_at),
-    metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
-    owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
-    expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
-    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)`
+` + mysqlAcquireUpdate
 
 // owner is assigned before reentry, so it still sees the old count.
 const mysqlRelease = `UPDATE dblock_locks SET
