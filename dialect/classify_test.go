@@ -2,9 +2,13 @@ package dialect_test
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -596,4 +600,43 @@ func TestMySQLOneRoundTrip(t *testing.T) {
 	if after := prepares(); after != before {
 		t.Fatalf("a statement with arguments was prepared on the server (%d prepares, was %d)", after, before)
 	}
+}
+
+// TestClassifyTooManyConnections: a connection the server refuses for want
+// of slots (SQLSTATE 53300; here a role whose connection limit is 0, as when
+// max_connections is reached under load) is ErrUnavailable, not a raw error.
+func TestClassifyTooManyConnections(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.Postgres)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	role := "dbt_nolimit_" + strings.ToLower(strings.TrimPrefix(locktestName(), "x"))
+	if _, err := iso.DB.ExecContext(ctx, "CREATE ROLE "+role+" LOGIN PASSWORD 'pw' CONNECTION LIMIT 0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = iso.DB.ExecContext(context.Background(), "DROP ROLE "+role) })
+	u, err := url.Parse(strings.TrimPrefix(dbtest.ServerDSN(dialect.Postgres), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, "pw")
+	raw, err := sql.Open("pgx", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	err = raw.PingContext(ctx)
+	if err == nil {
+		t.Fatal("a role with connection limit 0 connected")
+	}
+	if got := dialect.PostgresDialect().Classify(err); !errors.Is(got, dblock.ErrUnavailable) {
+		t.Fatalf("refused for want of connection slots: %v, want ErrUnavailable", got)
+	}
+}
+
+// locktestName is a short random identifier suffix.
+func locktestName() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "x" + hex.EncodeToString(b[:])
 }

@@ -46,7 +46,8 @@ func (postgres) Reap() *ReapSQL   { return &pgReap }
 //	40001 serialization_failure                             -> ErrSerialization
 //	42P01 undefined_table, 3F000 invalid_schema_name        -> ErrSchemaMissing
 //	25P03 idle_in_transaction_session_timeout               -> ErrConnLost
-//	57P01-57P03 shutdown/terminated, 08xxx connection       -> ErrUnavailable
+//	57P01-57P03 shutdown/terminated, 08xxx connection,
+//	53xxx insufficient resources (53300 too many clients)   -> ErrUnavailable
 //	connection reset, closed or cut mid-answer              -> ErrUnavailable
 func (d postgres) Classify(err error) error {
 	if err == nil {
@@ -65,7 +66,7 @@ func (d postgres) Classify(err error) error {
 			return schemaMissing(d, err)
 		case code == "25P03":
 			return fmt.Errorf("%w: %w", dblock.ErrConnLost, err)
-		case code == "57P01" || code == "57P02" || code == "57P03" || len(code) == 5 && code[:2] == "08":
+		case code == "57P01" || code == "57P02" || code == "57P03" || len(code) == 5 && (code[:2] == "08" || code[:2] == "53"):
 			return fmt.Errorf("%w: %w", dblock.ErrUnavailable, err)
 		}
 		return err

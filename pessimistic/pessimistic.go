@@ -1218,6 +1218,11 @@ func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, n
 			l.log.Debug("pessimistic: still waiting", "lock_key", label, "owner", o.Owner, "attempt", attempt)
 			continue
 		case err != nil:
+			if errors.Is(err, context.DeadlineExceeded) {
+				// A dial or statement cut at waitCtx's deadline can
+				// return a moment before waitCtx reports it.
+				settle(waitCtx)
+			}
 			if waitCtx.Err() != nil && ctx.Err() == nil {
 				// The client stopped the wait at its bound (MySQL bounds
 				// server-side in whole seconds only).

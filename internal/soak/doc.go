@@ -24,7 +24,8 @@
 //   - fencing tokens (where a section has one) strictly increase.
 //
 // Every error a call returns must wrap a documented sentinel
-// (dblock.ErrNotAcquired, ErrLost, ErrNotHeld, ErrDeadlock, ErrSerialization)
-// or be the caller's own context's error. After Close, no goroutine and no
+// (dblock.ErrNotAcquired, ErrLost, ErrNotHeld, ErrConnLost, ErrDeadlock,
+// ErrSerialization, or ErrUnavailable when a loaded server refuses a
+// connection) or be the caller's own context's error. After Close, no goroutine and no
 // connection of the process's lockers is left.
 package soak

@@ -28,7 +28,12 @@ type lockers struct {
 	fair *fairqueue.Locker
 }
 
+// maxConns bounds each process's pool: three processes per dialect run
+// beside the rest of the suite, within the servers' connection limits.
+const maxConns = 10
+
 func newLockers(db *dialect.DB) (*lockers, error) {
+	db.SetMaxOpenConns(maxConns)
 	opt, err := optimistic.New(db, nil)
 	if err != nil {
 		return nil, err
@@ -78,7 +83,7 @@ func documented(ctx context.Context, err error) bool {
 		return true
 	}
 	for _, s := range []error{dblock.ErrNotAcquired, dblock.ErrLost, dblock.ErrNotHeld, dblock.ErrConnLost,
-		dblock.ErrDeadlock, dblock.ErrSerialization} {
+		dblock.ErrDeadlock, dblock.ErrSerialization, dblock.ErrUnavailable} {
 		if errors.Is(err, s) {
 			return true
 		}
