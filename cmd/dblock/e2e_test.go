@@ -269,9 +269,10 @@ func TestExecExitCodes(t *testing.T) {
 			}
 		})
 		t.Run("pessimistic hold outlives its idle TTL", func(t *testing.T) {
-			// The server ends a transaction idle for its TTL; exec keeps
-			// the holding transaction busy (every TTL/3) while CMD runs for
-			// twice the TTL. (A TTL far below a second would make a loaded
+			// The server ends a transaction idle for its TTL (rounded up:
+			// 2 s on MariaDB); exec keeps the holding transaction busy
+			// (every quarter of that) while CMD runs for twice the TTL,
+			// and its last keep-alive, due as CMD ends, is not cut short. (A TTL far below a second would make a loaded
 			// machine's scheduling pauses, not exec, decide the outcome.)
 			c.expect(t, 0, "exec", "--lock", "long", "--mode", "pessimistic", "--ttl", "1500ms", "--", "sleep", "3")
 		})

@@ -54,7 +54,9 @@ Flags:
   --ttl DUR       the lease length (default 30s); renewed every DUR/3 while
                   CMD runs. A dead dblock's lock is free again after DUR.
                   Pessimistic mode: the server ends the transaction if this
-                  client goes silent for DUR.
+                  client goes silent for DUR (rounded up; on MySQL and
+                  MariaDB to whole seconds, at least 2s); while CMD runs,
+                  dblock keeps it busy every quarter of that.
   --wait DUR      give up after waiting DUR (exit 75); --wait 0 tries once;
                   without --wait, wait as long as it takes
                   (DUR: 30s, 5m, 1h30m; a bare number is seconds)
