@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
@@ -72,15 +73,23 @@ func (h TxHolds) Held(name string) bool {
 // not conflict with it. MySQL/MariaDB: LOCK IN SHARE MODE SKIP LOCKED
 // (MySQL 8: FOR SHARE SKIP LOCKED), by primary key in a READ COMMITTED
 // transaction of its own (InnoDB locks nothing in autocommit mode), so no gap
-// is locked. A
-// row is reported when it was skipped twice, the second time after reading
-// again that it still names no live lease: a lease statement under way locks
-// a row for an instant, a transaction hold for as long as it runs. The
-// probe's own shared locks last one statement; a pessimistic TryAcquire of a
-// probed name at that very instant may fail.
+// is locked. A row is reported when it was skipped twice, the second time
+// after reading again that it still names no live lease: a lease statement
+// under way locks a row for an instant, a transaction hold for as long as it
+// runs. The probe's own shared locks last one statement; a pessimistic
+// TryAcquire of a probed name at that very instant may fail.
+//
+// The server may refuse the locking read: PostgreSQL wants UPDATE on
+// dblock_locks for any locking read (MySQL 8: UPDATE, DELETE or LOCK TABLES;
+// MariaDB only SELECT), and a read-only transaction (a PostgreSQL standby)
+// takes no row locks. The error then says so (PermissionDenied,
+// ReadOnlyRefused), and nothing is known about transaction holds: a caller
+// must not report the names free.
 //
 // SQLite: BEGIN IMMEDIATE on a connection whose busy timeout is the short
-// bound lease acquires use; the transaction is rolled back at once.
+// bound lease acquires use; the transaction is rolled back at once. A write
+// lock held longer (WriteLocked) does not say which name its transaction
+// holds, if any.
 func (db *DB) ProbeTxHolds(ctx context.Context, names []string, limit int) (TxHolds, error) {
 	if db.Dialect.Kind() == SQLite {
 		locked, err := db.sqliteWriteLocked(ctx)
@@ -114,6 +123,23 @@ func (db *DB) ProbeTxHolds(ctx context.Context, names []string, limit int) (TxHo
 	sort.Strings(cands)
 	out.Names = cands
 	return out, nil
+}
+
+// ReadOnlyRefused reports whether err is the server refusing a locking read
+// because the transaction is read-only: PostgreSQL 25006 (a hot standby, or
+// a role or session with default_transaction_read_only on), MySQL 1792.
+// ProbeTxHolds fails so there; MariaDB takes the probe's shared locks in a
+// read-only transaction.
+func ReadOnlyRefused(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "25006"
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		return myErr.Number == 1792
+	}
+	return false
 }
 
 // txCandidates returns the names (all, or those of names) whose row names no

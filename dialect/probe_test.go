@@ -126,6 +126,49 @@ func TestProbeTxHolds(t *testing.T) {
 	})
 }
 
+// TestProbeTxHoldsReadOnly probes from a session whose transactions are
+// read-only (as on a standby): PostgreSQL refuses the locking read, and
+// ReadOnlyRefused says so; MariaDB takes the probe's shared locks in a
+// read-only transaction and finds the hold.
+func TestProbeTxHoldsReadOnly(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			ctx := context.Background()
+			holdTx(t, iso, "tx")
+			sep := "?"
+			if strings.Contains(iso.DSN, "?") {
+				sep = "&"
+			}
+			param := "default_transaction_read_only=on"
+			if kind == dialect.MySQL {
+				param = "tx_read_only=1"
+			}
+			ro, err := dialect.Open(ctx, iso.DSN+sep+param)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ro.Close()
+			got, err := ro.ProbeTxHolds(ctx, []string{"tx"}, 0)
+			if kind == dialect.Postgres {
+				if !dialect.ReadOnlyRefused(err) || dialect.PermissionDenied(err) {
+					t.Errorf("probe on a read-only PostgreSQL session: %+v %v, want the read-only refusal", got, err)
+				}
+				return
+			}
+			var readOnly int
+			if err := ro.QueryRowxContext(ctx, "SELECT @@tx_read_only").Scan(&readOnly); err != nil || readOnly != 1 {
+				t.Fatalf("tx_read_only on the MariaDB session: %d %v, want 1", readOnly, err)
+			}
+			if err != nil || !got.Held("tx") {
+				t.Errorf("probe on a read-only MariaDB session: %+v %v, want \"tx\" held", got, err)
+			}
+		})
+	}
+}
+
 func TestClockNow(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {

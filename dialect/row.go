@@ -168,7 +168,8 @@ type RowLockParams struct {
 	// ctx ends. Ignored with NoWait.
 	Wait time.Duration
 	// IdleTimeout asks the server to end the transaction when it stays idle
-	// this long (PostgreSQL, MariaDB); zero leaves the server's setting.
+	// this long (PostgreSQL, rounded up as HoldBound says; MariaDB and MySQL
+	// take it from SetHoldBound); zero leaves the server's setting.
 	IdleTimeout time.Duration
 }
 
@@ -308,7 +309,7 @@ func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockPar
 	var err error
 	switch db.Dialect.Kind() {
 	case Postgres:
-		idle := pgMillis(p.IdleTimeout)
+		idle := pgMillis(db.HoldBound(p.IdleTimeout))
 		if p.NoWait {
 			err = scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name, idle))
 		} else {
@@ -371,7 +372,7 @@ func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLoc
 		text = rs.LockManyNoWait
 	}
 	if kind == Postgres {
-		args = append(args, pgMillis(p.IdleTimeout))
+		args = append(args, pgMillis(db.HoldBound(p.IdleTimeout)))
 		if !p.NoWait {
 			args = append(args, pgMillis(waitFor(ctx, p.Wait)))
 		}
@@ -564,18 +565,48 @@ func (db *DB) SetIssuedToken(ctx context.Context, tx Querier, name string, t, la
 WHERE name = ?2 AND version < ?1 AND (SELECT floor FROM dblock_fence WHERE id = 1) <= ?3`, int64(t), name, int64(last))
 }
 
+// mysqlHoldBoundMin is the smallest hold bound set on MySQL and MariaDB,
+// whose settings take whole seconds: with a bound of one second, a holder
+// that keeps its transaction busy every quarter of it (dblock exec) would
+// lose the hold to one statement 750 ms late; with two, 1.5 s late.
+const mysqlHoldBoundMin = 2 * time.Second
+
+// HoldBound returns how long the server lets a pessimistic hold of TTL d
+// stay idle before it ends the transaction (SetHoldBound, and the idle
+// bound of the PostgreSQL lock statements): d rounded up, never down, to
+// what the setting can say. PostgreSQL: the millisecond. MySQL and MariaDB:
+// the whole second, and at least mysqlHoldBoundMin. Zero on SQLite, which
+// has no such bound, and for d <= 0.
+func (db *DB) HoldBound(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	switch db.Dialect.Kind() {
+	case Postgres:
+		return ceilTo(d, time.Millisecond)
+	case MySQL:
+		return max(ceilTo(d, time.Second), mysqlHoldBoundMin)
+	}
+	return 0
+}
+
+// ceilTo rounds d > 0 up to a multiple of unit.
+func ceilTo(d, unit time.Duration) time.Duration {
+	return (d + unit - 1) / unit * unit
+}
+
 // SetHoldBound asks the server to end the holding session if it stays idle
-// longer than d while it holds a pessimistic lock, so that a frozen or
-// partitioned holder cannot keep the lock forever. It runs in the locking
-// transaction once the lock is held; current is the session's setting the
-// lock statement read (SessionRef.Bound).
-//   - MariaDB: idle_transaction_timeout (whole seconds, at least 1). On a
+// longer than HoldBound(d) while it holds a pessimistic lock, so that a
+// frozen or partitioned holder cannot keep the lock forever. It runs in the
+// locking transaction once the lock is held; current is the session's
+// setting the lock statement read (SessionRef.Bound).
+//   - MariaDB: idle_transaction_timeout (whole seconds, at least 2). On a
 //     pool Open opened, the setting stays on the session after the hold
 //     (it only ends transactions left idle), so the next hold with the same
 //     bound on that session sends nothing; on a pool the caller passed to
 //     New, the session's value is saved here and restored by EndHold.
 //   - MySQL 8, which has no idle-transaction bound: wait_timeout, the bound
-//     on an idle session (whole seconds, at least 1), which ends the session
+//     on an idle session (whole seconds, at least 2), which ends the session
 //     and so the transaction; always saved and restored, since it also ends
 //     sessions idle in the pool.
 //   - PostgreSQL sets idle_in_transaction_session_timeout inside the lock
@@ -584,10 +615,7 @@ func (db *DB) SetHoldBound(ctx context.Context, tx Querier, d time.Duration, cur
 	if db.Dialect.Kind() != MySQL {
 		return nil
 	}
-	secs := int64(math.Ceil(d.Seconds()))
-	if secs < 1 {
-		secs = 1
-	}
+	secs := int64(max(db.HoldBound(d), mysqlHoldBoundMin) / time.Second)
 	var stmt string
 	switch {
 	case db.stickyHoldBound() && current == secs:

@@ -102,7 +102,12 @@
 // session sets nothing; on a pool passed to dialect.New, and always for
 // MySQL 8's wait_timeout (which also ends sessions idle in the pool), it is
 // restored when the lock ends, sharing a round trip with the check below.
-// SQLite has no such bound. A lock held by a busy transaction (a statement
+// SQLite has no such bound. The bound is the TTL rounded up, never down, to
+// what the setting can say: the millisecond on PostgreSQL; on MySQL and
+// MariaDB the whole second, and at least 2 s, so that a holder that keeps
+// its transaction busy every quarter of the bound (as dblock exec does while
+// its command runs) may be 1.5 s late before the server ends a live hold
+// (dialect.DB.HoldBound). A lock held by a busy transaction (a statement
 // running) is not ended by this bound.
 //
 // Whether the holding sessions still exist is asked of the server every

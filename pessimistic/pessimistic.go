@@ -80,8 +80,11 @@ type Config struct {
 	// its session, so a frozen or partitioned holder cannot keep a name
 	// forever (PostgreSQL idle_in_transaction_session_timeout, MariaDB
 	// idle_transaction_timeout, MySQL 8 wait_timeout, each for the hold
-	// only; SQLite has no such bound). A per-call WithTTL overrides it.
-	// Defaults to dblock.TTLDefault (30 s).
+	// only; SQLite has no such bound). The server's bound is the TTL
+	// rounded up, never down, to what its setting can say: the millisecond
+	// on PostgreSQL, the whole second and at least 2 s on MySQL and MariaDB
+	// (dialect.DB.HoldBound). A per-call WithTTL overrides it. Defaults to
+	// dblock.TTLDefault (30 s).
 	TTL time.Duration
 	// WatchInterval is how often a Locker holding locks asks the server,
 	// on the Locker's own connection (see Locker), whether the holding

@@ -27,10 +27,15 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // goldenStatus is the golden shape of status --json; goldenStatusTx that
-// of a name held by a pessimistic transaction.
+// of a name held by a pessimistic transaction (goldenStatusTxSQLite on
+// SQLite, where the hold is the database's write lock, which names no name);
+// goldenStatusDenied that of names a role may not probe for transaction
+// holds.
 var (
-	goldenStatus   = filepath.Join("..", "..", "testdata", "status.golden.json")
-	goldenStatusTx = filepath.Join("..", "..", "testdata", "status-pessimistic.golden.json")
+	goldenStatus         = filepath.Join("..", "..", "testdata", "status.golden.json")
+	goldenStatusTx       = filepath.Join("..", "..", "testdata", "status-pessimistic.golden.json")
+	goldenStatusTxSQLite = filepath.Join("..", "..", "testdata", "status-pessimistic-sqlite.golden.json")
+	goldenStatusDenied   = filepath.Join("..", "..", "testdata", "status-denied.golden.json")
 )
 
 // modes lists the exec flags of every lock mode the CLI offers.
@@ -215,7 +220,7 @@ func TestExecTakeoverAfterKill(t *testing.T) {
 					// The taker's own hold, seen by status from inside it.
 					switch {
 					case iso.Kind == dialect.SQLite:
-						if !st.WriteLocked || len(st.Locks) != 0 {
+						if !st.WriteLocked || len(st.Locks) != 0 || st.Checked {
 							t.Errorf("status --json inside the pessimistic taker on SQLite: %+v, want write_locked", st)
 						}
 					case len(st.Locks) != 1 || st.Locks[0].Name != "takeover" || st.Locks[0].Mode != "pessimistic" ||
@@ -264,9 +269,10 @@ func TestExecExitCodes(t *testing.T) {
 			}
 		})
 		t.Run("pessimistic hold outlives its idle TTL", func(t *testing.T) {
-			// The server ends a transaction idle for its TTL; exec keeps
-			// the holding transaction busy (every TTL/3) while CMD runs for
-			// twice the TTL. (A TTL far below a second would make a loaded
+			// The server ends a transaction idle for its TTL (rounded up:
+			// 2 s on MariaDB); exec keeps the holding transaction busy
+			// (every quarter of that) while CMD runs for twice the TTL,
+			// and its last keep-alive, due as CMD ends, is not cut short. (A TTL far below a second would make a loaded
 			// machine's scheduling pauses, not exec, decide the outcome.)
 			c.expect(t, 0, "exec", "--lock", "long", "--mode", "pessimistic", "--ttl", "1500ms", "--", "sleep", "3")
 		})
@@ -775,7 +781,7 @@ func TestStatusJSONGolden(t *testing.T) {
 		expireLease(t, iso, "golden-x", "golden-expired")
 
 		r := c.expect(t, 0, "status", "--json", "golden-a", "golden-b", "golden-free", "golden-x")
-		checkGolden(t, iso, r.stdout, goldenStatus, false)
+		checkGolden(t, iso, r.stdout, goldenStatus, dialect.Postgres)
 
 		r = c.expect(t, 0, "status", "golden-a", "golden-b", "golden-free", "golden-x")
 		for _, s := range []string{"LOCK", "golden-a", "golden-owner", "optimistic", "in ", "ago",
@@ -815,28 +821,23 @@ func expireLease(t *testing.T, iso *dbtest.Isolated, name, owner string) {
 }
 
 // checkGolden compares a status --json document, normalised, with a golden
-// file (written from PostgreSQL's run with -update). write_locked must be
-// writeLocked on SQLite and false elsewhere; the golden file has false.
-func checkGolden(t *testing.T, iso *dbtest.Isolated, out, golden string, writeLocked bool) {
+// file; with -update, the run on the dialect source writes it.
+func checkGolden(t *testing.T, iso *dbtest.Isolated, out, golden string, source dialect.Kind) {
 	t.Helper()
 	var doc map[string]any
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("status --json is not JSON: %v\n%s", err, out)
 	}
-	if want := writeLocked && iso.Kind == dialect.SQLite; doc["write_locked"] != want {
-		t.Errorf("write_locked = %v, want %v", doc["write_locked"], want)
-	}
-	doc["write_locked"] = false
 	got := must(json.MarshalIndent(normalizeStatus(t, doc, ""), "", "  "))
 	got = append(got, '\n')
-	if *update && iso.Kind == dialect.Postgres {
+	if *update && iso.Kind == source {
 		if err := os.WriteFile(golden, got, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	want, err := os.ReadFile(golden)
 	if err != nil {
-		t.Fatalf("read golden file (go test -run TestStatusJSONGolden -update writes it): %v", err)
+		t.Fatalf("read golden file (go test -run %s -update writes it): %v", t.Name(), err)
 	}
 	if string(got) != string(want) {
 		t.Errorf("status --json (normalised) differs from %s:\n%s", golden, got)
@@ -858,8 +859,14 @@ func TestPessimisticHold(t *testing.T) {
 		waitFile(t, ready)
 		sqlite := iso.Kind == dialect.SQLite
 
+		// SQLite's write lock names no name: golden-p is unknown there,
+		// never free.
 		r := c.expect(t, 0, "status", "--json", "golden-p")
-		checkGolden(t, iso, r.stdout, goldenStatusTx, true)
+		if sqlite {
+			checkGolden(t, iso, r.stdout, goldenStatusTxSQLite, dialect.SQLite)
+		} else {
+			checkGolden(t, iso, r.stdout, goldenStatusTx, dialect.Postgres)
+		}
 
 		r = c.expect(t, 0, "status", "--json")
 		var st statusJSON
@@ -867,21 +874,26 @@ func TestPessimisticHold(t *testing.T) {
 			t.Fatal(err)
 		}
 		if sqlite {
-			if !st.WriteLocked || len(st.Locks) != 0 {
-				t.Errorf("status --json without names on SQLite: %+v, want write_locked and no name", st)
+			if !st.WriteLocked || len(st.Locks) != 0 || st.Checked || st.UncheckedReason == nil || *st.UncheckedReason != "write_locked" {
+				t.Errorf("status --json without names on SQLite: %s, want write_locked, no name, checked false", r.stdout)
 			}
-		} else if len(st.Locks) != 1 || st.Locks[0].Name != "golden-p" || st.Locks[0].Mode != "pessimistic" || st.Locks[0].Token != nil {
+		} else if len(st.Locks) != 1 || st.Locks[0].Name != "golden-p" || st.Locks[0].Mode != "pessimistic" || st.Locks[0].Token != nil || !st.Checked {
 			t.Errorf("status --json without names: %s", r.stdout)
 		}
 
 		r = c.expect(t, 0, "status", "golden-p")
-		for _, s := range []string{"golden-p", "pessimistic", "(a transaction)", "when its transaction ends"} {
+		want := []string{"golden-p", "pessimistic", "(a transaction)", "when its transaction ends"}
+		if sqlite {
+			want = []string{"database write-locked by a transaction", "no locks held",
+				"\nunknown: golden-p (not checked for a transaction hold: the database is write-locked by a transaction"}
+		}
+		for _, s := range want {
 			if !strings.Contains(r.stdout, s) {
 				t.Errorf("status table lacks %q:\n%s", s, r.stdout)
 			}
 		}
-		if sqlite && !strings.Contains(r.stdout, "database write-locked by a transaction") {
-			t.Errorf("status table on SQLite does not say the database is write-locked:\n%s", r.stdout)
+		if strings.Contains(r.stdout, "free") {
+			t.Errorf("status table calls the held name free:\n%s", r.stdout)
 		}
 
 		r = c.expect(t, 75, "release", "--lock", "golden-p", "--force")
@@ -913,7 +925,9 @@ func TestPessimisticHold(t *testing.T) {
 			t.Errorf("holder after SIGTERM: exit %d (stderr %q)", r.code, r.stderr)
 		}
 		r = c.expect(t, 0, "status", "--json", "golden-p")
-		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.WriteLocked || len(st.Locks) != 0 || len(st.Free) != 1 {
+		st = statusJSON{}
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.WriteLocked || len(st.Locks) != 0 || len(st.Free) != 1 ||
+			!st.Checked || len(st.Unknown) != 0 {
 			t.Errorf("status after the holder ended: %s (%v)", r.stdout, err)
 		}
 	})
@@ -1044,8 +1058,9 @@ func TestExecFairQueue(t *testing.T) {
 // TestStatusReadOnlyRole runs status as a role that may only read the dblock
 // tables while a pessimistic transaction holds a name. MariaDB lets such a
 // role take the shared lock of the probe, so the hold is shown; PostgreSQL
-// wants UPDATE for any locking read, so status shows the leases and says on
-// one stderr line that transaction holds are not shown.
+// wants UPDATE for any locking read, so status shows the leases, says on
+// one stderr line that transaction holds are not shown, and reports every
+// name asked for that no live lease holds as unknown, never free.
 func TestStatusReadOnlyRole(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
@@ -1060,8 +1075,14 @@ func TestStatusReadOnlyRole(t *testing.T) {
 				"sh", "-c", `echo ok > "$1"; exec sleep 120`, "sh", ready)
 			waitFile(t, ready)
 			expireLease(t, iso, "ro-x", "someone")
+			expireLease(t, iso, "ro-free", "someone")
+			if _, err := iso.DB.ForceRelease(context.Background(), nil, "ro-free"); err != nil {
+				t.Fatal(err) // A free row, as a released lock leaves it.
+			}
+			ro := cli{dsn: roDSN}
+			denied := kind == dialect.Postgres
 
-			r := cli{dsn: roDSN}.expect(t, 0, "status", "--json")
+			r := ro.expect(t, 0, "status", "--json")
 			var st statusJSON
 			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 				t.Fatalf("status --json as a read-only role: %v\n%s", err, r.stdout)
@@ -1070,41 +1091,82 @@ func TestStatusReadOnlyRole(t *testing.T) {
 			for _, l := range st.Locks {
 				names = append(names, l.Name+"/"+l.Mode)
 			}
-			if kind == dialect.Postgres {
+			if denied {
 				assertOneLine(t, r.stderr, "status: transaction (pessimistic) holds not shown", "grant it UPDATE")
-				if strings.Join(names, " ") != "ro-x/optimistic" {
-					t.Errorf("locks as a read-only role: %v, want the expired lease only", names)
+				if strings.Join(names, " ") != "ro-x/optimistic" || st.Checked || st.UncheckedReason == nil ||
+					*st.UncheckedReason != "permission_denied" || len(st.Unknown) != 0 {
+					t.Errorf("status --json as a read-only role: %s, want the expired lease only, checked false (permission_denied)", r.stdout)
 				}
 			} else {
 				if r.stderr != "" {
 					t.Errorf("stderr %q", r.stderr)
 				}
-				if strings.Join(names, " ") != "ro-p/pessimistic ro-x/optimistic" {
-					t.Errorf("locks as a read-only role: %v, want the pessimistic hold and the expired lease", names)
+				if strings.Join(names, " ") != "ro-p/pessimistic ro-x/optimistic" || !st.Checked || st.UncheckedReason != nil {
+					t.Errorf("status --json as a read-only role: %s, want the pessimistic hold and the expired lease, checked", r.stdout)
 				}
 			}
-			// Asked by name, the held name and a free one: the role cannot
-			// tell them apart on PostgreSQL, and says so rather than "free".
-			r = cli{dsn: roDSN}.expect(t, 0, "status", "--json", "ro-p", "ro-free")
-			st = statusJSON{}
-			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-				t.Fatalf("status --json NAMES as a read-only role: %v\n%s", err, r.stdout)
+
+			// Named: the held name, one with an expired lease, a free row
+			// and a name without a row.
+			asked := []string{"ro-p", "ro-x", "ro-free", "ro-none"}
+			r = ro.expect(t, 0, append([]string{"status", "--json"}, asked...)...)
+			if denied {
+				checkGolden(t, iso, r.stdout, goldenStatusDenied, dialect.Postgres)
+			} else {
+				st = statusJSON{}
+				if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || !st.Checked || len(st.Unknown) != 0 ||
+					strings.Join(st.Free, " ") != "ro-free ro-none" || len(st.Locks) != 2 || st.Locks[0].Name != "ro-p" {
+					t.Errorf("status --json %v as a read-only role on MariaDB: %s (%v)", asked, r.stdout, err)
+				}
 			}
-			if kind == dialect.Postgres {
-				if st.TxHoldsChecked || len(st.Free) != 0 || strings.Join(st.Unknown, " ") != "ro-p ro-free" || st.UnknownReason == nil {
-					t.Errorf("names a read-only role cannot check: %s", r.stdout)
+			r = ro.expect(t, 0, append([]string{"status"}, asked...)...)
+			if denied {
+				for _, s := range []string{"ro-x", "expired ", "(transaction holds not checked: this role may not lock rows of dblock_locks",
+					"\nunknown: ro-p, ro-x, ro-free, ro-none (not checked for a transaction hold: "} {
+					if !strings.Contains(r.stdout, s) {
+						t.Errorf("status table as a read-only role lacks %q:\n%s", s, r.stdout)
+					}
 				}
-				r = cli{dsn: roDSN}.expect(t, 0, "status", "ro-p")
-				if !strings.Contains(r.stdout, "unknown: ro-p") || strings.Contains(r.stdout, "free:") {
-					t.Errorf("table for a name a read-only role cannot check:\n%s", r.stdout)
+				if strings.Contains(r.stdout, "free:") {
+					t.Errorf("status table calls names it could not check free:\n%s", r.stdout)
 				}
-			} else if !st.TxHoldsChecked || strings.Join(st.Free, " ") != "ro-free" || len(st.Unknown) != 0 {
-				t.Errorf("names a read-only role checks on MariaDB: %s", r.stdout)
+			} else if !strings.Contains(r.stdout, "\nfree: ro-free, ro-none\n") || strings.Contains(r.stdout, "unknown") {
+				t.Errorf("status table as a read-only role on MariaDB:\n%s", r.stdout)
 			}
 			holder.signal(syscall.SIGTERM)
 			holder.wait()
 		})
 	}
+}
+
+// TestStatusReadOnlySession runs status on a PostgreSQL session whose
+// transactions are read-only (as on a standby): the probe's locking read is
+// refused, so the names asked for that no live lease holds are unknown.
+func TestStatusReadOnlySession(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.Postgres)
+	u, err := url.Parse(iso.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_transaction_read_only", "on")
+	u.RawQuery = q.Encode()
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	holder := cli{dsn: iso.DSN}.start(t, "exec", "--lock", "rs-p", "--mode", "pessimistic", "--ttl", "5m", "--",
+		"sh", "-c", `echo ok > "$1"; exec sleep 120`, "sh", ready)
+	waitFile(t, ready)
+
+	r := cli{dsn: u.String()}.expect(t, 0, "status", "--json", "rs-p", "rs-none")
+	assertOneLine(t, r.stderr, "status: transaction (pessimistic) holds not shown: the session is read-only")
+	var st statusJSON
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Checked || st.UncheckedReason == nil || *st.UncheckedReason != "read_only" ||
+		len(st.Free) != 0 || len(st.Unknown) != 2 || st.Unknown[0] != (unknownJSON{Name: "rs-p", Reason: "read_only"}) {
+		t.Errorf("status --json on a read-only session: %s (%v)", r.stdout, err)
+	}
+	holder.signal(syscall.SIGTERM)
+	holder.wait()
 }
 
 // readOnlyRole creates a login that may only read iso's tables (dropped at

@@ -55,7 +55,9 @@ Flags:
   --ttl DUR       the lease length (default 30s); renewed every DUR/3 while
                   CMD runs. A dead dblock's lock is free again after DUR.
                   Pessimistic mode: the server ends the transaction if this
-                  client goes silent for DUR.
+                  client goes silent for DUR (rounded up; on MySQL and
+                  MariaDB to whole seconds, at least 2s); while CMD runs,
+                  dblock keeps it busy every quarter of that.
   --max-hold DUR  never hold the lock longer than DUR: renewal stops there and
                   the lock is lost (CMD gets SIGTERM, exit 76). Lease modes
                   only (with --mode pessimistic it is a usage error).

@@ -3,10 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
 )
 
 func TestHuman(t *testing.T) {
@@ -96,5 +98,58 @@ func TestLostReason(t *testing.T) {
 	other := errors.New("boom")
 	if got := lostReason(other); got != other {
 		t.Errorf("lostReason(%v) = %v", other, got)
+	}
+}
+
+// TestStatusUnchecked: names that could not be checked for a transaction
+// hold are unknown, never free, whether or not a lease row names them; a
+// live lease is a hold whatever the probe could do; and a probe limited to
+// the first rows marks the listing unchecked without naming any name.
+func TestStatusUnchecked(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	rows := []dialect.LockRow{
+		{Name: "live", Owner: "o", Token: 3, Reentry: 1, Mode: dblock.ModeOptimistic, ExpiresAt: now.Add(time.Minute), Now: now},
+		{Name: "expired", Owner: "o", Token: 2, Reentry: 1, Mode: dblock.ModeOptimistic, ExpiresAt: now.Add(-time.Minute), Now: now},
+	}
+	names := []string{"live", "expired", "none", "none", "queued"}
+	waiters := []dialect.WaiterRow{{Name: "queued", Owner: "w", Position: 1, CreatedAt: now, Now: now}}
+	st := statusData{now: now, locks: mergeTxHolds(now, rows, dialect.TxHolds{}), waiters: waiters, unchecked: uncheckedDenied}
+	st.unknown = uncheckedNames(names, rows)
+	st.free = freeNames(names, st.locks, waiters, st.unknown)
+	if got := strings.Join(st.unknown, ","); got != "expired,none,queued" {
+		t.Errorf("unknown = %q, want the names no live lease holds", got)
+	}
+	if len(st.free) != 0 {
+		t.Errorf("free = %q, want none", st.free)
+	}
+	doc := buildStatus(st)
+	if doc.Checked || doc.UncheckedReason == nil || *doc.UncheckedReason != "permission_denied" || len(doc.Unknown) != 3 ||
+		doc.Unknown[1] != (unknownJSON{Name: "none", Reason: "permission_denied"}) || len(doc.Locks) != 2 {
+		t.Errorf("JSON of an unchecked status: %+v", doc)
+	}
+	var b strings.Builder
+	if err := (&app{stdout: &b}).printStatus(st); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "\nunknown: expired, none, queued (not checked for a transaction hold: this role may not lock rows") ||
+		!strings.Contains(out, "(transaction holds not checked: ") || strings.Contains(out, "free") {
+		t.Errorf("table of an unchecked status:\n%s", out)
+	}
+
+	limited := statusData{now: now, unchecked: uncheckedLimit}
+	doc = buildStatus(limited)
+	if doc.Checked || doc.UncheckedReason == nil || *doc.UncheckedReason != "probe_limit" || len(doc.Unknown) != 0 || doc.Unknown == nil {
+		t.Errorf("JSON of a limited probe: %+v", doc)
+	}
+	b.Reset()
+	if err := (&app{stdout: &b}).printStatus(limited); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "(probed the first 1000 rows without a live lease for transaction holds; name a lock to probe it)") {
+		t.Errorf("table of a limited probe:\n%s", out)
+	}
+	if doc := buildStatus(statusData{now: now}); !doc.Checked || doc.UncheckedReason != nil {
+		t.Errorf("JSON of a checked status: %+v", doc)
 	}
 }

@@ -38,7 +38,7 @@ func newLocker(db *dialect.DB, mode string, logger *slog.Logger) (cliLocker, err
 		if err != nil {
 			return nil, err
 		}
-		return &txLocker{Locker: l.AsLocker(), l: l, held: map[*dblock.Lease]*pessimistic.Lease{}}, nil
+		return &txLocker{Locker: l.AsLocker(), l: l, db: db, held: map[*dblock.Lease]*pessimistic.Lease{}}, nil
 	case dblock.ModeFair:
 		l, err := fairqueue.New(db, &fairqueue.Config{Logger: logger})
 		if err != nil {
@@ -55,18 +55,17 @@ type leaseLocker struct{ dblock.Locker }
 func (leaseLocker) keepAlive(*dblock.Lease, time.Duration) func() { return func() {} }
 
 // txLocker is the pessimistic mode. The server ends a holding transaction
-// left idle for its TTL (so that a frozen client cannot keep a name
-// forever), and the transaction is idle while CMD runs; keepAlive therefore
-// runs a trivial statement on it every TTL/3, which stops when dblock stops.
+// left idle past its bound (the TTL rounded up, see dialect.HoldBound; so
+// that a frozen client cannot keep a name forever), and the transaction is
+// idle while CMD runs; keepAlive therefore runs a trivial statement on it
+// every quarter of that bound, which stops when dblock stops.
 type txLocker struct {
 	dblock.Locker
-	l *pessimistic.Locker
+	l  *pessimistic.Locker
+	db *dialect.DB
 
 	mu   sync.Mutex
 	held map[*dblock.Lease]*pessimistic.Lease
-
-	// keepAliveQuery is the keep-alive statement; empty means "SELECT 1".
-	keepAliveQuery string
 }
 
 func (t *txLocker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
@@ -89,52 +88,18 @@ func (t *txLocker) remember(lease *pessimistic.Lease, err error) (*dblock.Lease,
 	return lease.Lease, nil
 }
 
-// keepAliveTimeout bounds one keep-alive statement.
-const keepAliveTimeout = 5 * time.Second
-
 func (t *txLocker) keepAlive(lease *dblock.Lease, ttl time.Duration) func() {
 	t.mu.Lock()
 	pl := t.held[lease]
 	t.mu.Unlock()
-	if pl == nil {
-		return func() {}
-	}
 	if ttl <= 0 {
 		ttl = dblock.TTLDefault
 	}
-	query := t.keepAliveQuery
-	if query == "" {
-		query = "SELECT 1"
+	bound := t.db.HoldBound(ttl)
+	if pl == nil || bound == 0 { // SQLite has no idle bound.
+		return func() {}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(max(ttl/3, time.Millisecond))
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-lease.Done():
-				return
-			case <-tick.C:
-				// Stop must not cancel a statement in flight: both drivers
-				// close the connection of a statement whose context ends
-				// mid-way, and with it the holding transaction. Stop waits
-				// for it instead (keepAliveTimeout at most).
-				qctx, qcancel := context.WithTimeout(context.Background(), keepAliveTimeout)
-				// A failure is left to the pessimistic locker, which
-				// notices a dead session and reports the loss.
-				_, _ = pl.Tx().ExecContext(qctx, query)
-				qcancel()
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
+	return keepAlive{tx: pl.Tx(), stmt: "SELECT 1", every: keepAliveEvery(bound), lost: lease.Done()}.start()
 }
 
 // modeOf returns the mode named by the exec flags.

@@ -20,7 +20,8 @@ const statusHelp = `Usage: dblock [--dsn DSN] status [--json] [NAME...]
 Lists the held locks (name, owner, fencing token, reentry count, mode, when
 acquired, when the lease expires) and the fair-queue waiters (queue position
 and how long each has waited). With NAMEs, only those locks; a NAME that
-nobody holds is reported free. Times come from the database clock.
+nobody holds is reported free, and a NAME that status could not check is
+reported unknown, never free. Times come from the database clock.
 
 A lease past its expiry that the reaper has not freed yet is shown as
 "expired ... ago": anyone may take it.
@@ -32,12 +33,19 @@ pessimistic, no owner, no token (the holder's is not committed yet) and no
 lease: it lasts until its transaction ends. With NAMEs, those names are
 probed; without, up to 1000 rows that no live lease names (PostgreSQL: only
 rows a lock has marked), in name order, and a note says when there were
-more: name a lock to be sure. On PostgreSQL the locking read needs UPDATE on
-dblock_locks: a role without it gets the rest, and one line on stderr saying
-that transaction holds are not shown. On SQLite a pessimistic hold is the
-database's write lock, which does not say which name it is for: status says
-"database write-locked by a transaction", and reports every NAME asked for
-that no lease row names as held by it (none can be taken until it ends).
+more: name a lock to be sure.
+
+When status cannot check for transaction holds, it says so and lists every
+NAME that no live lease holds as unknown (table: a line "unknown: NAME, ...";
+JSON: "unknown" and "checked": false). That happens when the server refuses
+the locking read: PostgreSQL wants UPDATE on dblock_locks (MySQL 8: UPDATE,
+DELETE or LOCK TABLES; MariaDB only SELECT), and a read-only session (a
+PostgreSQL standby) takes no row locks; one line on stderr says which. On
+SQLite a pessimistic hold is the database's write lock, which does not say
+which name it is for: status says "database write-locked by a transaction",
+and reports every NAME that no live lease holds as unknown (none can be
+taken until the transaction ends). The exit status is 0 in all these cases:
+test the output.
 
 Flags:
   --json   print one JSON document instead of tables (see below)
@@ -48,6 +56,8 @@ seconds as numbers, null when there is no value):
     "format_version": 1,
     "now": "2026-01-02T15:04:05.000000Z",
     "write_locked": false,
+    "checked": true,
+    "unchecked_reason": null,
     "locks": [{"name": "...", "owner": "...", "token": 7, "reentry": 1,
                "mode": "optimistic", "acquired_at": "...", "expires_at": "...",
                "expires_in_seconds": 12.5, "expired": false, "metadata": "..."}],
@@ -55,24 +65,28 @@ seconds as numbers, null when there is no value):
                  "waiting_since": "...", "wait_seconds": 2.25,
                  "heartbeat_at": "...", "expires_at": "..."}],
     "free": ["names asked for that nobody holds"],
-    "tx_holds_checked": true,
-    "unknown": ["names asked for whose state could not be checked"],
-    "unknown_reason": null
+    "unknown": [{"name": "names asked for that status could not check",
+                 "reason": "permission_denied"}]
   }
-A name is never reported free without being checked: when the probe for
-transaction holds cannot run (a role that may not lock rows of dblock_locks),
-"tx_holds_checked" is false, "unknown_reason" says why, and the names asked
-for that no lease or waiter names are listed in "unknown" (in the table: a
-line "unknown: NAMES (why)") instead of "free".
 A transaction (pessimistic) hold has "mode": "pessimistic", "owner": "",
 "token": null, "reentry": 0 and null times; "write_locked" is true when an
 SQLite database is write-locked by a transaction ("now" is the database
-clock, read when no row carried it).
+clock, read when no row carried it). "checked" is false when "locks" may
+miss transaction holds, and "unchecked_reason" then says why:
+  permission_denied  this role may not lock rows of dblock_locks
+  read_only          the session is read-only (a standby): no row locks
+  write_locked       SQLite: a transaction holds the write lock of the file
+  probe_limit        without NAMEs, more rows than status probes
+"unknown" lists, with the same reason, each NAME that no live lease holds
+while status could not check it (it may be free or held by a transaction;
+an expired lease of it is still listed under "locks"); it is never listed
+under "free".
 
 Examples:
   dblock status
   dblock status nightly-report invoice:42
   dblock status --json | jq '.locks[] | {name, owner, expires_in_seconds}'
+  dblock status --json invoice:42 | jq -e '.free == ["invoice:42"]'   # free, checked
 `
 
 // statusTimeout bounds the status queries.
@@ -90,17 +104,22 @@ type statusJSON struct {
 	Now           string `json:"now"`
 	// WriteLocked: SQLite only, a transaction holds the database's write
 	// lock (a pessimistic hold locks the whole file).
-	WriteLocked bool         `json:"write_locked"`
-	Locks       []lockJSON   `json:"locks"`
-	Waiters     []waiterJSON `json:"waiters"`
-	Free        []string     `json:"free"`
-	// TxHoldsChecked is false when the probe for transaction (pessimistic)
-	// holds could not run (a role that may not lock rows): Locks then shows
-	// the leases only, and the names asked for that no lease or waiter
-	// names are Unknown, never Free.
-	TxHoldsChecked bool     `json:"tx_holds_checked"`
-	Unknown        []string `json:"unknown"`
-	UnknownReason  *string  `json:"unknown_reason"`
+	WriteLocked bool `json:"write_locked"`
+	// Checked is false when Locks may miss transaction holds: the probe
+	// for them was refused or limited, or (SQLite) a transaction holds the
+	// write lock without naming a name. UncheckedReason then says why.
+	Checked         bool          `json:"checked"`
+	UncheckedReason *string       `json:"unchecked_reason"`
+	Locks           []lockJSON    `json:"locks"`
+	Waiters         []waiterJSON  `json:"waiters"`
+	Free            []string      `json:"free"`
+	Unknown         []unknownJSON `json:"unknown"`
+}
+
+// unknownJSON is a name asked for that status could not check.
+type unknownJSON struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 type lockJSON struct {
@@ -154,18 +173,9 @@ func (a *app) status(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("status: %w", a.schemaError(err))
 	}
-	tx, err := db.ProbeTxHolds(ctx, names, dialect.TxProbeLimitDefault)
-	unchecked := ""
-	switch {
-	case dialect.PermissionDenied(err):
-		// A read-only role (PostgreSQL wants UPDATE for a locking read)
-		// still gets the lease holders, with a word about what is missing,
-		// and no name it could not check is called free.
-		unchecked = "transaction (pessimistic) holds not checked: this role may not lock rows of dblock_locks (PostgreSQL: grant it UPDATE)"
-		a.errorLine(fmt.Errorf("status: %s: %w", strings.Replace(unchecked, "not checked", "not shown", 1), err))
-		tx = dialect.TxHolds{}
-	case err != nil:
-		return fmt.Errorf("status: probe for transaction holds: %w", a.schemaError(err))
+	tx, unchecked, err := a.probeTxHolds(ctx, db, names)
+	if err != nil {
+		return err
 	}
 	var now time.Time
 	switch {
@@ -179,13 +189,13 @@ func (a *app) status(ctx context.Context, args []string) error {
 		}
 	}
 	st := statusData{
-		now: now, locks: mergeTxHolds(now, names, rows, tx), waiters: waiters,
-		writeLocked: tx.WriteLocked, limited: tx.Limited, unchecked: unchecked,
+		now: now, locks: mergeTxHolds(now, rows, tx), waiters: waiters,
+		writeLocked: tx.WriteLocked, unchecked: unchecked,
 	}
-	st.free = freeNames(names, st.locks, waiters)
 	if unchecked != "" {
-		st.free, st.unknown = []string{}, st.free
+		st.unknown = uncheckedNames(names, rows)
 	}
+	st.free = freeNames(names, st.locks, waiters, st.unknown)
 	if *asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -194,18 +204,57 @@ func (a *app) status(ctx context.Context, args []string) error {
 	return a.printStatus(st)
 }
 
+// Why status could not check every name for a transaction hold: the
+// stable values of unchecked_reason in status --json.
+const (
+	uncheckedDenied      = "permission_denied"
+	uncheckedReadOnly    = "read_only"
+	uncheckedWriteLocked = "write_locked"
+	uncheckedLimit       = "probe_limit"
+)
+
+// uncheckedText says for people why transaction holds were not all checked.
+var uncheckedText = map[string]string{
+	uncheckedDenied:      "this role may not lock rows of dblock_locks (PostgreSQL: grant it UPDATE)",
+	uncheckedReadOnly:    "the session is read-only (a standby?), and a read-only transaction takes no row locks",
+	uncheckedWriteLocked: "the database is write-locked by a transaction, which does not say which name it holds",
+	uncheckedLimit:       fmt.Sprintf("probed the first %d rows without a live lease for transaction holds; name a lock to probe it", dialect.TxProbeLimitDefault),
+}
+
+// probeTxHolds probes names (or, without names, the rows no live lease
+// names) for transaction holds, and says why when it could not check them
+// all. A probe the server refuses for want of a privilege or in a read-only
+// session leaves every name unchecked, with one line on stderr.
+func (a *app) probeTxHolds(ctx context.Context, db *dialect.DB, names []string) (dialect.TxHolds, string, error) {
+	tx, err := db.ProbeTxHolds(ctx, names, dialect.TxProbeLimitDefault)
+	switch {
+	case dialect.PermissionDenied(err):
+		a.errorLine(fmt.Errorf("status: transaction (pessimistic) holds not shown: this role may not lock rows of dblock_locks (PostgreSQL: grant it UPDATE): %w", err))
+		return dialect.TxHolds{}, uncheckedDenied, nil
+	case dialect.ReadOnlyRefused(err):
+		a.errorLine(fmt.Errorf("status: transaction (pessimistic) holds not shown: the session is read-only: %w", err))
+		return dialect.TxHolds{}, uncheckedReadOnly, nil
+	case err != nil:
+		return dialect.TxHolds{}, "", fmt.Errorf("status: probe for transaction holds: %w", a.schemaError(err))
+	case tx.WriteLocked:
+		return tx, uncheckedWriteLocked, nil
+	case tx.Limited:
+		return tx, uncheckedLimit, nil
+	}
+	return tx, "", nil
+}
+
 // statusData is what status found.
 type statusData struct {
 	now         time.Time // The database clock.
 	locks       []lockEntry
 	waiters     []dialect.WaiterRow
 	free        []string
-	writeLocked bool // SQLite: a transaction holds the write lock.
-	limited     bool // Not every row was probed for transaction holds.
-	// unchecked, when set, says why transaction holds could not be
-	// probed; the names asked for that would be free are unknown instead.
+	unknown     []string // Names asked for that could not be checked.
+	writeLocked bool     // SQLite: a transaction holds the write lock.
+	// unchecked says why transaction holds were not all checked (one of
+	// the unchecked* values), or is empty.
 	unchecked string
-	unknown   []string
 }
 
 // lockEntry is a held lock: a lease row, or a transaction hold (tx), which
@@ -217,23 +266,11 @@ type lockEntry struct {
 
 // mergeTxHolds returns the held locks: the lease rows, with the transaction
 // holds the probe found in place of any expired lease row of the same name,
-// in name order. On a write-locked SQLite database every name asked for
-// that no lease row names is held by the transaction.
-func mergeTxHolds(now time.Time, names []string, rows []dialect.LockRow, tx dialect.TxHolds) []lockEntry {
+// in name order.
+func mergeTxHolds(now time.Time, rows []dialect.LockRow, tx dialect.TxHolds) []lockEntry {
 	held := map[string]bool{}
 	for _, n := range tx.Names {
 		held[n] = true
-	}
-	if tx.WriteLocked {
-		listed := map[string]bool{}
-		for _, r := range rows {
-			listed[r.Name] = true
-		}
-		for _, n := range names {
-			if !listed[n] {
-				held[n] = true
-			}
-		}
 	}
 	var out []lockEntry
 	for _, r := range rows {
@@ -250,15 +287,39 @@ func mergeTxHolds(now time.Time, names []string, rows []dialect.LockRow, tx dial
 	return out
 }
 
-// freeNames returns the asked-for names that nobody holds or waits for, in
-// the order given, without duplicates.
-func freeNames(names []string, locks []lockEntry, waiters []dialect.WaiterRow) []string {
+// uncheckedNames returns the asked-for names that no live lease holds, in
+// the order given, without duplicates: when transaction holds could not be
+// checked, each of them may be held by one.
+func uncheckedNames(names []string, rows []dialect.LockRow) []string {
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if !r.Expired() {
+			seen[r.Name] = true
+		}
+	}
+	var out []string
+	for _, n := range names {
+		if !seen[n] {
+			out = append(out, n)
+			seen[n] = true
+		}
+	}
+	return out
+}
+
+// freeNames returns the asked-for names that nobody holds or waits for and
+// that were checked (not in unknown), in the order given, without
+// duplicates.
+func freeNames(names []string, locks []lockEntry, waiters []dialect.WaiterRow, unknown []string) []string {
 	busy := map[string]bool{}
 	for _, l := range locks {
 		busy[l.Name] = true
 	}
 	for _, w := range waiters {
 		busy[w.Name] = true
+	}
+	for _, n := range unknown {
+		busy[n] = true
 	}
 	free := []string{}
 	for _, n := range names {
@@ -275,15 +336,18 @@ func buildStatus(st statusData) statusJSON {
 		FormatVersion: 1,
 		Now:           st.now.UTC().Format(jsonTime),
 		WriteLocked:   st.writeLocked,
+		Checked:       st.unchecked == "",
 		Locks:         []lockJSON{},
 		Waiters:       []waiterJSON{},
 		Free:          st.free,
-
-		TxHoldsChecked: st.unchecked == "",
-		Unknown:        append([]string{}, st.unknown...),
+		Unknown:       []unknownJSON{},
 	}
 	if st.unchecked != "" {
-		doc.UnknownReason = &st.unchecked
+		reason := st.unchecked
+		doc.UncheckedReason = &reason
+	}
+	for _, n := range st.unknown {
+		doc.Unknown = append(doc.Unknown, unknownJSON{Name: n, Reason: st.unchecked})
 	}
 	for _, l := range st.locks {
 		j := lockJSON{
@@ -352,8 +416,12 @@ func (a *app) printStatus(st statusData) error {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Name, l.Owner, l.Token, l.Reentry, dash(l.Mode), acquired, expires)
 		}
 	}
-	if st.limited {
-		fmt.Fprintf(tw, "(probed the first %d rows without a live lease for transaction holds; name a lock to probe it)\n", dialect.TxProbeLimitDefault)
+	switch st.unchecked {
+	case "", uncheckedWriteLocked: // The first line said it.
+	case uncheckedLimit:
+		fmt.Fprintf(tw, "(%s)\n", uncheckedText[st.unchecked])
+	default:
+		fmt.Fprintf(tw, "(transaction holds not checked: %s)\n", uncheckedText[st.unchecked])
 	}
 	if len(st.waiters) > 0 {
 		fmt.Fprintln(tw)
@@ -362,13 +430,15 @@ func (a *app) printStatus(st statusData) error {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", w.Name, w.Position, w.Owner, human(w.Now.Sub(w.CreatedAt)))
 		}
 	}
-	if len(st.free) > 0 {
+	if len(st.free) > 0 || len(st.unknown) > 0 {
 		fmt.Fprintln(tw)
+	}
+	if len(st.free) > 0 {
 		fmt.Fprintf(tw, "free: %s\n", strings.Join(st.free, ", "))
 	}
 	if len(st.unknown) > 0 {
-		fmt.Fprintln(tw)
-		fmt.Fprintf(tw, "unknown: %s (%s)\n", strings.Join(st.unknown, ", "), st.unchecked)
+		// Never "free": a transaction may hold any of them.
+		fmt.Fprintf(tw, "unknown: %s (not checked for a transaction hold: %s)\n", strings.Join(st.unknown, ", "), uncheckedText[st.unchecked])
 	}
 	return tw.Flush()
 }
