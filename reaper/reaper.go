@@ -261,7 +261,7 @@ func (r *Reaper) Check(ctx context.Context) error {
 	return nil
 }
 
-// Start runs passes on the schedule, in UTC, until Stop. A pass still running
+// Start runs a first pass at once, then passes on the schedule, in UTC, until Stop. A pass still running
 // when the next is due makes that one skip; a panic in a pass is recovered and
 // logged. Start after Start or Stop does nothing.
 func (r *Reaper) Start() {
@@ -281,9 +281,26 @@ func (r *Reaper) Start() {
 		// through it would make every later run skip.
 		cron.WithChain(cron.SkipIfStillRunning(l), cron.Recover(l)),
 	)
-	r.cron.Schedule(r.schedule, cron.FuncJob(r.scheduled))
+	r.cron.Schedule(&startNow{then: r.schedule}, cron.FuncJob(r.scheduled))
 	r.cron.Start()
 	r.log.DebugContext(r.rootCtx, "reaper: started", "schedule", r.cfg.Schedule, "owner", r.cfg.Owner)
+}
+
+// startNow is a cron schedule whose first run is at once (cron's next
+// tick), then then's: a replica that starts cleans up at once rather than
+// one interval later, and the first pass goes through the same chain
+// (skip if running, recover) as every other.
+type startNow struct {
+	then cron.Schedule
+	done bool // cron calls Next from its one goroutine.
+}
+
+func (s *startNow) Next(t time.Time) time.Time {
+	if !s.done {
+		s.done = true
+		return t
+	}
+	return s.then.Next(t)
 }
 
 // scheduled is the cron job: one pass on the root context, its failure logged.

@@ -283,3 +283,26 @@ func TestStopLetsTheBatchFinish(t *testing.T) {
 		}
 	})
 }
+
+// TestStartRunsAPassAtOnce: a reaper started with an hourly schedule runs
+// its first pass at once, not an hour later.
+func TestStartRunsAPassAtOnce(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.SQLite)
+	started := make(chan struct{}, 1)
+	r := newReaper(t, iso.DB, &Config{Schedule: "@every 1h", Hooks: &Hooks{
+		OnPassStart: func(dblock.Token) {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+		},
+	}})
+	r.Start()
+	defer func() { _ = r.Stop(context.Background()) }()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no pass began after Start with an hourly schedule")
+	}
+}
