@@ -3,6 +3,7 @@ package dblock
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -145,7 +146,7 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
-	return fmt.Sprintf("dblock: %q lost: %v", e.Name, e.Reason)
+	return fmt.Sprintf("dblock: %q lost: %s", e.Name, strings.TrimPrefix(fmt.Sprint(e.Reason), "dblock: "))
 }
 
 // Is reports whether target is ErrLost.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/hook"
 )
 
@@ -132,7 +133,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	if lost != nil {
 		if err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrLost) {
-			return errors.Join(lost, err)
+			return errjoin.Join(lost, err)
 		}
 		return lost
 	}

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -328,6 +329,31 @@ func TestMigrateHint(t *testing.T) {
 	}
 }
 
+// TestKeywordDSNOpens: a libpq keyword/value DSN opens PostgreSQL, and
+// errors about one never show its password.
+func TestKeywordDSNOpens(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(dbtest.ServerDSN(dialect.Postgres))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := fmt.Sprintf("host=%s port=%s dbname=%s user=%s sslmode=disable", u.Hostname(), u.Port(), strings.TrimPrefix(u.Path, "/"), u.User.Username())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := dialect.Open(ctx, kv)
+	if err != nil {
+		dbtest.Unavailable(t, fmt.Sprintf("keyword DSN %q: %v", kv, err))
+		return
+	}
+	defer db.Close()
+	if db.Dialect.Kind() != dialect.Postgres {
+		t.Fatalf("kind %v", db.Dialect.Kind())
+	}
+	if r := dialect.Redact("host=h user=u password=s3cret dbname=d"); strings.Contains(r, "s3cret") {
+		t.Fatalf("Redact kept the password: %q", r)
+	}
+}
+
 func TestParseDSN(t *testing.T) {
 	t.Parallel()
 	good := map[string]dialect.Kind{
@@ -337,13 +363,15 @@ func TestParseDSN(t *testing.T) {
 		"sqlite://dblock.db":                 dialect.SQLite,
 		"sqlite:///tmp/x.db":                 dialect.SQLite,
 		"file:dblock.db":                     dialect.SQLite,
+		"host=db dbname=app user=app":        dialect.Postgres,
+		"dbname=app":                         dialect.Postgres,
 	}
 	for dsn, want := range good {
 		if kind, _, err := dialect.ParseDSN(dsn); err != nil || kind != want {
 			t.Errorf("ParseDSN(%q) = %v, %v; want %v", dsn, kind, err, want)
 		}
 	}
-	for _, bad := range []string{"", "redis://h", "localhost:5432", "sqlite://", "file:"} {
+	for _, bad := range []string{"", "redis://h", "localhost:5432", "sqlite://", "file:", "sslmode=disable", "a=b"} {
 		if _, _, err := dialect.ParseDSN(bad); !errors.Is(err, dblock.ErrInvalidOption) {
 			t.Errorf("ParseDSN(%q) error = %v, want ErrInvalidOption", bad, err)
 		}

@@ -269,12 +269,16 @@ func ParseDSN(dsn string) (Kind, string, error) {
 			return "", "", fmt.Errorf("%w: sqlite DSN %q has no file path", dblock.ErrInvalidOption, dsn)
 		}
 		return SQLite, path, nil
+	case kvDSN.MatchString(dsn) && pgKeyword.MatchString(dsn):
+		// libpq's keyword/value form ("host=db dbname=app user=app"),
+		// which pgx reads as it is.
+		return Postgres, dsn, nil
 	}
 	scheme := "no scheme"
 	if i := strings.Index(dsn, "://"); i > 0 {
 		scheme = "scheme " + dsn[:i]
 	}
-	return "", "", fmt.Errorf("%w: DSN %s has %s (want a postgres://, postgresql://, mysql://, sqlite:// or file: DSN)",
+	return "", "", fmt.Errorf("%w: DSN %s has %s (want a postgres://, postgresql://, mysql://, sqlite:// or file: DSN, or a PostgreSQL host=... dbname=... one)",
 		dblock.ErrInvalidOption, Redact(dsn), scheme)
 }
 
@@ -306,6 +310,9 @@ var (
 	// kvDSN: a libpq keyword/value DSN (host=h user=u ...), which has no
 	// scheme and starts with a keyword.
 	kvDSN = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
+	// pgKeyword: a keyword of a libpq keyword/value DSN that names a
+	// server, database, user or service.
+	pgKeyword = regexp.MustCompile(`(?:^|\s)(?:host|hostaddr|dbname|user|service|port)\s*=`)
 	// kvPassword: a password keyword and its value, bare or single-quoted
 	// (with backslash escapes), in a keyword/value DSN.
 	kvPassword = regexp.MustCompile(`(?i)(^|\s)([a-z_]*password)\s*=\s*(?:'(?:[^'\\]|\\.)*'?|\S*)`)

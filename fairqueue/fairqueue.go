@@ -2,7 +2,6 @@ package fairqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/wake"
@@ -273,7 +273,7 @@ func (l *Locker) Close() error {
 	if l.hub != nil {
 		errs = append(errs, l.hub.Close())
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errjoin.Join(errs...); err != nil {
 		return fmt.Errorf("fairqueue: close: %w", err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/wake"
@@ -171,7 +172,7 @@ func (l *Locker) Close() error {
 	if l.hub != nil {
 		errs = append(errs, l.hub.Close())
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errjoin.Join(errs...); err != nil {
 		return fmt.Errorf("optimistic: close: %w", err)
 	}
 	return nil

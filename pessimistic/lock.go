@@ -9,6 +9,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/errjoin"
 )
 
 // Lock takes more names inside this lock's transaction, waiting in the
@@ -195,11 +196,11 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 		}
 		if err := db.RollbackToSavepoint(sctx, h.tx, sp); err != nil {
 			l.txTrouble(h, err)
-			return errors.Join(cause, err)
+			return errjoin.Join(cause, err)
 		}
 		if err := db.ReleaseSavepoint(sctx, h.tx, sp); err != nil {
 			l.txTrouble(h, err)
-			return errors.Join(cause, err)
+			return errjoin.Join(cause, err)
 		}
 		return cause
 	}
@@ -219,7 +220,7 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 		}
 		if err != nil {
 			if ctx.Err() != nil && !errors.Is(err, dblock.ErrDeadlock) {
-				err = fmt.Errorf("%w: %w", dblock.ErrNotAcquired, errors.Join(context.Cause(ctx), err))
+				err = fmt.Errorf("%w: %w", dblock.ErrNotAcquired, errjoin.Join(context.Cause(ctx), err))
 			}
 			if kind == dialect.MySQL {
 				l.txTrouble(h, err)

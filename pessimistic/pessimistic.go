@@ -17,6 +17,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/mode"
 )
 
@@ -367,7 +368,7 @@ func run(ctx context.Context, lease *Lease, fn func(ctx context.Context, tx *sql
 	if relErr == nil {
 		return fnErr
 	}
-	return errors.Join(fnErr, relErr)
+	return errjoin.Join(fnErr, relErr)
 }
 
 func (l *Locker) acquire(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (*Lease, error) {
@@ -473,7 +474,7 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 		l.leaveGates(keys)
 		if errors.Is(err, ErrPoolExhausted) || waitCtx.Err() != nil {
 			if closeCtx.Err() != nil {
-				err = errors.Join(err, context.Cause(closeCtx))
+				err = errjoin.Join(err, context.Cause(closeCtx))
 			}
 			return nil, notAcquiredErr(op, label, nil, err)
 		}
@@ -1117,7 +1118,7 @@ func (l *Locker) Close() error {
 	l.wg.Wait()
 	l.dropSide()
 	waitBounded(&l.bg, cleanupTimeout)
-	return errors.Join(errs...)
+	return errjoin.Join(errs...)
 }
 
 // waitBounded waits for wg at most d (a commit stuck on a dead network
@@ -1201,7 +1202,7 @@ func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, n
 			case <-t.C:
 			case <-waitCtx.Done():
 				t.Stop()
-				return nil, notAcquired(nil, errors.Join(err, context.Cause(waitCtx)))
+				return nil, notAcquired(nil, errjoin.Join(err, context.Cause(waitCtx)))
 			}
 			continue
 		case errors.Is(err, dblock.ErrNotAcquired):
@@ -1209,7 +1210,7 @@ func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, n
 				settle(waitCtx)
 			}
 			if waitCtx.Err() != nil {
-				return nil, notAcquired(nil, errors.Join(err, context.Cause(waitCtx)))
+				return nil, notAcquired(nil, errjoin.Join(err, context.Cause(waitCtx)))
 			}
 			if try {
 				return nil, notAcquired(nil, err)
@@ -1235,7 +1236,7 @@ func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, n
 			// a cancellation a moment after callCtx; either ends the wait.
 			for _, c := range []context.Context{ctx, callCtx} {
 				if c.Err() != nil {
-					return nil, fmt.Errorf("pessimistic: %s %q: %w: %w", op, label, dblock.ErrNotAcquired, errors.Join(context.Cause(c), err))
+					return nil, fmt.Errorf("pessimistic: %s %q: %w: %w", op, label, dblock.ErrNotAcquired, errjoin.Join(context.Cause(c), err))
 				}
 			}
 			return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)

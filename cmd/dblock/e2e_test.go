@@ -490,13 +490,13 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
-		{[]string{"--bogus", "status"}, "flag provided but not defined: -bogus"},
-		{[]string{"exec", "--bogus", "--lock", "x", "--", "true"}, "flag provided but not defined: -bogus"},
+		{[]string{"--bogus", "status"}, "flag provided but not defined: --bogus"},
+		{[]string{"exec", "--bogus", "--lock", "x", "--", "true"}, "flag provided but not defined: --bogus"},
 		{[]string{"exec", "--", "true"}, "--lock NAME is required"},
 		{[]string{"exec", "--lock", "x"}, "no command given"},
 		{[]string{"exec", "--lock", "x", "--mode", "sloppy", "--", "true"}, `unknown --mode "sloppy"`},
 		{[]string{"exec", "--lock", "x", "--mode", "pessimistic", "--fair", "--", "true"}, "--fair works with --mode optimistic only"},
-		{[]string{"exec", "--lock", "x", "--ttl", "soon", "--", "true"}, "invalid value \"soon\" for flag -ttl"},
+		{[]string{"exec", "--lock", "x", "--ttl", "soon", "--", "true"}, "invalid value \"soon\" for flag --ttl"},
 		{[]string{"exec", "--lock", "x", "--ttl", "1ns", "--", "true"}, "ttl 1ns out of range"},
 		{[]string{"exec", "--lock", "x", "--wait", "-1s", "--", "true"}, "must not be negative"},
 		{[]string{"exec", "--lock", "x", "--max-hold", "1ns", "--", "true"}, "ttl 1ns out of range"},
@@ -707,7 +707,7 @@ func TestFirstRunSQLiteDefault(t *testing.T) {
 	}
 }
 
-var metadataRE = regexp.MustCompile(`^dblock exec on \S+ pid \d+: sh -c .+$`)
+var metadataRE = regexp.MustCompile(`^dblock exec on \S+ pid \d+: sh$`)
 
 // normalizeStatus replaces what differs between runs (times, durations,
 // tokens, ids, host and pid) with fixed values after checking its form.
@@ -1221,4 +1221,46 @@ func readOnlyRole(t *testing.T, iso *dbtest.Isolated) string {
 		}
 	}
 	return dsn
+}
+
+// TestCLISurface: --dsn after the command, --version, and exec's metadata,
+// which holds CMD's program name only unless --metadata-args asks for its
+// arguments (they can hold secrets).
+func TestCLISurface(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.SQLite)
+	c := cli{}
+	r := c.expect(t, 0, "--version")
+	if !strings.HasPrefix(r.stdout, "dblock ") || !strings.Contains(r.stdout, "go1.") {
+		t.Errorf("--version: %q", r.stdout)
+	}
+	if r2 := c.expect(t, 0, "version"); r2.stdout != r.stdout {
+		t.Errorf("version %q, --version %q", r2.stdout, r.stdout)
+	}
+	for _, withArgs := range []bool{false, true} {
+		dir := t.TempDir()
+		ready, goFile := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
+		args := []string{"exec", "--dsn", iso.DSN, "--lock", "meta", "--"}
+		if withArgs {
+			args = []string{"exec", "--dsn", iso.DSN, "--metadata-args", "--lock", "meta", "--"}
+		}
+		args = append(args, "sh", "-c", `echo ok > "$1"; while [ ! -e "$2" ]; do sleep 0.05; done`, "sh", ready, goFile)
+		holder := c.start(t, args...)
+		waitFile(t, ready)
+		r := c.expect(t, 0, "status", "--json", "--dsn", iso.DSN, "meta")
+		var st statusJSON
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Locks) != 1 {
+			t.Fatalf("status --json after the command's --dsn: %v\n%s", err, r.stdout)
+		}
+		md := st.Locks[0].Metadata
+		if hasArgs := strings.Contains(md, "echo ok"); hasArgs != withArgs || !strings.Contains(md, ": sh") {
+			t.Errorf("metadata with --metadata-args %v: %q", withArgs, md)
+		}
+		if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := holder.wait(); r.code != 0 {
+			t.Fatalf("holder: exit %d: %s", r.code, r.stderr)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,6 +67,9 @@ Flags:
                   (DUR: 30s, 5m, 1h30m; a bare number is seconds)
   --owner ID      the owner to hold the lock as (default: host:pid:random).
                   Reuse an owner to re-enter a lock it already holds.
+  --metadata-args store CMD's arguments in the lock's metadata (shown by
+                  dblock status); by default only the program's name is
+                  stored, since arguments can hold secrets
 
 Exit status: CMD's status (128+N if a signal N killed it); 75 if the lock
 was not acquired (one line on stderr names the holder and its expiry, by the
@@ -129,6 +133,7 @@ func (a *app) exec(ctx context.Context, args []string) int {
 	modeFlag := fs.String("mode", dblock.ModeOptimistic, "optimistic or pessimistic")
 	fair := fs.Bool("fair", false, "FIFO")
 	owner := fs.String("owner", "", "owner")
+	metadataArgs := fs.Bool("metadata-args", false, "store CMD's arguments in the lock's metadata")
 	var ttl, maxHold, wait optDuration
 	fs.Var(&ttl, "ttl", "lease length")
 	fs.Var(&maxHold, "max-hold", "cap on the whole hold")
@@ -191,7 +196,7 @@ func (a *app) exec(ctx context.Context, args []string) int {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	opts := lockOptions(mode, *owner, ttl.d, ttl.set, wait.d, wait.set, metadata(argv))
+	opts := lockOptions(mode, *owner, ttl.d, ttl.set, wait.d, wait.set, metadata(argv, *metadataArgs))
 	if maxHold.set {
 		opts = append(opts, dblock.WithMaxHold(maxHold.d))
 	}
@@ -422,9 +427,13 @@ func notAcquiredLine(name string, h holder, err error, wait optDuration) error {
 }
 
 // metadata describes this exec for dblock status: host, pid and command.
-func metadata(argv []string) string {
+func metadata(argv []string, withArgs bool) string {
 	host, _ := os.Hostname()
-	s := strings.ToValidUTF8(fmt.Sprintf("dblock exec on %s pid %d: %s", host, os.Getpid(), strings.Join(argv, " ")), "?")
+	cmd := filepath.Base(argv[0])
+	if withArgs {
+		cmd = strings.Join(argv, " ")
+	}
+	s := strings.ToValidUTF8(fmt.Sprintf("dblock exec on %s pid %d: %s", host, os.Getpid(), cmd), "?")
 	if len(s) <= dblock.MaxMetadataLen {
 		return s
 	}

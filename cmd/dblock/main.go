@@ -40,6 +40,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
+	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"github.com/dblock-go/dblock"
@@ -98,7 +101,9 @@ Commands:
   reaper                      free expired leases and dead waiters on a schedule
 
 Global flags:
-  --dsn DSN   database to use; also $DBLOCK_DSN; default sqlite://dblock.db
+  --version   print the version and exit (also: dblock version)
+  --dsn DSN   database to use (before or after COMMAND); also $DBLOCK_DSN;
+              default sqlite://dblock.db
               (that default file is created and migrated on first use)
               postgres://user:pass@host:5432/db?sslmode=disable
               mysql://user:pass@tcp(host:3306)/db
@@ -136,12 +141,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dblock", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	dsn := fs.String("dsn", "", "database DSN")
+	showVersion := fs.Bool("version", false, "print the version")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, mainUsage)
 			return exitOK
 		}
-		return a.fail(usageErrorf("%v (see dblock --help)", err))
+		return a.fail(usageErrorf("%s (see dblock --help)", flagError(err)))
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version())
+		return exitOK
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -170,6 +180,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = a.reaper(ctx, cmdArgs)
 	case "help":
 		return a.help(cmdArgs)
+	case "version":
+		fmt.Fprintln(stdout, version())
+		return exitOK
 	default:
 		err = usageErrorf("unknown command %q (want migrate, exec, status, release or reaper; see dblock --help)", cmd)
 	}
@@ -241,16 +254,42 @@ func oneLine(msg string) string {
 // parseFlags parses args with fs, printing help to stdout on --help. It
 // returns done=true when the command should stop (help shown) and an error
 // that exits 64 on bad flags.
+//
+// Every command also takes --dsn, with the meaning of the global one: the
+// DSN given after the command wins over one given before it.
 func (a *app) parseFlags(fs *flag.FlagSet, help string, args []string) (done bool, err error) {
 	fs.SetOutput(io.Discard)
+	dsn := fs.String("dsn", "", "database DSN")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(a.stdout, help)
 			return true, nil
 		}
-		return true, usageErrorf("%s: %v (see dblock %s --help)", fs.Name(), err, fs.Name())
+		return true, usageErrorf("%s: %s (see dblock %s --help)", fs.Name(), flagError(err), fs.Name())
+	}
+	if *dsn != "" {
+		a.dsn, a.dsnDefault = *dsn, false
 	}
 	return false, nil
+}
+
+// flagBare matches the flag package's "-name" in its messages.
+var flagBare = regexp.MustCompile(`(defined: |for flag |flag needs an argument: )-([A-Za-z])`)
+
+// flagError is a flag package error naming the flag as users type it:
+// "--ttl", not "-ttl".
+func flagError(err error) string {
+	return flagBare.ReplaceAllString(err.Error(), "$1--$2")
+}
+
+// version is the module version this binary was built from (as go install
+// records it; "(devel)" for a build from a work tree) and the Go version.
+func version() string {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	return "dblock " + v + " " + runtime.Version()
 }
 
 // help prints the usage of dblock, or of the command named in args.

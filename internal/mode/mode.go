@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/hook"
 )
 
@@ -90,12 +91,12 @@ func Run(ctx context.Context, lease *dblock.Lease, releaseTimeout time.Duration,
 	relErr := release()
 	if relErr != nil {
 		if errors.Is(relErr, dblock.ErrLost) {
-			return errors.Join(fnErr, relErr)
+			return errjoin.Join(fnErr, relErr)
 		}
 		if fnErr == nil {
 			return relErr
 		}
-		return errors.Join(fnErr, relErr)
+		return errjoin.Join(fnErr, relErr)
 	}
 	return fnErr
 }
