@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/sqlident"
 )
 
 // RowSQL holds the statements of transaction-held (pessimistic) locks. Every
@@ -723,7 +723,7 @@ func (db *DB) ReleaseSavepoint(ctx context.Context, tx Querier, name string) err
 }
 
 func (db *DB) savepointStmt(ctx context.Context, tx Querier, verb, name string) error {
-	if !identRE.MatchString(name) || strings.Contains(name, ".") {
+	if !sqlident.Valid(name) {
 		return fmt.Errorf("%w: savepoint name %q", dblock.ErrInvalidOption, name)
 	}
 	_, err := tx.ExecContext(ctx, verb+name)
@@ -928,26 +928,14 @@ func (db *DB) SQLiteWriteLock(ctx context.Context, tx Querier) error {
 
 // ---- users' own rows ----
 
-// identRE is what a table or column identifier may look like: letters,
-// digits and underscores, optionally schema-qualified once.
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
-
-// QuoteIdent validates an identifier (optionally schema.table) against a
-// strict pattern and quotes it for the dialect. Errors wrap
-// dblock.ErrInvalidOption.
+// QuoteIdent validates an identifier (optionally schema.table) and quotes it
+// for the dialect (sqlident.Quote). Errors wrap dblock.ErrInvalidOption.
 func (db *DB) QuoteIdent(ident string) (string, error) {
-	if !identRE.MatchString(ident) {
-		return "", fmt.Errorf("%w: identifier %q: want letters, digits and underscores (optionally schema.name)", dblock.ErrInvalidOption, ident)
-	}
 	q := `"`
 	if db.Dialect.Kind() == MySQL {
 		q = "`"
 	}
-	parts := strings.Split(ident, ".")
-	for i, p := range parts {
-		parts[i] = q + p + q
-	}
-	return strings.Join(parts, "."), nil
+	return sqlident.Quote(ident, q, true)
 }
 
 // UserRowsParams are the inputs of LockUserRows.

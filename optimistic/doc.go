@@ -81,7 +81,7 @@
 //	UPDATE accounts SET balance = $1, fence = $2 WHERE id = $3 AND fence <= $2
 //
 // A write that matches no row came from a holder that was superseded.
-// FencedUpdate builds that statement for a table of the caller's (validated
+// userrows.FencedUpdate builds that statement for a table of the caller's (validated
 // identifiers, bind parameters) and says which fence refused the write. When
 // the protected data lives in the same database, Guard checks inside the
 // caller's transaction that the lease still holds and keeps it so until

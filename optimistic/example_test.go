@@ -152,30 +152,6 @@ func ExampleLocker_Guard() {
 	// commit: <nil>
 }
 
-// CAS updates a user's versioned row only if nobody changed it since it was read.
-func ExampleCAS() {
-	db, cleanup := exampleDB()
-	defer cleanup()
-	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, `CREATE TABLE account (id INTEGER PRIMARY KEY, balance INTEGER, version INTEGER);
-INSERT INTO account VALUES (7, 100, 1)`); err != nil {
-		panic(err)
-	}
-	p := optimistic.CASParams{Table: "account", KeyColumn: "id", VersionColumn: "version", Key: 7,
-		Expected: 1, Set: map[string]any{"balance": 80}}
-	v, err := optimistic.CAS(ctx, db, nil, p)
-	fmt.Println("version:", v, err)
-
-	_, err = optimistic.CAS(ctx, db, nil, p) // Still expects version 1.
-	var conflict *dblock.ConflictError
-	if errors.As(err, &conflict) {
-		fmt.Println("conflict: want", conflict.Want, "found", conflict.Found)
-	}
-	// Output:
-	// version: 2 <nil>
-	// conflict: want 1 found 2
-}
-
 // A transfer locks both accounts or neither: no caller ever holds one while
 // waiting for the other, so two opposite transfers cannot deadlock.
 func ExampleLocker_AcquireMany() {

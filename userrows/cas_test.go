@@ -1,4 +1,4 @@
-package optimistic_test
+package userrows_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
-	"github.com/dblock-go/dblock/optimistic"
+	"github.com/dblock-go/dblock/userrows"
 )
 
 func TestCAS(t *testing.T) {
@@ -23,14 +23,14 @@ func TestCAS(t *testing.T) {
 		if _, err := db.ExecContext(ctx, `INSERT INTO accounts (id, balance, version) VALUES (1, 100, 1)`); err != nil {
 			t.Fatalf("insert: %v", err)
 		}
-		p := optimistic.CASParams{Table: "accounts", KeyColumn: "id", VersionColumn: "version", Key: 1, Expected: 1,
+		p := userrows.CASParams{Table: "accounts", KeyColumn: "id", VersionColumn: "version", Key: 1, Expected: 1,
 			Set: map[string]any{"balance": 90}}
-		v, err := optimistic.CAS(ctx, db, nil, p)
+		v, err := userrows.CAS(ctx, db, nil, p)
 		if err != nil || v != 2 {
 			t.Fatalf("cas: %d %v, want version 2", v, err)
 		}
 		// Stale version: a conflict carrying what was expected and found.
-		_, err = optimistic.CAS(ctx, db, nil, p)
+		_, err = userrows.CAS(ctx, db, nil, p)
 		var conflict *dblock.ConflictError
 		if !errors.Is(err, dblock.ErrConflict) || !errors.As(err, &conflict) || conflict.Want != 1 || conflict.Found != 2 {
 			t.Fatalf("stale cas: %v, want a conflict expecting 1 and finding 2", err)
@@ -38,12 +38,12 @@ func TestCAS(t *testing.T) {
 		// Missing row: found is -1.
 		missing := p
 		missing.Key = 42
-		_, err = optimistic.CAS(ctx, db, nil, missing)
+		_, err = userrows.CAS(ctx, db, nil, missing)
 		if !errors.As(err, &conflict) || conflict.Found != -1 {
 			t.Fatalf("cas of a missing row: %v, want a conflict finding -1", err)
 		}
 		// Identifiers are validated, never interpolated as given.
-		for _, bad := range []optimistic.CASParams{
+		for _, bad := range []userrows.CASParams{
 			{Table: "accounts; DROP TABLE accounts", KeyColumn: "id", VersionColumn: "version", Key: 1},
 			{Table: "accounts", KeyColumn: `id" = 1 OR "1`, VersionColumn: "version", Key: 1},
 			{Table: "accounts", KeyColumn: "id", VersionColumn: "version", Key: 1, Set: map[string]any{"balance = 0, x": 1}},
@@ -51,7 +51,7 @@ func TestCAS(t *testing.T) {
 			{Table: "accounts", KeyColumn: "id", VersionColumn: "version", Key: 1, Set: map[string]any{"version": 7}},
 			{Table: "a.b.c", KeyColumn: "id", VersionColumn: "version", Key: 1},
 		} {
-			if _, err := optimistic.CAS(ctx, db, nil, bad); !errors.Is(err, dblock.ErrInvalidOption) {
+			if _, err := userrows.CAS(ctx, db, nil, bad); !errors.Is(err, dblock.ErrInvalidOption) {
 				t.Errorf("cas with %+v: %v, want ErrInvalidOption", bad, err)
 			}
 		}
@@ -62,11 +62,11 @@ func TestCAS(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, err := optimistic.CASRetry(ctx, db, nil, 100, func(ctx context.Context) (optimistic.CASParams, error) {
+				_, err := userrows.CASRetry(ctx, db, nil, 100, func(ctx context.Context) (userrows.CASParams, error) {
 					var balance, version int64
 					err := db.QueryRowContext(ctx, "SELECT balance, version FROM accounts WHERE id = "+db.Dialect.Placeholder(1), 1).
 						Scan(&balance, &version)
-					return optimistic.CASParams{Table: "accounts", KeyColumn: "id", VersionColumn: "version", Key: 1,
+					return userrows.CASParams{Table: "accounts", KeyColumn: "id", VersionColumn: "version", Key: 1,
 						Expected: version, Set: map[string]any{"balance": balance + 1}}, err
 				})
 				if err != nil {
@@ -87,7 +87,7 @@ func TestCAS(t *testing.T) {
 		if err != nil {
 			t.Fatalf("begin: %v", err)
 		}
-		if _, err := optimistic.CAS(ctx, db, tx, optimistic.CASParams{Table: "accounts", KeyColumn: "id",
+		if _, err := userrows.CAS(ctx, db, tx, userrows.CASParams{Table: "accounts", KeyColumn: "id",
 			VersionColumn: "version", Key: 1, Expected: version}); err != nil {
 			t.Fatalf("cas in a transaction: %v", err)
 		}
@@ -100,7 +100,7 @@ func TestCAS(t *testing.T) {
 			if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 				t.Fatalf("schema: %v", err)
 			}
-			if _, err := optimistic.CAS(ctx, db, nil, optimistic.CASParams{Table: schema + ".accounts", KeyColumn: "id",
+			if _, err := userrows.CAS(ctx, db, nil, userrows.CASParams{Table: schema + ".accounts", KeyColumn: "id",
 				VersionColumn: "version", Key: 1, Expected: version + 1}); err != nil {
 				t.Fatalf("cas on %s.accounts: %v", schema, err)
 			}

@@ -1,23 +1,25 @@
-package optimistic
+package userrows
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/backoff"
+	"github.com/dblock-go/dblock/internal/sqlident"
 )
 
-// identifierRE is what CAS accepts as a table or column name: letters, digits
-// and underscores, not starting with a digit, at most 63 bytes (PostgreSQL's
-// limit). A table may be qualified once: schema.table.
-var identifierRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+// CASRetry's pauses between conflicts: capped, jittered, doubling.
+const (
+	retryMin = 5 * time.Millisecond
+	retryMax = 250 * time.Millisecond
+)
 
 // Execer is what CAS runs on: a *sql.DB, *sql.Tx or *sql.Conn (or the sqlx types).
 type Execer interface {
@@ -52,22 +54,22 @@ type CASParams struct {
 // transaction. Bad identifiers wrap dblock.ErrInvalidOption.
 func CAS(ctx context.Context, db *dialect.DB, q Execer, p CASParams) (int64, error) {
 	if db == nil {
-		return 0, fmt.Errorf("optimistic: cas: %w: nil database", dblock.ErrInvalidOption)
+		return 0, fmt.Errorf("userrows: cas: %w: nil database", dblock.ErrInvalidOption)
 	}
 	if q == nil {
 		q = db.DB
 	}
 	update, read, args, err := casSQL(db.Dialect, p)
 	if err != nil {
-		return 0, fmt.Errorf("optimistic: cas %s: %w", p.Table, err)
+		return 0, fmt.Errorf("userrows: cas %s: %w", p.Table, err)
 	}
 	r, err := q.ExecContext(ctx, update, args...)
 	if err != nil {
-		return 0, fmt.Errorf("optimistic: cas %s: %w", p.Table, db.Classify(err))
+		return 0, fmt.Errorf("userrows: cas %s: %w", p.Table, db.Classify(err))
 	}
 	n, err := r.RowsAffected()
 	if err != nil {
-		return 0, fmt.Errorf("optimistic: cas %s: %w", p.Table, err)
+		return 0, fmt.Errorf("userrows: cas %s: %w", p.Table, err)
 	}
 	if n > 0 {
 		return p.Expected + 1, nil
@@ -78,11 +80,11 @@ func CAS(ctx context.Context, db *dialect.DB, q Execer, p CASParams) (int64, err
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
-		return 0, fmt.Errorf("optimistic: cas %s: read version after conflict: %w", p.Table, db.Classify(err))
+		return 0, fmt.Errorf("userrows: cas %s: read version after conflict: %w", p.Table, db.Classify(err))
 	case v.Valid:
 		found = v.Int64
 	}
-	return 0, fmt.Errorf("optimistic: cas: %w", &dblock.ConflictError{Table: p.Table, Key: p.Key, Want: p.Expected, Found: found})
+	return 0, fmt.Errorf("userrows: cas: %w", &dblock.ConflictError{Table: p.Table, Key: p.Key, Want: p.Expected, Found: found})
 }
 
 // CASRetry runs read-then-CAS up to attempts times: read re-reads the row and
@@ -92,9 +94,9 @@ func CAS(ctx context.Context, db *dialect.DB, q Execer, p CASParams) (int64, err
 // *dblock.ConflictError.
 func CASRetry(ctx context.Context, db *dialect.DB, q Execer, attempts int, read func(ctx context.Context) (CASParams, error)) (int64, error) {
 	if attempts < 1 {
-		return 0, fmt.Errorf("optimistic: cas retry: %w: attempts %d, want at least 1", dblock.ErrInvalidOption, attempts)
+		return 0, fmt.Errorf("userrows: cas retry: %w: attempts %d, want at least 1", dblock.ErrInvalidOption, attempts)
 	}
-	backoff := PollMinDefault
+	pause := retryMin
 	for attempt := 1; ; attempt++ {
 		p, err := read(ctx)
 		if err != nil {
@@ -104,14 +106,14 @@ func CASRetry(ctx context.Context, db *dialect.DB, q Execer, attempts int, read 
 		if err == nil || !errors.Is(err, dblock.ErrConflict) || attempt == attempts {
 			return v, err
 		}
-		t := time.NewTimer(jitter(backoff))
+		t := time.NewTimer(backoff.Jitter(pause))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
 			return 0, fmt.Errorf("%w: %w", err, context.Cause(ctx))
 		}
-		backoff = min(backoff*2, PollMaxDefault)
+		pause = min(pause*2, retryMax)
 	}
 }
 
@@ -167,31 +169,19 @@ func guardedUpdateSQL(d dialect.Dialect, tableName, keyColumn, ctlColumn, what s
 	return b.String(), read, args, nil
 }
 
+// quoteTable and quoteIdent quote a user's table (optionally schema.table)
+// and column for d (see sqlident.Quote).
 func quoteTable(d dialect.Dialect, table string) (string, error) {
-	schema, name, qualified := strings.Cut(table, ".")
-	if !qualified {
-		return quoteIdent(d, table)
-	}
-	qs, err := quoteIdent(d, schema)
-	if err != nil {
-		return "", err
-	}
-	qn, err := quoteIdent(d, name)
-	if err != nil {
-		return "", err
-	}
-	return qs + "." + qn, nil
+	return sqlident.Quote(table, quoteChar(d), true)
 }
 
-// quoteIdent validates an identifier against identifierRE and quotes it for
-// d. Validation is what makes it safe; quoting keeps reserved words usable.
 func quoteIdent(d dialect.Dialect, id string) (string, error) {
-	if !identifierRE.MatchString(id) {
-		return "", fmt.Errorf("%w: identifier %q: want letters, digits and underscores, not starting with a digit, at most 63 bytes",
-			dblock.ErrInvalidOption, id)
-	}
+	return sqlident.Quote(id, quoteChar(d), false)
+}
+
+func quoteChar(d dialect.Dialect) string {
 	if d.Kind() == dialect.MySQL {
-		return "`" + id + "`", nil
+		return "`"
 	}
-	return `"` + id + `"`, nil
+	return `"`
 }

@@ -1,4 +1,4 @@
-package optimistic_test
+package userrows_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
 	"github.com/dblock-go/dblock/optimistic"
+	"github.com/dblock-go/dblock/userrows"
 )
 
 // TestFencedUpdate: a holder whose lease ran out while it was paused, and
@@ -28,14 +29,18 @@ func TestFencedUpdate(t *testing.T) {
 		if _, err := db.ExecContext(ctx, `INSERT INTO reports (id, body) VALUES (1, 'none')`); err != nil {
 			t.Fatalf("insert: %v", err)
 		}
-		l := newOptimistic(t, db)
+		l, err := optimistic.New(db, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
 		name := locktest.RandomName("fenced")
 		old, err := l.TryAcquire(ctx, name, dblock.WithTTL(50*time.Millisecond), dblock.WithMaxHold(50*time.Millisecond))
 		if err != nil {
 			t.Fatalf("first holder: %v", err)
 		}
 		write := func(lease *dblock.Lease, body string) error {
-			return optimistic.FencedUpdate(ctx, db, nil, optimistic.FenceParams{Table: "reports", KeyColumn: "id", FenceColumn: "fence",
+			return userrows.FencedUpdate(ctx, db, nil, userrows.FenceParams{Table: "reports", KeyColumn: "id", FenceColumn: "fence",
 				Key: 1, Token: lease.Token(), Set: map[string]any{"body": body}})
 		}
 		if err := write(old, "old"); err != nil {
@@ -61,18 +66,18 @@ func TestFencedUpdate(t *testing.T) {
 		if err := db.GetContext(ctx, &body, `SELECT body FROM reports WHERE id = 1`); err != nil || body != "next" {
 			t.Fatalf("row body %q (%v), want the newer holder's", body, err)
 		}
-		err = optimistic.FencedUpdate(ctx, db, nil, optimistic.FenceParams{Table: "reports", KeyColumn: "id", FenceColumn: "fence",
+		err = userrows.FencedUpdate(ctx, db, nil, userrows.FenceParams{Table: "reports", KeyColumn: "id", FenceColumn: "fence",
 			Key: 2, Token: next.Token()})
 		if !errors.As(err, &conflict) || conflict.Found != -1 {
 			t.Fatalf("write to a missing row = %v, want a conflict with Found -1", err)
 		}
-		for label, p := range map[string]optimistic.FenceParams{
+		for label, p := range map[string]userrows.FenceParams{
 			"bad table":      {Table: "reports; DROP TABLE reports", KeyColumn: "id", FenceColumn: "fence", Key: 1, Token: next.Token()},
 			"fence is key":   {Table: "reports", KeyColumn: "id", FenceColumn: "id", Key: 1, Token: next.Token()},
 			"sets the fence": {Table: "reports", KeyColumn: "id", FenceColumn: "fence", Key: 1, Token: next.Token(), Set: map[string]any{"fence": 0}},
 			"no token":       {Table: "reports", KeyColumn: "id", FenceColumn: "fence", Key: 1},
 		} {
-			if err := optimistic.FencedUpdate(ctx, db, nil, p); !errors.Is(err, dblock.ErrInvalidOption) {
+			if err := userrows.FencedUpdate(ctx, db, nil, p); !errors.Is(err, dblock.ErrInvalidOption) {
 				t.Errorf("%s: %v, want ErrInvalidOption", label, err)
 			}
 		}

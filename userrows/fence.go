@@ -1,4 +1,4 @@
-package optimistic
+package userrows
 
 import (
 	"context"
@@ -40,10 +40,10 @@ type FenceParams struct {
 // caller's transaction. Bad identifiers wrap dblock.ErrInvalidOption.
 func FencedUpdate(ctx context.Context, db *dialect.DB, q Execer, p FenceParams) error {
 	if db == nil {
-		return fmt.Errorf("optimistic: fenced update: %w: nil database", dblock.ErrInvalidOption)
+		return fmt.Errorf("userrows: fenced update: %w: nil database", dblock.ErrInvalidOption)
 	}
 	if p.Token <= 0 {
-		return fmt.Errorf("optimistic: fenced update %s: %w: token %d, want a lease's token (> 0)", p.Table, dblock.ErrInvalidOption, p.Token)
+		return fmt.Errorf("userrows: fenced update %s: %w: token %d, want a lease's token (> 0)", p.Table, dblock.ErrInvalidOption, p.Token)
 	}
 	if q == nil {
 		q = db.DB
@@ -52,15 +52,15 @@ func FencedUpdate(ctx context.Context, db *dialect.DB, q Execer, p FenceParams) 
 	update, read, args, err := guardedUpdateSQL(db.Dialect, p.Table, p.KeyColumn, p.FenceColumn, "fence", p.Set, p.Key,
 		token, func(col, ph string) string { return "(" + col + " IS NULL OR " + col + " <= " + ph + ")" }, token)
 	if err != nil {
-		return fmt.Errorf("optimistic: fenced update %s: %w", p.Table, err)
+		return fmt.Errorf("userrows: fenced update %s: %w", p.Table, err)
 	}
 	r, err := q.ExecContext(ctx, update, args...)
 	if err != nil {
-		return fmt.Errorf("optimistic: fenced update %s: %w", p.Table, db.Classify(err))
+		return fmt.Errorf("userrows: fenced update %s: %w", p.Table, db.Classify(err))
 	}
 	n, err := r.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("optimistic: fenced update %s: %w", p.Table, err)
+		return fmt.Errorf("userrows: fenced update %s: %w", p.Table, err)
 	}
 	if n > 0 {
 		return nil
@@ -73,12 +73,12 @@ func FencedUpdate(ctx context.Context, db *dialect.DB, q Execer, p FenceParams) 
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
-		return fmt.Errorf("optimistic: fenced update %s: read the fence after a refusal: %w", p.Table, db.Classify(err))
+		return fmt.Errorf("userrows: fenced update %s: read the fence after a refusal: %w", p.Table, db.Classify(err))
 	default:
 		found = v.Int64 // NULL reads as 0.
 		if found <= token {
 			return nil
 		}
 	}
-	return fmt.Errorf("optimistic: fenced update: %w", &dblock.ConflictError{Table: p.Table, Key: p.Key, Want: token, Found: found, Fence: true})
+	return fmt.Errorf("userrows: fenced update: %w", &dblock.ConflictError{Table: p.Table, Key: p.Key, Want: token, Found: found, Fence: true})
 }

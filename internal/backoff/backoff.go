@@ -1,0 +1,16 @@
+// Package backoff holds the jitter of the library's retry pauses.
+package backoff
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Jitter returns a random duration in [d/2, d]: pauses of many clients
+// retrying together spread out instead of meeting again.
+func Jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
