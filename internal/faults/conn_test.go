@@ -230,11 +230,11 @@ func TestFaultConnectionDeathPessimistic(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			lease, err := holder.Acquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
+			lease, err := holder.Acquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := rival.TryAcquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute)); !errors.Is(err, dblock.ErrNotAcquired) {
+			if _, err := rival.TryAcquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute)); !errors.Is(err, dblock.ErrNotAcquired) {
 				t.Fatalf("rival TryAcquire while the transaction holds the row: %v, want ErrNotAcquired", err)
 			}
 			n, err := k.kill(ctx)
@@ -251,7 +251,7 @@ func TestFaultConnectionDeathPessimistic(t *testing.T) {
 			if err := lease.Err(); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrConnLost) {
 				t.Fatalf("Err() = %v, want a loss wrapping ErrConnLost", err)
 			}
-			l2, err := rival.TryAcquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
+			l2, err := rival.TryAcquire(ctx, "conn-death-tx", dblock.WithTTL(time.Minute))
 			if err != nil {
 				t.Fatalf("rival after the holder's session died: %v", err)
 			}

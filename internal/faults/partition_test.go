@@ -37,7 +37,7 @@ func TestFaultPartitionedPessimisticHolder(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			const ttl = 2 * time.Second
-			lease, err := holder.Acquire(ctx, "partitioned", dblock.WithTTL(ttl), dblock.WithMaxHold(ttl))
+			lease, err := holder.Acquire(ctx, "partitioned", dblock.WithTTL(ttl))
 			if err != nil {
 				t.Fatal(err)
 			}
