@@ -58,7 +58,7 @@ func TestFaultProcessDeath(t *testing.T) {
 func processDeath(t *testing.T, iso *dbtest.Isolated, mode string) {
 	const (
 		workers = 4
-		rounds  = 8
+		rounds  = 12
 	)
 	ttl := time.Second
 	// A dead holder's lease lasts its TTL; a pessimistic lock ends with the
@@ -169,7 +169,10 @@ func processDeath(t *testing.T, iso *dbtest.Isolated, mode string) {
 	if killed.holders == 0 || killed.waiters == 0 {
 		t.Errorf("kills: %v; want at least one holder and one waiter killed", killed)
 	}
-	if sum.Granted < 10 {
+	// Progress, not speed: each holder killed costs its lease's TTL (1 s),
+	// so twelve rounds grant ten to twenty; a machine busy elsewhere was
+	// seen granting nine, with the old code as with the new.
+	if sum.Granted < 2*workers {
 		t.Fatalf("only %d acquisitions granted: the workers did not make progress", sum.Granted)
 	}
 	checkHistory(t, ops, "merged history")
