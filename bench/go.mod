@@ -7,7 +7,6 @@ replace github.com/dblock-go/dblock => ../
 require (
 	cirello.io/pglock v1.16.1
 	github.com/dblock-go/dblock v0.0.0-00010101000000-000000000000
-	github.com/jmoiron/sqlx v1.4.0
 	github.com/lib/pq v1.10.9
 )
 
@@ -20,6 +19,7 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/jmoiron/sqlx v1.4.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
