@@ -1,0 +1,315 @@
+package pessimistic
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/errjoin"
+	"github.com/dblock-go/dblock/internal/mode"
+)
+
+// Acquire takes name, waiting in the database's lock queue (bounded by ctx,
+// WithWait and Config.LockTimeout) for a pessimistic holder, and polling
+// with backoff until expiry for a lease holder. A second Acquire by the same
+// owner for a name this Locker holds re-enters the held transaction.
+func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*Lease, error) {
+	return l.acquire(ctx, "acquire", []string{name}, false, opts)
+}
+
+// TryAcquire takes name or returns at once an error wrapping
+// dblock.ErrNotAcquired (with a *dblock.HeldError). On SQLite it returns as
+// soon as the database's write lock is seen busy.
+func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*Lease, error) {
+	return l.acquire(ctx, "try acquire", []string{name}, true, opts)
+}
+
+// AcquireMany takes several names at once: their rows are locked by one
+// statement in name order, so two callers asking for overlapping sets never
+// deadlock on each other. The lease's Name is the sorted names joined with
+// commas; Token is the highest of the names' tokens (see TokenOf). None of
+// the names may already be held by this owner through this Locker.
+func (l *Locker) AcquireMany(ctx context.Context, names []string, opts ...dblock.Option) (*Lease, error) {
+	return l.acquire(ctx, "acquire", names, false, opts)
+}
+
+// TryAcquireMany is AcquireMany without waiting.
+func (l *Locker) TryAcquireMany(ctx context.Context, names []string, opts ...dblock.Option) (*Lease, error) {
+	return l.acquire(ctx, "try acquire", names, true, opts)
+}
+
+// Do acquires name (waiting like Acquire), runs fn inside the locking
+// transaction under a context cancelled if the lock is lost, and commits
+// when fn returns nil or rolls back when it returns an error or panics (the
+// panic is re-raised after the rollback). A lock lost while fn ran is
+// reported (errors.Is(err, dblock.ErrLost)) together with fn's error.
+func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx) error, opts ...dblock.Option) error {
+	lease, err := l.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	return run(ctx, lease, fn)
+}
+
+func run(ctx context.Context, lease *Lease, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	fnCtx, cancel := lease.Context(ctx)
+	defer cancel()
+	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer relCancel()
+	panicked := true
+	defer func() {
+		if panicked {
+			_ = lease.Rollback(relCtx)
+		}
+	}()
+	fnErr := fn(fnCtx, lease.Tx())
+	panicked = false
+	cancel()
+	var relErr error
+	if fnErr != nil {
+		relErr = lease.Rollback(relCtx)
+	} else {
+		relErr = lease.Commit(relCtx)
+	}
+	if relErr == nil {
+		return fnErr
+	}
+	return errjoin.Join(fnErr, relErr)
+}
+
+func (l *Locker) acquire(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (*Lease, error) {
+	label := labelOf(names)
+	if len(names) == 0 {
+		return nil, fmt.Errorf("pessimistic: %s: %w: no names", op, dblock.ErrInvalidName)
+	}
+	for _, n := range names {
+		if err := dblock.ValidateName(n); err != nil {
+			return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+		}
+	}
+	o, err := mode.Resolve(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	label = labelOf(sorted)
+	if err := l.checkExclusive(ctx); err != nil {
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+	}
+	if err := refuseLeaseOnly(o); err != nil {
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+	}
+	ttl := l.ttl
+	if o.TTLSet {
+		ttl = o.TTL
+	}
+	if o.Token && l.db.Dialect.Kind() != dialect.SQLite && !l.sideWanted() {
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, errNoSide)
+	}
+	start := time.Now()
+
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("pessimistic: %s %q: %w: %w", op, label, dblock.ErrNotAcquired, dblock.ErrClosed)
+	}
+	if h := l.reentrant(sorted, o.Owner); h != nil {
+		l.mu.Unlock()
+		return l.reenter(ctx, op, label, h, o, start)
+	}
+	for _, n := range sorted {
+		if h, ok := l.holds[holdKey{n, o.Owner}]; ok && !h.ended && h.lost == nil {
+			l.mu.Unlock()
+			return nil, fmt.Errorf("pessimistic: %s %q: %w: %q is already held by this owner in another transaction",
+				op, label, dblock.ErrInvalidOption, n)
+		}
+	}
+	l.inflight.Add(1)
+	defer l.inflight.Done()
+	l.acquiring++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.acquiring--
+		l.mu.Unlock()
+	}()
+
+	// Close ends waits: closeCtx is cancelled with dblock.ErrClosed as its cause.
+	// Statements that do not wait keep the caller's ctx: a context that can
+	// be cancelled costs the drivers a watcher hand-off per statement.
+	closeCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.closing, func() { cancel(dblock.ErrClosed) })
+	defer stop()
+
+	wait, hasWait := o.Wait, o.HasWait
+	if !hasWait && l.lockWait > 0 {
+		wait, hasWait = l.lockWait, true
+	}
+	if hasWait && wait == 0 {
+		try = true
+	}
+	waitCtx := closeCtx
+	if hasWait && !try {
+		var cancelWait context.CancelFunc
+		waitCtx, cancelWait = context.WithTimeout(closeCtx, wait)
+		defer cancelWait()
+	}
+
+	// Goroutines of this process queue here, not in the database: one
+	// connection per name (per database on SQLite) waits there at a time,
+	// and a name held by this process is handed over without a round trip.
+	keys := sorted
+	if l.db.Dialect.Kind() == dialect.SQLite {
+		keys = []string{""}
+	}
+	for i, k := range keys {
+		if err := l.enterGate(waitCtx, k, try); err != nil {
+			l.leaveGates(keys[:i])
+			if closeCtx.Err() != nil {
+				err = context.Cause(closeCtx)
+			}
+			return nil, notAcquiredErr(op, label, nil, err)
+		}
+	}
+	// The Locker's own connection comes before the holder's, so that it is
+	// never stuck behind holders that exhausted the pool.
+	if err := l.reserveSide(waitCtx, try); err != nil {
+		l.leaveGates(keys)
+		if errors.Is(err, ErrPoolExhausted) || waitCtx.Err() != nil {
+			if closeCtx.Err() != nil {
+				err = errjoin.Join(err, context.Cause(closeCtx))
+			}
+			return nil, notAcquiredErr(op, label, nil, err)
+		}
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+	}
+	h, err := l.lock(ctx, closeCtx, waitCtx, op, label, sorted, o, ttl, try)
+	if err != nil {
+		l.leaveGates(keys)
+		return nil, err
+	}
+	h.gates = keys
+	return l.register(h, o, label, start)
+}
+
+func notAcquiredErr(op, label string, holder *dialect.Holder, cause error) error {
+	he := &dblock.HeldError{Name: label, Mode: dblock.ModePessimistic, Cause: cause}
+	if holder != nil {
+		he = holder.HeldError(label, cause)
+	}
+	return fmt.Errorf("pessimistic: %s %q: %w", op, label, he)
+}
+
+// refuseLeaseOnly refuses the options only lease modes can honour: a
+// transaction's hold has no lease to cap (dblock.WithMaxHold) and writes
+// nothing to its row (dblock.WithMetadata).
+func refuseLeaseOnly(o mode.Options) error {
+	if o.MaxHold != 0 {
+		return fmt.Errorf("%w: WithMaxHold: a pessimistic hold lasts as long as its transaction (bound its work with ctx)", dblock.ErrInvalidOption)
+	}
+	if o.Metadata != "" {
+		return fmt.Errorf("%w: WithMetadata: a pessimistic hold stores no metadata", dblock.ErrInvalidOption)
+	}
+	return nil
+}
+
+// checkExclusive makes sure, once, that a row lock on the database excludes
+// every client (see Config.AllowMultiPrimary).
+func (l *Locker) checkExclusive(ctx context.Context) error {
+	if l.allowMultiPrimary || l.exclusive.Load() {
+		return nil
+	}
+	ok, err := l.db.RowLocksExclusive(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("check for a multi-primary cluster: %w", err)
+	case !ok:
+		return fmt.Errorf("%w: use the optimistic or fairqueue mode, or set pessimistic.Config.AllowMultiPrimary if every client writes through one node",
+			dialect.ErrMultiPrimary)
+	}
+	l.exclusive.Store(true)
+	return nil
+}
+
+func labelOf(names []string) string {
+	if len(names) == 1 {
+		return names[0]
+	}
+	s := ""
+	for i, n := range names {
+		if i > 0 {
+			s += ","
+		}
+		s += n
+	}
+	return s
+}
+
+// reentrant returns the live hold of owner that covers exactly names, if any.
+func (l *Locker) reentrant(names []string, owner string) *hold {
+	h, ok := l.holds[holdKey{names[0], owner}]
+	if !ok || h.ended || h.lost != nil {
+		return nil
+	}
+	if len(names) == 1 {
+		return h
+	}
+	if slices.Equal(h.names, names) {
+		return h
+	}
+	return nil
+}
+
+func (l *Locker) reenter(ctx context.Context, op, label string, h *hold, o mode.Options, start time.Time) (*Lease, error) {
+	fail := func(err error) (*Lease, error) {
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+	}
+	h.spMu.Lock()
+	defer h.spMu.Unlock()
+	l.mu.Lock()
+	if h.ended || h.lost != nil {
+		l.mu.Unlock()
+		return fail(fmt.Errorf("%w: the held transaction ended while re-entering", dblock.ErrNotAcquired))
+	}
+	needToken := o.Token && h.tokens == nil
+	names := slices.Clone(h.names)
+	l.mu.Unlock()
+	// The token is written before the savepoint, so that a rollback to the
+	// savepoint keeps it.
+	var tokens map[string]dblock.Token
+	if needToken {
+		var err error
+		if tokens, err = l.bumpTokens(ctx, h, names); err != nil {
+			return fail(fmt.Errorf("token: %w", err))
+		}
+	}
+	h.spSeq++
+	sp := fmt.Sprintf("dblock_%d", h.spSeq)
+	if err := l.db.Savepoint(ctx, h.tx, sp); err != nil {
+		l.txTrouble(h, err)
+		return fail(fmt.Errorf("savepoint: %w", err))
+	}
+	l.mu.Lock()
+	if h.ended || h.lost != nil {
+		l.mu.Unlock()
+		return fail(fmt.Errorf("%w: the held transaction ended while re-entering", dblock.ErrNotAcquired))
+	}
+	if tokens != nil && h.tokens == nil {
+		h.tokens = tokens
+	}
+	h.count++
+	lease := l.newHandle(h, label)
+	lease.sp = sp
+	l.mu.Unlock()
+	h.stack = append(h.stack, lease)
+	l.acquired(lease, start)
+	return lease, nil
+}

@@ -1,0 +1,466 @@
+package pessimistic
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/errjoin"
+	"github.com/dblock-go/dblock/internal/mode"
+)
+
+// deadConnRetries bounds the attempts one acquisition makes again on
+// another connection when the pool handed it a dead one.
+const deadConnRetries = 3
+
+// errRetry asks the acquire loop to try again at once (a row was missing).
+var errRetry = errors.New("retry")
+
+// errTokenStale asks the acquire loop to try again at once: on SQLite a
+// token issued before the lock was overtaken by another acquisition (the
+// row's version reached it, or a later token was issued meanwhile).
+var errTokenStale = errors.New("token overtaken")
+
+// errCreateBusy asks the acquire loop to try again after a backoff: creating
+// a missing row met a lock held by another transaction (MariaDB: the fencing
+// floor, or the gap of the missing key).
+var errCreateBusy = errors.New("creating the lock row met a lock")
+
+// lock runs acquisition attempts until one succeeds, the wait ends, or an
+// error that waiting cannot fix occurs.
+func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, names []string, o mode.Options, ttl time.Duration, try bool) (*hold, error) {
+	notAcquired := func(holder *dialect.Holder, cause error) error {
+		return notAcquiredErr(op, label, holder, cause)
+	}
+	backoff := backoffMin
+	missing, stale, busy, dead := 0, 0, 0, 0
+	for attempt := 1; ; attempt++ {
+		if err := waitCtx.Err(); err != nil {
+			return nil, notAcquired(nil, context.Cause(waitCtx))
+		}
+		h, holder, err := l.attempt(callCtx, ctx, waitCtx, names, o, ttl, try)
+		switch {
+		case err == nil && holder == nil:
+			return h, nil
+		case errors.Is(err, errTokenStale):
+			if stale++; stale > 1000 {
+				return nil, fmt.Errorf("pessimistic: %s %q: fencing token overtaken %d times", op, label, stale)
+			}
+			continue
+		case errors.Is(err, driver.ErrBadConn) && dead < deadConnRetries:
+			// A pooled connection the server had closed (after an idle
+			// timeout, say): the driver sent nothing on it, and the
+			// attempt destroyed it; another connection is tried.
+			dead++
+			continue
+		case errors.Is(err, errRetry):
+			if missing++; missing > 5 {
+				return nil, fmt.Errorf("pessimistic: %s %q: lock row keeps disappearing", op, label)
+			}
+			continue
+		case errors.Is(err, errCreateBusy):
+			// Another transaction briefly holds what the insert needs; a
+			// try retries a few times within milliseconds, a wait backs
+			// off like for a lease holder.
+			if busy++; try && busy > 3 {
+				return nil, notAcquired(nil, err)
+			}
+			sleep := backoff + rand.N(backoff/2+1)
+			backoff = min(2*backoff, backoffMax)
+			t := time.NewTimer(sleep)
+			select {
+			case <-t.C:
+			case <-waitCtx.Done():
+				t.Stop()
+				return nil, notAcquired(nil, errjoin.Join(err, context.Cause(waitCtx)))
+			}
+			continue
+		case errors.Is(err, dblock.ErrNotAcquired):
+			if !try {
+				settle(waitCtx)
+			}
+			if waitCtx.Err() != nil {
+				return nil, notAcquired(nil, errjoin.Join(err, context.Cause(waitCtx)))
+			}
+			if try {
+				return nil, notAcquired(nil, err)
+			}
+			if l.db.Dialect.Kind() != dialect.SQLite && !l.db.MariaDB() {
+				// The database's own wait ended at the bound.
+				return nil, notAcquired(nil, err)
+			}
+			l.log.Debug("pessimistic: still waiting", "lock_key", label, "owner", o.Owner, "attempt", attempt)
+			continue
+		case err != nil:
+			if errors.Is(err, context.DeadlineExceeded) {
+				// A dial or statement cut at waitCtx's deadline can
+				// return a moment before waitCtx reports it.
+				settle(waitCtx)
+			}
+			if waitCtx.Err() != nil && ctx.Err() == nil {
+				// The client stopped the wait at its bound (MySQL bounds
+				// server-side in whole seconds only).
+				return nil, notAcquired(nil, context.Cause(waitCtx))
+			}
+			// ctx merges the caller's context with Close's and may learn of
+			// a cancellation a moment after callCtx; either ends the wait.
+			for _, c := range []context.Context{ctx, callCtx} {
+				if c.Err() != nil {
+					return nil, fmt.Errorf("pessimistic: %s %q: %w: %w", op, label, dblock.ErrNotAcquired, errjoin.Join(context.Cause(c), err))
+				}
+			}
+			return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+		}
+		// A lease holder: fail at once, or wait for it to release or expire.
+		if try {
+			return nil, notAcquired(holder, nil)
+		}
+		sleep := backoff + rand.N(backoff/2+1)
+		if left := holder.ExpiresAt.Sub(holder.Now) + time.Millisecond; left > 0 && left < sleep {
+			sleep = left
+		}
+		backoff = min(2*backoff, backoffMax)
+		l.log.Debug("pessimistic: waiting for lease holder", "lock_key", label, "owner", o.Owner, "attempt", attempt)
+		t := time.NewTimer(sleep)
+		select {
+		case <-t.C:
+		case <-waitCtx.Done():
+			t.Stop()
+			return nil, notAcquired(holder, context.Cause(waitCtx))
+		}
+	}
+}
+
+// settle waits for ctx's deadline when it is near: the server's lock
+// timeout was set to end with it, in whole milliseconds and counted from a
+// moment the client only estimates, and may end earlier (on a loaded
+// machine, by more than a hair), so that the error then reports the
+// deadline as its cause.
+// settleWindow is how near the deadline must be for settle to wait for it.
+const settleWindow = time.Second
+
+func settle(ctx context.Context) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return
+	}
+	left := time.Until(dl)
+	if left > settleWindow {
+		return
+	}
+	t := time.NewTimer(left + time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// attempt makes one try: it returns the hold, or the lease holder that
+// stands in the way, or an error (errRetry when a row had to be created,
+// errCreateBusy when creating it met a lock).
+//
+// ctx is the caller's context with Close's cancellation, waitCtx adds the
+// wait bound; statements that do not wait run on callCtx.
+func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, o mode.Options, ttl time.Duration, try bool) (*hold, *dialect.Holder, error) {
+	db := l.db
+	kind := db.Dialect.Kind()
+	conn, err := l.poolConn(waitCtx, try)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := &hold{l: l, names: names, owner: o.Owner, conn: conn, ttl: ttl, prevBusy: -1, start: time.Now()}
+	// release gives the connection back after an attempt that ended cleanly
+	// outside a transaction, destroying it if its state cannot be restored.
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		closeConn(conn, !h.restoreBusy(rctx))
+	}
+	if kind == dialect.SQLite {
+		// An unbounded wait keeps the pool's busy timeout and retries;
+		// a try or a bounded wait sets it for this transaction.
+		dl, bounded := waitCtx.Deadline()
+		if try || bounded {
+			busy := time.Duration(0)
+			if !try {
+				busy = max(min(SQLiteWaitChunk, time.Until(dl)), time.Millisecond)
+			}
+			if h.prevBusy, err = db.SQLiteBusyTimeout(callCtx, conn, busy); err != nil {
+				closeConn(conn, true)
+				return nil, nil, err
+			}
+		}
+	}
+	// On SQLite the lock is the database's write transaction, so nothing can
+	// make a token durable while it is held: issue the tokens first, each
+	// committed on its own on this connection (whose busy timeout is the
+	// attempt's: a try fails at once when another writer holds the
+	// database), and check under the lock that no one got past them: the
+	// row's version is below them and no token was issued after them
+	// (SetIssuedToken). The second check matters: a process that issued a
+	// later token while this one waited may have got the lock first and
+	// died holding it, its transaction (and the row's version) rolled back,
+	// yet it had been handed its token; this one's smaller token would come
+	// after it. Then the attempt gives the lock up and starts again with new
+	// tokens (errTokenStale), so that every token handed out was committed
+	// first. A token taken inside the write transaction instead would be
+	// rolled back with a holder that died, and could be handed out again,
+	// or come after an earlier-issued smaller one.
+	var preIssued map[string]dblock.Token
+	var lastIssued dblock.Token
+	if kind == dialect.SQLite && o.Token {
+		preIssued = make(map[string]dblock.Token, len(names))
+		for _, n := range names {
+			t, err := db.IssueToken(waitCtx, conn, n)
+			if err != nil {
+				if errors.Is(err, dblock.ErrNotAcquired) {
+					release()
+				} else {
+					closeConn(conn, true)
+				}
+				return nil, nil, err
+			}
+			preIssued[n] = t
+			lastIssued = max(lastIssued, t)
+		}
+	}
+	if l.hooks4test.beforeBegin != nil {
+		l.hooks4test.beforeBegin(names)
+	}
+	var txCtx context.Context
+	begin := func() error {
+		// The transaction outlives the call; its context is cancelled only
+		// to poison a lost hold (see hold.txCancel).
+		txCtx, h.txCancel = context.WithCancel(context.WithoutCancel(callCtx))
+		tx, err := conn.BeginTxx(txCtx, nil)
+		if err != nil {
+			h.txCancel()
+			return db.Classify(err)
+		}
+		h.tx = tx
+		return nil
+	}
+	// fail rolls back and releases the connection, destroying it unless
+	// everything ended cleanly.
+	fail := func(cause error) error {
+		rerr := h.tx.Rollback()
+		h.txCancel()
+		if rerr != nil {
+			closeConn(conn, true)
+		} else {
+			release()
+		}
+		return cause
+	}
+	if err := begin(); err != nil {
+		if errors.Is(err, dblock.ErrNotAcquired) {
+			release()
+		} else {
+			closeConn(conn, true)
+		}
+		return nil, nil, err
+	}
+	if kind == dialect.SQLite {
+		// A write takes the database's write lock, so the lock holds
+		// whatever mode the pool begins transactions in.
+		if err := db.SQLiteWriteLock(callCtx, h.tx); err != nil {
+			return nil, nil, fail(err)
+		}
+	}
+
+	found, session, err := l.lockRows(callCtx, ctx, waitCtx, h, names, ttl, try, begin)
+	if err != nil {
+		return nil, nil, fail(err)
+	}
+	if len(found) < len(names) {
+		_ = fail(nil)
+		for _, n := range names {
+			if _, ok := found[n]; ok {
+				continue
+			}
+			if err := l.ensureRow(callCtx, n); err != nil {
+				return nil, nil, err
+			}
+		}
+		return nil, nil, errRetry
+	}
+	for _, n := range names {
+		if holder := found[n]; holder.Held() {
+			_ = fail(nil)
+			return nil, &holder, nil
+		}
+	}
+	h.session = session
+	if preIssued != nil {
+		for _, n := range names {
+			ok, err := db.SetIssuedToken(callCtx, h.tx, n, preIssued[n], lastIssued)
+			if err != nil {
+				return nil, nil, fail(err)
+			}
+			if !ok {
+				_ = fail(nil)
+				return nil, nil, errTokenStale
+			}
+		}
+		h.tokens = preIssued
+	} else if o.Token {
+		tokens, err := l.bumpTokens(callCtx, h, names)
+		if err != nil {
+			return nil, nil, fail(err)
+		}
+		h.tokens = tokens
+	}
+	// The server-side bound on a frozen holder (MySQL and MariaDB; set
+	// inside the lock statement on PostgreSQL). Set once the lock is held,
+	// so a failed attempt leaves nothing to restore.
+	if err := db.SetHoldBound(callCtx, h.tx, ttl, h.session.Bound); err != nil {
+		return nil, nil, fail(err)
+	}
+	return h, nil, nil
+}
+
+// ensureRow creates name's row (autocommit, outside any lock's transaction)
+// on the Locker's own connection when it has one, so it never waits for the
+// pool. A refusal for want of a lock (MariaDB: the fencing floor or a gap
+// held by another transaction) comes back as errCreateBusy.
+func (l *Locker) ensureRow(ctx context.Context, name string) error {
+	var err error
+	if l.sideWanted() {
+		err = l.withSide(ctx, true, func(q dialect.Querier) error { return l.db.EnsureRow(ctx, q, name) })
+	} else {
+		err = l.db.EnsureRow(ctx, nil, name)
+	}
+	if errors.Is(err, dblock.ErrNotAcquired) {
+		return fmt.Errorf("%w: %w", errCreateBusy, err)
+	}
+	return err
+}
+
+// lockRows locks the rows of names in h's transaction: NOWAIT first (the
+// common, uncontended path is one statement), then, unless trying, a wait in
+// the database's queue. On PostgreSQL a failed NOWAIT aborts the
+// transaction, so the wait starts a new one (begin).
+func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names []string, ttl time.Duration, try bool, begin func() error) (map[string]dialect.Holder, dialect.SessionRef, error) {
+	db := l.db
+	kind := db.Dialect.Kind()
+	if kind == dialect.SQLite {
+		return l.lockStmt(callCtx, h, names, dialect.RowLockParams{IdleTimeout: ttl})
+	}
+	found, session, err := l.lockStmt(callCtx, h, names, dialect.RowLockParams{NoWait: true, IdleTimeout: ttl})
+	if try || !errors.Is(err, dblock.ErrNotAcquired) {
+		return found, session, err
+	}
+	if kind == dialect.Postgres {
+		rerr := h.tx.Rollback()
+		h.txCancel()
+		if rerr != nil {
+			return nil, dialect.SessionRef{}, rerr
+		}
+		if err := begin(); err != nil {
+			return nil, dialect.SessionRef{}, err
+		}
+	}
+	// Bound the wait server-side. PostgreSQL's lock_timeout is exact and
+	// the query keeps the caller's ctx; MariaDB and MySQL bound in whole
+	// seconds, so the client also stops at the exact wait bound.
+	qctx := ctx
+	if kind == dialect.MySQL {
+		qctx = waitCtx
+	}
+	var wait time.Duration
+	if dl, ok := waitCtx.Deadline(); ok {
+		wait = max(time.Until(dl), time.Millisecond)
+	}
+	p := dialect.RowLockParams{Wait: wait, IdleTimeout: ttl}
+	if kind != dialect.MySQL {
+		return l.lockStmt(qctx, h, names, p)
+	}
+	// On MySQL the driver gives up a wait by closing the connection, which
+	// the server does not notice while the statement waits: cancel the
+	// server's wait too, so it is never granted the lock afterwards.
+	id, err := db.SessionID(callCtx, h.tx)
+	if err != nil {
+		return nil, dialect.SessionRef{}, err
+	}
+	var cancelled chan struct{}
+	stop := l.cancelOnDone(qctx, id, &cancelled, names)
+	found, session, err = l.lockStmt(qctx, h, names, p)
+	if !stop() {
+		<-cancelled
+		if err == nil {
+			// Granted as the wait ended: give it up, since the session was
+			// just told to cancel and the caller's wait is over.
+			err = fmt.Errorf("%w: %w", dblock.ErrNotAcquired, context.Cause(qctx))
+		}
+	}
+	return found, session, err
+}
+
+// cancelOnDone cancels, from the Locker's own connection, the statement that
+// session id runs when ctx ends; *done is closed when that cancel returns.
+// Call the returned stop after the statement: false means the cancel ran
+// (or runs): wait for *done before the session runs anything else.
+func (l *Locker) cancelOnDone(ctx context.Context, id int64, done *chan struct{}, names []string) (stop func() bool) {
+	ch := make(chan struct{})
+	*done = ch
+	return context.AfterFunc(ctx, func() {
+		defer close(ch)
+		kctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		err := l.withSide(kctx, false, func(q dialect.Querier) error { return l.db.CancelStatement(kctx, q, id) })
+		if errors.Is(err, errNoSide) {
+			err = l.db.CancelStatement(kctx, nil, id)
+		}
+		if err != nil {
+			l.log.Warn("pessimistic: cancel an abandoned lock wait", "lock_key", labelOf(names), "error", err)
+		}
+	})
+}
+
+// lockStmt runs one lock statement on h's transaction for names.
+func (l *Locker) lockStmt(ctx context.Context, h *hold, names []string, p dialect.RowLockParams) (map[string]dialect.Holder, dialect.SessionRef, error) {
+	if len(names) == 1 {
+		rl, err := l.db.LockRow(ctx, h.tx, names[0], p)
+		if err != nil || !rl.Found {
+			return nil, dialect.SessionRef{}, err
+		}
+		return map[string]dialect.Holder{names[0]: rl.Holder}, rl.Session, nil
+	}
+	rows, session, err := l.db.LockRows(ctx, h.tx, names, p)
+	if err != nil {
+		return nil, dialect.SessionRef{}, err
+	}
+	found := make(map[string]dialect.Holder, len(rows))
+	for _, r := range rows {
+		found[r.Name] = r.Holder
+	}
+	return found, session, nil
+}
+
+// bumpTokens gives each of names a fencing token, committed on the Locker's
+// own connection before it is written into the row in h's transaction.
+func (l *Locker) bumpTokens(ctx context.Context, h *hold, names []string) (map[string]dblock.Token, error) {
+	if l.db.Dialect.Kind() == dialect.SQLite {
+		return nil, fmt.Errorf("%w: on SQLite a token can only be asked for by the first acquisition of a lock (it is issued before the database is locked)", dblock.ErrInvalidOption)
+	}
+	tokens := make(map[string]dblock.Token, len(names))
+	for _, n := range names {
+		var t dblock.Token
+		err := l.withSide(ctx, true, func(q dialect.Querier) error {
+			var err error
+			t, err = l.db.BumpTokenOn(ctx, h.tx, q, n)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		tokens[n] = t
+	}
+	return tokens, nil
+}

@@ -1,0 +1,71 @@
+package pessimistic
+
+import (
+	"context"
+	"errors"
+)
+
+// gate queues the goroutines of this process that want one name.
+type gate struct {
+	ch   chan struct{}
+	refs int
+}
+
+// errHeldHere is the cause when TryAcquire finds the name taken (or being
+// taken) by another goroutine of this process.
+var errHeldHere = errors.New("held or being acquired in this process")
+
+func (l *Locker) enterGate(ctx context.Context, key string, try bool) error {
+	l.mu.Lock()
+	g := l.gates[key]
+	if g == nil {
+		g = &gate{ch: make(chan struct{}, 1)}
+		l.gates[key] = g
+	}
+	g.refs++
+	l.mu.Unlock()
+	if try {
+		select {
+		case g.ch <- struct{}{}:
+			return nil
+		default:
+			l.unrefGate(key, g)
+			return errHeldHere
+		}
+	}
+	select {
+	case g.ch <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		l.unrefGate(key, g)
+		return context.Cause(ctx)
+	}
+}
+
+func (l *Locker) leaveGates(keys []string) {
+	for _, k := range keys {
+		l.mu.Lock()
+		g := l.gates[k]
+		l.mu.Unlock()
+		<-g.ch
+		l.unrefGate(k, g)
+	}
+}
+
+func (l *Locker) unrefGate(key string, g *gate) {
+	l.mu.Lock()
+	if g.refs--; g.refs == 0 {
+		delete(l.gates, key)
+	}
+	l.mu.Unlock()
+}
+
+// openGates lets the next goroutine of this process in, once, when h ends or
+// is lost.
+func (l *Locker) openGates(h *hold) {
+	l.mu.Lock()
+	keys := h.gates
+	h.gates = nil
+	l.mu.Unlock()
+	l.leaveGates(keys)
+}
