@@ -1,0 +1,285 @@
+package optimistic
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/mode"
+)
+
+// acquisition is one Acquire or TryAcquire call on its way to a lease. Its
+// steps (joinLine, waitTurn, ask, sleep, leaveLine) share this state.
+//
+// A call that waits takes a place in the Locker's line for the name; only
+// the head of the line asks the database, and a release through this Locker
+// wakes the next one at once (kickCh). Other wake-ups: a notification of the
+// name (wakeCh, PostgreSQL), the holder's expiry by the database clock, and a
+// capped, jittered backoff.
+type acquisition struct {
+	l       *Locker
+	ctx     context.Context // The caller's.
+	waitCtx context.Context // ctx bounded by WithWait.
+	name    string
+	o       mode.Options
+	wait    bool
+	start   time.Time
+	params  dialect.AcquireParams
+
+	backoff time.Duration
+	polled  bool // The last wake-up came from a timer, not a notification.
+	res     dialect.AcquireResult
+	// unknown is the error of an acquire whose outcome is not known yet: its
+	// connection broke, so it may have committed. No acquire is sent again
+	// before a read of the row settles it (else a retry would re-enter a
+	// hold taken by the lost one, and a release would leave the name held).
+	unknown *pending
+	// lastErr is the error of the last attempt, nil once a statement answers:
+	// a wait that ends while the database fails says so, not "held".
+	lastErr error
+
+	w           *waiter         // This call's place in the line, once it waits.
+	kickCh      <-chan struct{} // A release through this Locker may have freed the name.
+	wakeCh      <-chan struct{} // The name's notifications (PostgreSQL).
+	unsubscribe func()
+}
+
+// run asks, waits and asks again until the call holds the name, finds it
+// held without waiting, or its wait ends.
+func (a *acquisition) run() (*dblock.Lease, error) {
+	ask := true // Ask the database this round (else wait first).
+	if a.wait && a.l.gates.busy(a.name) && !a.l.keeper.Holds(a.name, a.o.Owner) && !a.l.gates.heldBy(a.name, a.o.Owner) {
+		// Others of this Locker already wait for the name: queue behind
+		// them rather than race them. (An owner that holds the name, here
+		// or in another process, re-enters at once; queueing would wait for
+		// itself.)
+		var err error
+		if ask, err = a.joinLine(false); err != nil {
+			return nil, err
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		if lease, err := a.settleUnknown(); lease != nil || err != nil {
+			return lease, err
+		}
+		if a.waitCtx.Err() != nil {
+			return nil, a.l.waitEnded(a.name, a.unknown, a.lastErr, context.Cause(a.waitCtx))
+		}
+		if ask && a.polled && a.unknown == nil {
+			ask = a.readFirst()
+		}
+		if ask && a.unknown == nil {
+			lease, again, err := a.ask(attempt)
+			if lease != nil || err != nil {
+				return lease, err
+			}
+			if again {
+				continue
+			}
+		}
+		ask = true
+		if err := a.sleep(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// settleUnknown reads back an acquire whose outcome is unknown: the lease
+// if it took the name, and forgets it once settled either way.
+func (a *acquisition) settleUnknown() (*dblock.Lease, error) {
+	if a.unknown == nil {
+		return nil, nil
+	}
+	lease, settled, err := a.l.settle(a.ctx, a.unknown, a.o, a.start)
+	if lease != nil || err != nil {
+		return lease, err
+	}
+	if settled {
+		a.unknown = nil
+	}
+	return nil, nil
+}
+
+// readFirst reads the row on a timer wake-up, and reports whether to ask:
+// a read takes no write lock, so pollers never compete with the holder's
+// release (SQLite has one writer) and cost one round trip while the name
+// stays held.
+func (a *acquisition) readFirst() bool {
+	rctx, cancel := context.WithTimeout(a.waitCtx, a.l.cfg.StatementTimeout)
+	h, err := a.l.db.LeaseHolder(rctx, nil, a.name)
+	cancel()
+	if err == nil && h.Held() && h.Owner != a.o.Owner {
+		a.res, a.lastErr = dialect.AcquireResult{Holder: h}, nil
+		a.l.gates.note(a.name, h)
+		return false
+	}
+	return true
+}
+
+// ask sends the acquire statement: the lease, an error that ends the call,
+// or again (ask at once) after the call took or kept its place in line.
+func (a *acquisition) ask(attempt int) (*dblock.Lease, bool, error) {
+	l := a.l
+	reqStart := time.Now()
+	stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.StatementTimeout)
+	res, err := l.db.AcquireLease(stmtCtx, nil, a.params)
+	cancel()
+	a.res = res
+	switch {
+	case err != nil:
+		if lease, err := a.failed(err, reqStart, attempt); lease != nil || err != nil {
+			return lease, false, err
+		}
+	case res.Acquired:
+		lease, err := l.newLease(a.name, a.o, res, reqStart, time.Since(a.start))
+		return lease, false, err
+	default:
+		a.lastErr = nil
+	}
+	if !a.wait {
+		return nil, false, fmt.Errorf("optimistic: acquire %q: %w", a.name, a.res.Holder.HeldError(a.name, nil))
+	}
+	again, err := a.afterRefusal()
+	return nil, again, err
+}
+
+// failed handles an acquire statement that failed: its outcome is settled
+// first if unknown (the connection is likely fine again); then the error
+// ends the call unless it waits and the error is transient.
+func (a *acquisition) failed(err error, reqStart time.Time, attempt int) (*dblock.Lease, error) {
+	l := a.l
+	if outcomeUnknown(err) {
+		// The handles are counted after the statement: the same as before
+		// it, unless the owner acquires concurrently.
+		a.unknown = &pending{name: a.name, owner: a.o.Owner, handles: l.handles(a.name, a.o.Owner), reqStart: reqStart, err: err}
+		if lease, serr := a.settleUnknown(); lease != nil || serr != nil {
+			return lease, serr
+		}
+	}
+	if a.waitCtx.Err() != nil {
+		return nil, l.waitEnded(a.name, a.unknown, err, context.Cause(a.waitCtx))
+	}
+	if !a.wait || !transient(err) {
+		if a.unknown != nil {
+			return nil, l.unresolved(a.unknown)
+		}
+		return nil, fmt.Errorf("optimistic: acquire %q: %w", a.name, err)
+	}
+	l.logger.LogAttrs(a.ctx, slog.LevelWarn, "optimistic: acquire failed, retrying",
+		slog.String("lock_key", a.name), slog.String("owner", a.o.Owner), slog.Int("attempt", attempt), slog.String("error", err.Error()))
+	a.res, a.lastErr = dialect.AcquireResult{}, err
+	return nil, nil
+}
+
+// afterRefusal keeps a waiting call in line after the name was refused (or
+// the statement failed): the first refusal joins the line; a call in line
+// notes what it saw and, when it is not the head (it was kicked to re-enter
+// for its owner, and the name is not, or no longer, that owner's), waits for
+// its turn again. It reports whether to ask at once.
+func (a *acquisition) afterRefusal() (bool, error) {
+	if a.w == nil {
+		return a.joinLine(true)
+	}
+	a.l.gates.note(a.name, a.res.Holder)
+	if !a.l.gates.isHead(a.name, a.w) {
+		return a.waitTurn()
+	}
+	return false, nil
+}
+
+// joinLine joins the line and waits for this call's turn. It reports
+// whether to ask the database at once: the head asks at once when it has
+// not asked yet, or when it just subscribed (a release announced before the
+// subscription would be missed); a later head asks at once unless the head
+// before it left holding the name (for another owner).
+func (a *acquisition) joinLine(asked bool) (bool, error) {
+	var head bool
+	a.w, head = a.l.gates.join(a.name, a.o.Owner, a.res.Holder)
+	a.kickCh = a.w.kick
+	subscribed := false
+	if a.wakeCh == nil && a.l.hub != nil {
+		a.wakeCh, a.unsubscribe = a.l.hub.Subscribe(a.name)
+		subscribed = true
+	}
+	if head {
+		return !asked || subscribed, nil
+	}
+	return a.waitTurn()
+}
+
+// waitTurn waits until this call is the head, or is kicked because the
+// name was found held by its own owner (it then asks, to re-enter, keeping
+// its place in line).
+func (a *acquisition) waitTurn() (bool, error) {
+	select {
+	case free := <-a.w.turn:
+		if !free {
+			a.res = dialect.AcquireResult{Holder: a.l.gates.holder(a.name)}
+			return a.res.Holder.Owner == a.o.Owner, nil
+		}
+		return true, nil
+	case <-a.w.kick:
+		return true, nil
+	case <-a.waitCtx.Done():
+		return false, a.l.gaveUp(a.name, a.unknown, a.lastErr, context.Cause(a.waitCtx))
+	case <-a.l.closing:
+		return false, a.l.gaveUp(a.name, a.unknown, a.lastErr, dblock.ErrClosed)
+	}
+}
+
+// sleep waits for the next round: a notification, a kick, the holder's
+// expiry by the database clock, or the backoff, whichever comes first. It
+// returns the error of a wait that ended meanwhile.
+func (a *acquisition) sleep() error {
+	held := a.res.Holder.HeldError(a.name, nil)
+	d := jitter(a.backoff)
+	a.backoff = min(a.backoff*2, a.l.cfg.PollMax)
+	if h := a.res.Holder; !h.ExpiresAt.IsZero() && !h.Now.IsZero() {
+		// Wake when the lease ends by the database clock, whatever the backoff says.
+		if rem := h.ExpiresAt.Sub(h.Now) + time.Millisecond; rem < d {
+			d = max(rem, 0)
+		}
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	a.polled = false
+	select {
+	case <-timer.C:
+		a.polled = true
+		return nil
+	case <-a.wakeCh:
+		return nil
+	case <-a.kickCh:
+		return nil
+	case <-a.waitCtx.Done():
+		return a.ended(held, context.Cause(a.waitCtx))
+	case <-a.l.closing:
+		return a.ended(held, dblock.ErrClosed)
+	}
+}
+
+// ended is the error of a wait that ended (cause) while the call slept.
+func (a *acquisition) ended(held *dblock.HeldError, cause error) error {
+	if a.unknown != nil || a.lastErr != nil {
+		return a.l.waitEnded(a.name, a.unknown, a.lastErr, cause)
+	}
+	held.Cause = cause
+	return fmt.Errorf("optimistic: acquire %q: %w", a.name, held)
+}
+
+// leaveLine leaves the line (naming the lease the call took, if any) and
+// the name's notifications.
+func (a *acquisition) leaveLine(lease *dblock.Lease) {
+	a.unsubscribe()
+	if a.w == nil {
+		return
+	}
+	var taken *dialect.Holder
+	if lease != nil {
+		taken = &dialect.Holder{Exists: true, Owner: a.o.Owner, Mode: dblock.ModeOptimistic, Version: int64(lease.Token())}
+	}
+	a.l.gates.leave(a.name, a.w, taken)
+}
