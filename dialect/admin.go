@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/dblock-go/dblock"
 )
 
 // Administrative reads for `dblock status`. They take no row locks and never
@@ -44,8 +46,12 @@ type WaiterRow struct {
 
 // ListLocks returns the held locks (rows naming an owner), ordered by name.
 // With names, only those names are considered; names that are not held are
-// simply absent. Errors are classified (a missing table is ErrSchemaMissing).
+// simply absent; a bad name is refused (dblock.ErrInvalidName). Errors are
+// classified (a missing table is ErrSchemaMissing).
 func (db *DB) ListLocks(ctx context.Context, names []string) ([]LockRow, error) {
+	if err := validateNames(names); err != nil {
+		return nil, err
+	}
 	var query string
 	switch db.Dialect.Kind() {
 	case Postgres:
@@ -93,9 +99,13 @@ ORDER BY name`
 
 // ListWaiters returns the live fair-queue waiters (heartbeat deadline not yet
 // passed by the database clock), ordered by name and queue position. With
-// names, only those names are considered. Stale waiters, which the reaper
-// removes, are not listed and take no position.
+// names, only those names are considered (a bad one is refused:
+// dblock.ErrInvalidName). Stale waiters, which the reaper removes, are not
+// listed and take no position.
 func (db *DB) ListWaiters(ctx context.Context, names []string) ([]WaiterRow, error) {
+	if err := validateNames(names); err != nil {
+		return nil, err
+	}
 	var query string
 	switch db.Dialect.Kind() {
 	case Postgres:
@@ -166,6 +176,18 @@ func (db *DB) nameFilter(col string, names []string, first int, join string) str
 	}
 	b.WriteString(")")
 	return b.String()
+}
+
+// validateNames refuses the first bad name of names (dblock.ValidateName)
+// before it reaches the database, which would answer with an error of its
+// own, or none.
+func validateNames(names []string) error {
+	for _, n := range names {
+		if err := dblock.ValidateName(n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func nameArgs(names []string) []any {

@@ -518,8 +518,12 @@ func (db *DB) GuardLease(ctx context.Context, tx Querier, name, owner string, to
 
 // ForceRelease frees name whoever holds its lease (administrators only). It
 // reports whether a holder was removed. A name held by a pessimistic
-// transaction cannot be freed this way: end that session instead.
+// transaction cannot be freed this way: end that session instead. A bad name
+// is refused with an error wrapping dblock.ErrInvalidName.
 func (db *DB) ForceRelease(ctx context.Context, q Querier, name string) (bool, error) {
+	if err := dblock.ValidateName(name); err != nil {
+		return false, err
+	}
 	q = db.q(q)
 	if db.Dialect.Kind() == Postgres {
 		var ok bool

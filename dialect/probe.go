@@ -62,7 +62,8 @@ func (h TxHolds) Held(name string) bool {
 }
 
 // ProbeTxHolds finds transaction (pessimistic) holds without waiting for any
-// lock. With names, it probes those names' rows; without, up to limit rows
+// lock. With names (a bad one is refused: dblock.ErrInvalidName), it probes
+// those names' rows; without, up to limit rows
 // (TxProbeLimitDefault when limit <= 0) that no live lease names. Only rows
 // that name no live lease holder are probed: a live lease is the hold
 // whatever else locks its row (pessimistic acquirers wait for it).
@@ -91,6 +92,9 @@ func (h TxHolds) Held(name string) bool {
 // lock held longer (WriteLocked) does not say which name its transaction
 // holds, if any.
 func (db *DB) ProbeTxHolds(ctx context.Context, names []string, limit int) (TxHolds, error) {
+	if err := validateNames(names); err != nil {
+		return TxHolds{}, err
+	}
 	if db.Dialect.Kind() == SQLite {
 		locked, err := db.sqliteWriteLocked(ctx)
 		return TxHolds{WriteLocked: locked}, err
