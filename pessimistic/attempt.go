@@ -153,7 +153,10 @@ func settle(ctx context.Context) {
 	if left > settleWindow {
 		return
 	}
-	t := time.NewTimer(left + time.Millisecond)
+	// Wait for ctx itself to report the deadline: a timer of our own can
+	// fire before the context's (on a loaded machine, well before). The
+	// guard only bounds the wait if ctx were never to end.
+	t := time.NewTimer(left + settleWindow)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
