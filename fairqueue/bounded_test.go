@@ -76,3 +76,61 @@ func TestWaitBoundedBehindPessimisticHolder(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitBoundedBehindOwnWrites: on SQLite a Locker serialises its own
+// writes; while its lease keeper's release waits behind a pessimistic holder
+// (here for the pool's 30 s busy timeout), a TryAcquire and a bounded
+// Acquire of other names through the same Locker still return at once and
+// at their wait's end, instead of waiting for the keeper.
+func TestWaitBoundedBehindOwnWrites(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, dialect.SQLite)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := dialect.Open(ctx, iso.DSN+"?_pragma=busy_timeout(30000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cfg := testConfig(t)
+	cfg.ReleaseTimeout = 30 * time.Second
+	fair := newFair(t, db, cfg)
+	t.Cleanup(func() { _ = fair.Close() })
+	pess, err := pessimistic.New(iso.DB, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pess.Close()
+
+	lease, err := fair.TryAcquire(ctx, locktest.RandomName("own"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pess.TryAcquire(ctx, locktest.RandomName("pess"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = lease.Release(ctx) }() // Waits for the database, holding the Locker's writes.
+	time.Sleep(50 * time.Millisecond)
+	returned := make(chan error, 2)
+	go func() {
+		_, err := fair.TryAcquire(ctx, locktest.RandomName("try"))
+		returned <- err
+	}()
+	go func() {
+		_, err := fair.Acquire(ctx, locktest.RandomName("wait"), dblock.WithWait(300*time.Millisecond))
+		returned <- err
+	}()
+	for range 2 {
+		select {
+		case err := <-returned:
+			if !errors.Is(err, dblock.ErrNotAcquired) {
+				t.Errorf("behind the Locker's own blocked write: %v, want ErrNotAcquired", err)
+			}
+		case <-time.After(20 * time.Second):
+			_ = holder.Release(ctx)
+			t.Fatal("a fair call waited for the Locker's own blocked write")
+		}
+	}
+	_ = holder.Release(ctx)
+}

@@ -132,7 +132,7 @@ type Locker struct {
 	// writeMu serialises this Locker's writes on SQLite (one writer per
 	// database): waiting on a mutex hands over at once, where colliding on
 	// the database lock backs off in sleeps of up to 100 ms.
-	writeMu *sync.Mutex
+	writeMu writeLock
 
 	mu     sync.Mutex
 	closed bool
@@ -165,11 +165,11 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 	l.local.subs = map[string]map[*signal]struct{}{}
 	l.beats.ids = map[int64]struct{}{}
 	if !db.Dialect.Caps().RowLocks {
-		l.writeMu = &sync.Mutex{}
+		l.writeMu = make(writeLock, 1)
 	}
 	l.keeper = leasekeeper.New(leasekeeper.Config{
 		DB: db, Prefix: "fairqueue", Logger: l.logger, Hooks: l.hooks, RetryMin: c.PollMin,
-		ReleaseTimeout: c.ReleaseTimeout, CountStatement: l.count, WriteMu: l.writeMu,
+		ReleaseTimeout: c.ReleaseTimeout, CountStatement: l.count, WriteMu: l.writeMu.locker(),
 	})
 	if !c.DisableNotify && db.Dialect.Caps().Notify {
 		l.hub = wake.New(db, l.logger)
@@ -217,6 +217,9 @@ func (l *Locker) lockWrites() func() {
 	l.writeMu.Lock()
 	return l.writeMu.Unlock
 }
+
+// (Calls on their way to a lease take it through attempt.lockWrites, which
+// gives up with their wait.)
 
 // Acquire takes name in arrival order. When the name is free and nobody
 // queues for it, it is taken at once without touching the queue; otherwise
@@ -384,7 +387,11 @@ func (a *attempt) direct(wait bool) (*dblock.Lease, error) {
 		// nobody knows about would hold the name until it expires.
 		reqStart := time.Now()
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
-		unlock := l.lockWrites()
+		unlock, err := a.lockWrites(wait)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
 		res, err := l.db.AcquireLease(tctx, nil, p)
 		unlock()
 		cancel()

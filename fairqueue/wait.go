@@ -233,8 +233,11 @@ func (a *attempt) enqueue() (*waiter, error) {
 	l := a.l
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
 	defer cancel()
+	unlock, err := a.lockWrites(true)
+	if err != nil {
+		return nil, err
+	}
 	l.count()
-	unlock := l.lockWrites()
 	t, err := l.db.Enqueue(ctx, nil, a.name, a.o.Owner, l.cfg.HeartbeatTimeout)
 	unlock()
 	if err != nil {
@@ -280,7 +283,10 @@ func (a *attempt) take(w *waiter) (lease *dblock.Lease, err error) {
 	l := a.l
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
 	defer cancel()
-	unlock := l.lockWrites()
+	unlock, err := a.lockWrites(true)
+	if err != nil {
+		return nil, err
+	}
 	defer func() { unlock() }()
 	reqStart := time.Now()
 	l.count()

@@ -49,7 +49,7 @@ type Config struct {
 	// WriteMu, when set, is held around every write. On SQLite, which has one
 	// writer per database, a Locker serialises its own writes in process
 	// rather than letting them collide on the database lock and back off.
-	WriteMu *sync.Mutex
+	WriteMu sync.Locker
 }
 
 // Keeper keeps the leases of one Locker. It is safe for concurrent use.
