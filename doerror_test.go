@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // TestDoErrorIsOneLine: a Do whose fn fails after the lock was lost returns
@@ -17,7 +17,7 @@ import (
 // expired", in every lease mode.
 func TestDoErrorIsOneLine(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	m := newModes(t, iso)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // holdFence makes another transaction hold the fencing floor's row (as a
@@ -18,12 +19,12 @@ import (
 // until the returned function is called.
 func holdFence(t *testing.T, ctx context.Context, db *dialect.DB) (release func()) {
 	t.Helper()
-	tx, err := db.DB.DB.BeginTx(ctx, nil)
+	tx, err := store.Of(db).DB.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := "SELECT floor FROM dblock_fence WHERE id = 1 FOR UPDATE"
-	if db.Dialect.Kind() == dialect.SQLite {
+	if store.Of(db).Dialect.Kind() == store.SQLite {
 		q = "UPDATE dblock_fence SET floor = floor WHERE id = 1"
 	}
 	if _, err := tx.ExecContext(ctx, q); err != nil {
@@ -43,7 +44,7 @@ func holdFence(t *testing.T, ctx context.Context, db *dialect.DB) (release func(
 // row to hold, so the test runs on MySQL/MariaDB and SQLite.
 func TestFenceContentionEndsInADocumentedResult(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []dialect.Kind{dialect.MySQL, dialect.SQLite} {
+	for _, kind := range []store.Kind{store.MySQL, store.SQLite} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // TestFreeNameBehindABriefKeyLock: on MySQL/MariaDB another transaction can
@@ -20,13 +20,13 @@ import (
 // 1,351 TryAcquire calls refused while a reaper pass deleted idle rows.
 func TestFreeNameBehindABriefKeyLock(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.MySQL)
+	iso := dbtest.New(t, store.MySQL)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	m := newModes(t, iso)
 	for mode, l := range map[string]dblock.Locker{"optimistic": m.opt, "fair": m.fair} {
 		name := locktest.RandomName("gap")
-		tx, err := iso.DB.DB.DB.BeginTx(ctx, nil) // REPEATABLE READ: the read locks the gap.
+		tx, err := iso.Store.DB.DB.BeginTx(ctx, nil) // REPEATABLE READ: the read locks the gap.
 		if err != nil {
 			t.Fatal(err)
 		}

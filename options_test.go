@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // badMetadata is metadata every acquisition must refuse, whatever the mode
@@ -78,7 +78,7 @@ func TestMetadataRefusedEverywhere(t *testing.T) {
 			}
 		}
 		var rows int
-		if err := iso.DB.GetContext(ctx, &rows,
+		if err := iso.Store.GetContext(ctx, &rows,
 			"SELECT (SELECT COUNT(*) FROM dblock_locks) + (SELECT COUNT(*) FROM dblock_waiters)"); err != nil {
 			t.Fatal(err)
 		}
@@ -93,11 +93,11 @@ func TestMetadataRefusedEverywhere(t *testing.T) {
 		}
 		defer lease.Release(context.WithoutCancel(ctx))
 		q := "SELECT metadata FROM dblock_locks WHERE name = ?"
-		if iso.Kind == dialect.Postgres {
+		if iso.Kind == store.Postgres {
 			q = "SELECT metadata FROM dblock_locks WHERE name = $1"
 		}
 		var stored string
-		if err := iso.DB.GetContext(ctx, &stored, q, "job"); err != nil {
+		if err := iso.Store.GetContext(ctx, &stored, q, "job"); err != nil {
 			t.Fatal(err)
 		}
 		if stored != good {
@@ -112,7 +112,7 @@ func TestMetadataRefusedEverywhere(t *testing.T) {
 // and nothing is held afterwards; the lease modes accept both.
 func TestPessimisticRefusesLeaseOptions(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	m := newModes(t, iso)

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 )
 
@@ -30,7 +30,7 @@ func TestSilentWithoutLogger(t *testing.T) {
 	slog.SetDefault(slog.New(countingHandler{&records}))
 	t.Cleanup(func() { slog.SetDefault(prev) })
 
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	l, err := optimistic.New(iso.DB, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
 )
 
 // env is one database's isolated schema (PostgreSQL) or database (MySQL),
 // migrated, with a pool on it. Every scenario of one database runs in it.
 type env struct {
-	kind    dialect.Kind
+	kind    store.Kind
 	label   string // "PostgreSQL", "MariaDB", "MySQL"
 	version string // the server's version string
 	schema  string // bench_<random>: the schema or database
@@ -37,7 +38,7 @@ func randomHex(n int) string {
 
 // openEnv creates bench_<random> on the server at serverDSN, migrates it and
 // opens a pool on it.
-func openEnv(ctx context.Context, kind dialect.Kind, serverDSN string) (*env, error) {
+func openEnv(ctx context.Context, kind store.Kind, serverDSN string) (*env, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	adm, err := dialect.Open(ctx, serverDSN)
@@ -45,14 +46,14 @@ func openEnv(ctx context.Context, kind dialect.Kind, serverDSN string) (*env, er
 		return nil, err
 	}
 	e := &env{kind: kind, admin: adm, schema: "bench_" + randomHex(4), prefix: randomHex(4)}
-	if err := adm.QueryRowContext(ctx, "SELECT version()").Scan(&e.version); err != nil {
+	if err := adm.SQL().QueryRowContext(ctx, "SELECT version()").Scan(&e.version); err != nil {
 		_ = adm.Close()
 		return nil, fmt.Errorf("read server version: %w", err)
 	}
 	switch kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		e.label = "PostgreSQL"
-		if _, err := adm.ExecContext(ctx, "CREATE SCHEMA "+e.schema); err != nil {
+		if _, err := adm.SQL().ExecContext(ctx, "CREATE SCHEMA "+e.schema); err != nil {
 			_ = adm.Close()
 			return nil, fmt.Errorf("create schema: %w", err)
 		}
@@ -65,12 +66,12 @@ func openEnv(ctx context.Context, kind dialect.Kind, serverDSN string) (*env, er
 		q.Set("search_path", e.schema)
 		u.RawQuery = q.Encode()
 		e.dsn, e.pgURL = u.String(), u.String()
-	case dialect.MySQL:
+	case store.MySQL:
 		e.label = "MySQL"
 		if strings.Contains(strings.ToLower(e.version), "mariadb") {
 			e.label = "MariaDB"
 		}
-		if _, err := adm.ExecContext(ctx, "CREATE DATABASE "+e.schema); err != nil {
+		if _, err := adm.SQL().ExecContext(ctx, "CREATE DATABASE "+e.schema); err != nil {
 			_ = adm.Close()
 			return nil, fmt.Errorf("create database: %w", err)
 		}
@@ -85,7 +86,7 @@ func openEnv(ctx context.Context, kind dialect.Kind, serverDSN string) (*env, er
 	}
 	// Every scenario gets the same pool shape: enough idle connections for
 	// 32 goroutines plus a locker's own sessions, so nobody pays reconnects.
-	e.db.SetMaxIdleConns(64)
+	e.db.SQL().SetMaxIdleConns(64)
 	if err := migrations.Up(ctx, e.db); err != nil {
 		_ = e.drop()
 		return nil, fmt.Errorf("migrate: %w", err)
@@ -99,7 +100,7 @@ func (e *env) reset(ctx context.Context, extra ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, t := range append([]string{"dblock_locks", "dblock_waiters"}, extra...) {
-		if _, err := e.db.ExecContext(ctx, "TRUNCATE TABLE "+t); err != nil {
+		if _, err := e.db.SQL().ExecContext(ctx, "TRUNCATE TABLE "+t); err != nil {
 			return fmt.Errorf("truncate %s: %w", t, err)
 		}
 	}
@@ -115,10 +116,10 @@ func (e *env) drop() error {
 	defer cancel()
 	var err error
 	switch e.kind {
-	case dialect.Postgres:
-		_, err = e.admin.ExecContext(ctx, "DROP SCHEMA "+e.schema+" CASCADE")
-	case dialect.MySQL:
-		_, err = e.admin.ExecContext(ctx, "DROP DATABASE "+e.schema)
+	case store.Postgres:
+		_, err = e.admin.SQL().ExecContext(ctx, "DROP SCHEMA "+e.schema+" CASCADE")
+	case store.MySQL:
+		_, err = e.admin.SQL().ExecContext(ctx, "DROP DATABASE "+e.schema)
 	}
 	_ = e.admin.Close()
 	return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // The hand-written baselines. They run on dblock's own table, so a ratio to
@@ -50,14 +51,14 @@ WHERE name = ? AND owner = ? AND version = ?`
 // floorTry runs the hand-written one-statement acquire; ok is false when the
 // name is held.
 func floorTry(ctx context.Context, db *dialect.DB, name, owner string) (version int64, ok bool, err error) {
-	if db.Dialect.Kind() == dialect.Postgres {
-		err = db.QueryRowContext(ctx, pgFloorAcquire, name, owner, ttlMicros).Scan(&version)
+	if store.Of(db).Dialect.Kind() == store.Postgres {
+		err = db.SQL().QueryRowContext(ctx, pgFloorAcquire, name, owner, ttlMicros).Scan(&version)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil
 		}
 		return version, err == nil, err
 	}
-	r, err := db.ExecContext(ctx, myFloorAcquire, name, owner, ttlMicros)
+	r, err := db.SQL().ExecContext(ctx, myFloorAcquire, name, owner, ttlMicros)
 	if err != nil {
 		return 0, false, err
 	}
@@ -71,10 +72,10 @@ func floorTry(ctx context.Context, db *dialect.DB, name, owner string) (version 
 
 func floorRelease(ctx context.Context, db *dialect.DB, name, owner string, version int64) error {
 	q := pgFloorRelease
-	if db.Dialect.Kind() == dialect.MySQL {
+	if store.Of(db).Dialect.Kind() == store.MySQL {
 		q = myFloorRelease
 	}
-	r, err := db.ExecContext(ctx, q, name, owner, version)
+	r, err := db.SQL().ExecContext(ctx, q, name, owner, version)
 	if err != nil {
 		return err
 	}
@@ -135,7 +136,7 @@ func init() {
 		setup: func(_ context.Context, e *env, _ bool) (*instance, error) {
 			ensure := `INSERT INTO dblock_locks (name, reentry, version, updated_at) VALUES ($1, 0, 0, now()) ON CONFLICT (name) DO NOTHING`
 			sel := `SELECT version FROM dblock_locks WHERE name = $1 FOR UPDATE`
-			if e.kind == dialect.MySQL {
+			if e.kind == store.MySQL {
 				ensure = `INSERT IGNORE INTO dblock_locks (name, reentry, version, updated_at) VALUES (?, 0, 0, UTC_TIMESTAMP(6))`
 				sel = `SELECT version FROM dblock_locks WHERE name = ? FOR UPDATE`
 			}
@@ -145,13 +146,13 @@ func init() {
 					return &worker{
 						acquire: func(ctx context.Context, name string) (releaseFunc, error) {
 							if !seen[name] { // the row is created once, then only locked
-								if _, err := e.db.ExecContext(ctx, ensure, name); err != nil {
+								if _, err := e.db.SQL().ExecContext(ctx, ensure, name); err != nil {
 									return nil, err
 								}
 								seen[name] = true
 							}
 							for attempt := 0; ; attempt++ {
-								tx, err := e.db.BeginTx(ctx, nil)
+								tx, err := e.db.SQL().BeginTx(ctx, nil)
 								if err != nil {
 									return nil, err
 								}
@@ -162,7 +163,7 @@ func init() {
 								}
 								_ = tx.Rollback()
 								// MySQL bounds a row-lock wait (1 s here): wait again.
-								if attempt >= 100 || !errors.Is(e.db.Classify(err), dblock.ErrNotAcquired) {
+								if attempt >= 100 || !errors.Is(store.Of(e.db).Classify(err), dblock.ErrNotAcquired) {
 									return nil, err
 								}
 							}
@@ -183,12 +184,12 @@ func init() {
 		setup: func(_ context.Context, e *env, _ bool) (*instance, error) {
 			return &instance{
 				worker: func(ctx context.Context, _ int) (*worker, error) {
-					conn, err := e.db.Conn(ctx)
+					conn, err := e.db.SQL().Conn(ctx)
 					if err != nil {
 						return nil, err
 					}
 					w := &worker{close: func() { _ = conn.Close() }}
-					if e.kind == dialect.Postgres {
+					if e.kind == store.Postgres {
 						w.acquire = func(ctx context.Context, name string) (releaseFunc, error) {
 							key := advisoryKey(name)
 							if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {

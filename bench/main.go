@@ -22,7 +22,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dblock-go/dblock/dialect"
+	_ "github.com/dblock-go/dblock/dialect/mysql" // The benchmarks run on every database.
+	_ "github.com/dblock-go/dblock/dialect/postgres"
+	_ "github.com/dblock-go/dblock/dialect/sqlite"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 const (
@@ -67,13 +70,13 @@ func main() {
 
 	failed := false
 	for _, name := range strings.Split(*dbs, ",") {
-		var kind dialect.Kind
+		var kind store.Kind
 		var dsn string
 		switch strings.TrimSpace(name) {
 		case "postgres", "postgresql", "pg":
-			kind, dsn = dialect.Postgres, *pgDSN
+			kind, dsn = store.Postgres, *pgDSN
 		case "mysql", "mariadb":
-			kind, dsn = dialect.MySQL, *myDSN
+			kind, dsn = store.MySQL, *myDSN
 		default:
 			fmt.Fprintf(os.Stderr, "bench: unknown database %q (want postgres or mysql)\n", name)
 			os.Exit(64)
@@ -131,7 +134,7 @@ func writeOut(path, results string) error {
 }
 
 // runDatabase runs every cell on one database and prints its tables.
-func runDatabase(ctx context.Context, w io.Writer, kind dialect.Kind, dsn string, dur time.Duration, rounds int, only map[string]bool) (err error) {
+func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, dur time.Duration, rounds int, only map[string]bool) (err error) {
 	e, err := openEnv(ctx, kind, dsn)
 	if err != nil {
 		return err

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 const keyRawLease = "dialect"
@@ -22,15 +22,15 @@ func init() {
 					owner := fmt.Sprintf("raw-%s-%d", e.prefix, g)
 					return &worker{
 						acquire: func(ctx context.Context, name string) (releaseFunc, error) {
-							p := dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: leaseTTL}
+							p := store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: leaseTTL}
 							for {
-								res, err := e.db.AcquireLease(ctx, nil, p)
+								res, err := store.Of(e.db).AcquireLease(ctx, nil, p)
 								if err != nil {
 									return nil, err
 								}
 								if res.Acquired {
 									return func(ctx context.Context) error {
-										ok, err := e.db.ReleaseLease(ctx, nil, name, owner, res.Token)
+										ok, err := store.Of(e.db).ReleaseLease(ctx, nil, name, owner, res.Token)
 										if err == nil && !ok {
 											err = fmt.Errorf("release %q: not held", name)
 										}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // manyNames is the size of the names check (1 vs manyNames distinct names).
@@ -65,9 +65,9 @@ func populate(ctx context.Context, e *env, names []string) error {
 		chunk := names[i:min(i+batch, len(names))]
 		var sb strings.Builder
 		args := make([]any, 0, len(chunk))
-		if e.kind == dialect.Postgres {
+		if e.kind == store.Postgres {
 			sb.WriteString("INSERT INTO dblock_locks (name, reentry, version, updated_at) SELECT n, 0, 1, now() FROM unnest($1::text[]) AS n")
-			if _, err := e.db.ExecContext(ctx, sb.String(), chunk); err != nil {
+			if _, err := e.db.SQL().ExecContext(ctx, sb.String(), chunk); err != nil {
 				return err
 			}
 			continue
@@ -80,7 +80,7 @@ func populate(ctx context.Context, e *env, names []string) error {
 			sb.WriteString("(?, 0, 1, UTC_TIMESTAMP(6))")
 			args = append(args, n)
 		}
-		if _, err := e.db.ExecContext(ctx, sb.String(), args...); err != nil {
+		if _, err := e.db.SQL().ExecContext(ctx, sb.String(), args...); err != nil {
 			return err
 		}
 	}
@@ -271,7 +271,7 @@ func usable(c *cell) bool { return c != nil && c.skip == "" && c.err == nil && c
 // and issue 8. The bars are goals, not test assertions.
 func printBars(w io.Writer, e *env, un, co []*cell, names []*cell) {
 	fmt.Fprintf(w, "### Bars (%s, this run)\n\n", e.label)
-	pg := e.kind == dialect.Postgres
+	pg := e.kind == store.Postgres
 	want := 0.9
 	if pg {
 		want = 1.5

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // releaseFunc ends one hold.
@@ -35,8 +35,8 @@ type scenario struct {
 	key   string
 	order int
 	title string
-	about string         // one line for the README
-	kinds []dialect.Kind // nil: every database
+	about string       // one line for the README
+	kinds []store.Kind // nil: every database
 	// missing, when set, says why the scenario cannot run in this build
 	// (its package has not landed yet).
 	missing string
@@ -47,7 +47,7 @@ type scenario struct {
 	resetTables []string
 }
 
-func (s *scenario) runsOn(k dialect.Kind) bool {
+func (s *scenario) runsOn(k store.Kind) bool {
 	return s.kinds == nil || slices.Contains(s.kinds, k)
 }
 

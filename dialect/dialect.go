@@ -1,103 +1,52 @@
-// Package dialect is the seam between dblock and the databases it runs on. It
-// owns every SQL statement, the placeholders, DSN parsing, capability flags and
-// the classification of driver errors. It is the only package that imports the
-// drivers (pgx, go-sql-driver/mysql, modernc.org/sqlite).
-//
-// API is not stable: the lock packages are its only intended callers.
 package dialect
 
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"regexp"
-	"strings"
-	"syscall"
-	"time"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jmoiron/sqlx"
-
-	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // Kind names a database family.
 type Kind string
 
-// The supported kinds.
+// The supported kinds. MySQL covers MariaDB, told apart by the server's
+// version when the database is opened.
 const (
 	Postgres Kind = "postgres"
 	MySQL    Kind = "mysql"
 	SQLite   Kind = "sqlite"
 )
 
-// Caps are what a database can do; lock packages branch on these, never on Kind.
-type Caps struct {
-	Notify      bool // LISTEN/NOTIFY wake-ups (PostgreSQL).
-	SkipLocked  bool // SELECT ... FOR UPDATE SKIP LOCKED.
-	NoWait      bool // SELECT ... FOR UPDATE NOWAIT.
-	RowLocks    bool // Row-level locks; false on SQLite (one writer per database).
-	Returning   bool // INSERT/UPDATE ... RETURNING (MySQL reports through LAST_INSERT_ID and affected rows).
-	AsyncCommit bool // Per-transaction asynchronous commit (synchronous_commit=off).
-	// StatementLockTimeout: a statement can be told not to wait for row
-	// locks (PostgreSQL NOWAIT, MariaDB SET STATEMENT innodb_lock_wait_timeout=0).
-	// MySQL 8 waits up to its minimum innodb_lock_wait_timeout (1 s) instead.
-	StatementLockTimeout bool
-	// IdleTxTimeout: the server can end a transaction left idle past a
-	// per-transaction timeout (idle_in_transaction_session_timeout,
-	// idle_transaction_timeout).
-	IdleTxTimeout bool
-}
-
-// Dialect is one database's SQL, capabilities and error classification.
-type Dialect interface {
-	// Kind returns the database family.
-	Kind() Kind
-	// Caps returns the capability flags.
-	Caps() Caps
-	// Classify maps a driver error to dblock's sentinels, keeping the driver
-	// error in the chain; unknown errors are returned unchanged; nil stays nil.
-	Classify(err error) error
-	// Placeholder returns the n-th (1-based) bind parameter marker.
-	Placeholder(n int) string
-	// Now is the SQL expression for the database clock.
-	Now() string
-	// MigrateHint says how to apply the migrations for this dialect.
-	MigrateHint() string
-
-	// Lease returns the statements of lease (optimistic and fair) locks.
-	Lease() *LeaseSQL
-	// Row returns the statements of transaction-held (pessimistic) locks.
-	Row() *RowSQL
-	// Queue returns the statements of the fair wait queue.
-	Queue() *QueueSQL
-	// Reap returns the statements of the reaper.
-	Reap() *ReapSQL
-}
-
-// DB is a database handle with its dialect. Lock packages take a *DB.
+// DB is a database opened for dblock: a connection pool and what dblock
+// learned of the server. It is safe for concurrent use.
 type DB struct {
-	*sqlx.DB
-	Dialect Dialect
-
-	owned  bool
-	closer func() error
+	s *store.DB
 }
 
-// Open connects to dsn. The scheme picks the dialect:
+func init() {
+	store.SetFront(
+		func(s *store.DB) any { return &DB{s: s} },
+		func(h any) *store.DB {
+			if db, ok := h.(*DB); ok && db != nil {
+				return db.s
+			}
+			return nil
+		})
+}
+
+// Open connects to dsn. The scheme picks the database, whose package must be
+// imported (dialect/postgres, dialect/mysql, dialect/sqlite):
 //
-//	postgres://user@host:5432/db?sslmode=disable   (also postgresql://)
+//	postgres://user@host:5432/db?sslmode=disable   (also postgresql://, or host=... dbname=...)
 //	mysql://user:pass@tcp(host:3306)/db            (the rest is a go-sql-driver DSN)
 //	sqlite://path/to/file.db  or  file:path/to/file.db
 //
 // Open sets what dblock needs (parseTime and UTC for MySQL; WAL, a busy
 // timeout and immediate transactions for SQLite; server-side TCP keepalives
 // for PostgreSQL) and checks the connection. Close closes what Open opened.
+// Errors wrap dblock.ErrInvalidOption (a bad DSN, a database whose package
+// is not imported) or dblock.ErrUnavailable, and never echo a password.
 //
 // The pool is dblock's: on MariaDB a pessimistic lock leaves its
 // idle_transaction_timeout (the lock's TTL) on the session it used, so that
@@ -105,66 +54,15 @@ type DB struct {
 // caller's on this pool are then ended by the server if they idle longer.
 // Open a pool of your own for those, or wrap one with New.
 func Open(ctx context.Context, dsn string) (*DB, error) {
-	kind, rest, err := ParseDSN(dsn)
+	s, err := store.Open(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
-	var (
-		sdb    *sql.DB
-		d      Dialect
-		driver string
-	)
-	switch kind {
-	case Postgres:
-		sdb, err = openPostgres(rest)
-		d, driver = postgresDialect, "pgx"
-	case MySQL:
-		sdb, err = openMySQL(rest)
-		driver = "mysql"
-	case SQLite:
-		sdb, err = openSQLite(rest)
-		file, _, _ := strings.Cut(rest, "?")
-		d, driver = sqliteDialect{file: file}, "sqlite"
-	}
-	if err != nil {
-		return nil, err
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := ping(pingCtx, sdb, kind); err != nil {
-		_ = sdb.Close()
-		return nil, fmt.Errorf("%w: connect to %s: %w", dblock.ErrUnavailable, Redact(dsn), err)
-	}
-	if kind == MySQL {
-		if d, err = detectMySQL(pingCtx, sdb); err != nil {
-			_ = sdb.Close()
-			return nil, err
-		}
-	}
-	return &DB{DB: sqlx.NewDb(sdb, driver), Dialect: d, owned: true, closer: sdb.Close}, nil
+	return &DB{s: s}, nil
 }
 
-// ping checks the first connection. On SQLite it tries again while the file
-// is busy: switching a new file to WAL takes an exclusive lock without
-// calling the busy handler, so processes opening a fresh file at the same
-// moment get SQLITE_BUSY from the connection's set-up.
-func ping(ctx context.Context, sdb *sql.DB, kind Kind) error {
-	for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
-		err := sdb.PingContext(ctx)
-		if err == nil || kind != SQLite || !errors.Is(sqliteDialectV.Classify(err), dblock.ErrNotAcquired) {
-			return err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		}
-	}
-}
-
-// New wraps a *sql.DB the caller opened (and keeps: Close does not close it).
+// New wraps a *sql.DB the caller opened and keeps: Close does not close it.
+// The database's package must be imported, as for Open.
 //
 // For MySQL/MariaDB, New checks the server flavour and refuses (with
 // dblock.ErrInvalidOption) a pool whose connections set clientFoundRows,
@@ -180,303 +78,20 @@ func ping(ctx context.Context, sdb *sql.DB, kind Kind) error {
 // vanished client, and the pessimistic locks it held, end within about 30 s:
 // set them in the pool's runtime parameters to get the same.
 func New(ctx context.Context, db *sql.DB, kind Kind) (*DB, error) {
-	if db == nil {
-		return nil, fmt.Errorf("%w: nil *sql.DB", dblock.ErrInvalidOption)
+	s, err := store.New(ctx, db, store.Kind(kind))
+	if err != nil {
+		return nil, err
 	}
-	var (
-		d      Dialect
-		driver string
-		err    error
-	)
-	switch kind {
-	case Postgres:
-		d, driver = postgresDialect, "pgx"
-	case MySQL:
-		driver = "mysql"
-		if d, err = detectMySQL(ctx, db); err != nil {
-			return nil, err
-		}
-		if err := checkChangedRows(ctx, db); err != nil {
-			return nil, err
-		}
-	case SQLite:
-		d, driver = sqliteDialectV, "sqlite"
-	default:
-		return nil, fmt.Errorf("%w: unknown dialect %q (want postgres, mysql or sqlite)", dblock.ErrInvalidOption, kind)
-	}
-	return &DB{DB: sqlx.NewDb(db, driver), Dialect: d}, nil
+	return &DB{s: s}, nil
 }
 
-// Close closes the connection pool if Open opened it; a pool passed to New is
-// left to its owner.
-func (db *DB) Close() error {
-	if !db.owned || db.closer == nil {
-		return nil
-	}
-	return db.closer()
-}
+// Close closes the connection pool if Open opened it; a pool passed to New
+// (or to postgres.FromPool) is left to its owner.
+func (db *DB) Close() error { return db.s.Close() }
 
-// Classify is db.Dialect.Classify.
-func (db *DB) Classify(err error) error { return db.Dialect.Classify(err) }
+// Kind returns the database family.
+func (db *DB) Kind() Kind { return Kind(db.s.Dialect.Kind()) }
 
-// Querier is what statements run on: a *sqlx.DB, *sqlx.Tx or *sqlx.Conn.
-type Querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error)
-	QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row
-	GetContext(ctx context.Context, dest any, query string, args ...any) error
-	SelectContext(ctx context.Context, dest any, query string, args ...any) error
-}
-
-var (
-	_ Querier = (*sqlx.DB)(nil)
-	_ Querier = (*sqlx.Tx)(nil)
-	_ Querier = (*sqlx.Conn)(nil)
-)
-
-// ParseDSN splits a dblock DSN into its dialect and the driver's own DSN.
-// Schemes are matched in any case (POSTGRES://, MySQL://). Errors wrap
-// dblock.ErrInvalidOption and never echo a password.
-func ParseDSN(dsn string) (Kind, string, error) {
-	dsn = strings.TrimSpace(dsn)
-	lower := strings.ToLower(dsn)
-	switch {
-	case dsn == "":
-		return "", "", fmt.Errorf("%w: empty DSN", dblock.ErrInvalidOption)
-	case strings.HasPrefix(lower, "postgres://"):
-		// The scheme in lower case: pgx recognises a URL by it.
-		return Postgres, "postgres://" + dsn[len("postgres://"):], nil
-	case strings.HasPrefix(lower, "postgresql://"):
-		return Postgres, "postgresql://" + dsn[len("postgresql://"):], nil
-	case strings.HasPrefix(lower, "mysql://"):
-		return MySQL, dsn[len("mysql://"):], nil
-	case strings.HasPrefix(lower, "sqlite://"):
-		path := dsn[len("sqlite://"):]
-		if path == "" {
-			return "", "", fmt.Errorf("%w: sqlite DSN %q has no file path", dblock.ErrInvalidOption, dsn)
-		}
-		return SQLite, path, nil
-	case strings.HasPrefix(lower, "sqlite:"):
-		path := dsn[len("sqlite:"):]
-		if path == "" {
-			return "", "", fmt.Errorf("%w: sqlite DSN %q has no file path", dblock.ErrInvalidOption, dsn)
-		}
-		return SQLite, path, nil
-	case strings.HasPrefix(lower, "file:"):
-		path := dsn[len("file:"):]
-		if path == "" {
-			return "", "", fmt.Errorf("%w: sqlite DSN %q has no file path", dblock.ErrInvalidOption, dsn)
-		}
-		return SQLite, path, nil
-	case kvDSN.MatchString(dsn) && pgKeyword.MatchString(dsn):
-		// libpq's keyword/value form ("host=db dbname=app user=app"),
-		// which pgx reads as it is.
-		return Postgres, dsn, nil
-	}
-	scheme := "no scheme"
-	if i := strings.Index(dsn, "://"); i > 0 {
-		scheme = "scheme " + dsn[:i]
-	}
-	return "", "", fmt.Errorf("%w: DSN %s has %s (want a postgres://, postgresql://, mysql://, sqlite:// or file: DSN, or a PostgreSQL host=... dbname=... one)",
-		dblock.ErrInvalidOption, Redact(dsn), scheme)
-}
-
-// Redact hides the passwords of a DSN for messages: the password of the
-// user information (URL user:pass@host, and the go-sql-driver form
-// user:pass@tcp(host)/db, split where the driver splits it), and the value
-// of every parameter whose name ends in "password" (password, sslpassword),
-// in a URL query (?password=...) or a keyword/value DSN (password='...').
-// Anything else is kept, so the message still says which server was meant.
-func Redact(dsn string) string {
-	lower := strings.ToLower(strings.TrimSpace(dsn))
-	switch {
-	case strings.HasPrefix(lower, "mysql://"):
-		i := strings.Index(dsn, "://") + 3
-		return dsn[:i] + redactQuery(redactMySQLUser(dsn[i:]))
-	case strings.Contains(dsn, "://"):
-		return redactQuery(redactURLUser(dsn))
-	case kvDSN.MatchString(dsn):
-		return kvPassword.ReplaceAllString(dsn, "${1}${2}=xxxxx")
-	case strings.Contains(dsn, "@"):
-		return redactQuery(redactMySQLUser(dsn))
-	}
-	return redactQuery(dsn)
-}
-
-const redacted = "xxxxx"
-
-var (
-	// kvDSN: a libpq keyword/value DSN (host=h user=u ...), which has no
-	// scheme and starts with a keyword.
-	kvDSN = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
-	// pgKeyword: a keyword of a libpq keyword/value DSN that names a
-	// server, database, user or service.
-	pgKeyword = regexp.MustCompile(`(?:^|\s)(?:host|hostaddr|dbname|user|service|port)\s*=`)
-	// kvPassword: a password keyword and its value, bare or single-quoted
-	// (with backslash escapes), in a keyword/value DSN.
-	kvPassword = regexp.MustCompile(`(?i)(^|\s)([a-z_]*password)\s*=\s*(?:'(?:[^'\\]|\\.)*'?|\S*)`)
-	// queryPassword: a password parameter and its value in a URL query.
-	queryPassword = regexp.MustCompile(`(?i)([?&;])([a-z_]*password)=[^&#]*`)
-)
-
-// redactQuery hides password parameters in the query of a URL-like DSN.
-func redactQuery(dsn string) string {
-	q := strings.IndexByte(dsn, '?')
-	if q < 0 {
-		return dsn
-	}
-	return dsn[:q] + queryPassword.ReplaceAllString(dsn[q:], "${1}${2}="+redacted)
-}
-
-// redactURLUser hides the password of scheme://user:pass@host/...: the
-// authority ends at the first '/', '?' or '#', and the user information at
-// its last '@' (as net/url reads it).
-func redactURLUser(dsn string) string {
-	start := strings.Index(dsn, "://") + 3
-	end := len(dsn)
-	if i := strings.IndexAny(dsn[start:], "/?#"); i >= 0 {
-		end = start + i
-	}
-	at := strings.LastIndex(dsn[start:end], "@")
-	if at < 0 {
-		return dsn
-	}
-	at += start
-	colon := strings.IndexByte(dsn[start:at], ':')
-	if colon < 0 || start+colon+1 == at {
-		return dsn
-	}
-	return dsn[:start+colon+1] + redacted + dsn[at:]
-}
-
-// redactMySQLUser hides the password of a go-sql-driver DSN
-// (user:pass@net(addr)/db?params), found as the driver finds it: the last
-// '/', the last '@' before it, and the first ':' before that, so a password
-// may hold '@', ':' or '/'.
-func redactMySQLUser(dsn string) string {
-	slash := strings.LastIndexByte(dsn, '/')
-	if slash < 0 {
-		slash = len(dsn)
-	}
-	at := strings.LastIndexByte(dsn[:slash], '@')
-	if at < 0 {
-		return dsn
-	}
-	colon := strings.IndexByte(dsn[:at], ':')
-	if colon < 0 || colon+1 == at {
-		return dsn
-	}
-	return dsn[:colon+1] + redacted + dsn[at:]
-}
-
-// PermissionDenied reports whether err is the server refusing the statement
-// for want of a privilege (PostgreSQL 42501; MySQL/MariaDB 1142 table, 1143
-// column, 1044 database access denied).
-func PermissionDenied(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code == "42501"
-	}
-	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) {
-		return myErr.Number == 1142 || myErr.Number == 1143 || myErr.Number == 1044
-	}
-	return false
-}
-
-// Probe statements: each reads no row (or the one fence row) but names every
-// column the lock statements use, so it fails as they would.
-const (
-	probeLocks   = `SELECT name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata FROM dblock_locks WHERE 1 = 0`
-	probeWaiters = `SELECT id, name, owner, created_at, heartbeat_at, expires_at FROM dblock_waiters WHERE 1 = 0`
-	probeFence   = `SELECT floor FROM dblock_fence WHERE id = 1`
-	probeSeq     = `SELECT has_sequence_privilege('dblock_token_seq', 'USAGE')
-    AND has_sequence_privilege(pg_get_serial_sequence('dblock_waiters', 'id'), 'USAGE')`
-)
-
-// ProbeSchema checks, with reads only, that the objects dblock's statements
-// use are there and readable by this connection's role: every column of
-// dblock_locks and dblock_waiters, and the source of fencing tokens
-// (PostgreSQL: the sequences of tokens and waiter ids, usable; MySQL and
-// SQLite: the row of dblock_fence). It needs none of the goose version table. A missing
-// object is an error wrapping dblock.ErrSchemaMissing with the migrate hint;
-// a missing privilege is the server's error, which PermissionDenied
-// recognises. It cannot tell whether a migration that adds only an index is
-// applied.
-func (db *DB) ProbeSchema(ctx context.Context) error {
-	for _, q := range []string{probeLocks, probeWaiters} {
-		rows, err := db.QueryContext(ctx, q)
-		if err != nil {
-			return db.Classify(err)
-		}
-		_ = rows.Close()
-	}
-	switch db.Dialect.Kind() {
-	case Postgres:
-		var usable bool
-		if err := db.QueryRowxContext(ctx, probeSeq).Scan(&usable); err != nil {
-			return db.Classify(err)
-		}
-		if !usable {
-			return errors.New("dblock: permission denied for the sequences dblock_token_seq and dblock_waiters_id_seq: grant USAGE on them to this role")
-		}
-	default:
-		var floor int64
-		err := db.QueryRowxContext(ctx, probeFence).Scan(&floor)
-		if errors.Is(err, sql.ErrNoRows) {
-			return schemaMissing(db.Dialect, errors.New("dblock_fence has no row with id 1"))
-		}
-		if err != nil {
-			return db.Classify(err)
-		}
-	}
-	return nil
-}
-
-// IsRetryable reports whether err is worth retrying as it is: a deadlock
-// (on MySQL/MariaDB also a Galera certification failure), a serialization
-// failure, or a lock not available.
-func IsRetryable(err error) bool {
-	return errors.Is(err, dblock.ErrDeadlock) || errors.Is(err, dblock.ErrSerialization) ||
-		errors.Is(err, dblock.ErrNotAcquired)
-}
-
-// connectionLost reports whether err says the connection to the server broke
-// (reset, closed, refused, cut mid-answer) rather than that the server
-// refused the statement. A statement whose connection broke may or may not
-// have run: callers treat the outcome as unknown. A context's end is not a
-// lost connection, although the driver may close the connection for it.
-func connectionLost(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	var opErr *net.OpError
-	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) || errors.As(err, &opErr)
-}
-
-// NotSent reports whether err says a statement never reached the server:
-// the connection to it could not be made (refused, unreachable, failed
-// start-up). Such a statement certainly did not run, unlike one whose
-// established connection broke.
-func NotSent(err error) bool {
-	var connErr *pgconn.ConnectError
-	var opErr *net.OpError
-	return errors.As(err, &connErr) || errors.As(err, &opErr) && opErr.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED)
-}
-
-// unavailable wraps err as dblock.ErrUnavailable.
-func unavailable(err error) error { return fmt.Errorf("%w: %w", dblock.ErrUnavailable, err) }
-
-// schemaMissing wraps err as dblock.ErrSchemaMissing with the migrate hint.
-func schemaMissing(d Dialect, err error) error {
-	return fmt.Errorf("%w: run the migrations: %s: %w", dblock.ErrSchemaMissing, d.MigrateHint(), err)
-}
-
-// notAcquired wraps a lock-timeout/NOWAIT error as dblock.ErrNotAcquired.
-func notAcquired(err error) error { return fmt.Errorf("%w: %w", dblock.ErrNotAcquired, err) }
-
-// Micros converts database microseconds since the Unix epoch to a time.
-func Micros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+// SQL returns the underlying *sql.DB, for the application's own statements
+// (the fenced updates of package userrows, say).
+func (db *DB) SQL() *sql.DB { return db.s.DB.DB }

@@ -10,6 +10,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -27,7 +28,7 @@ func TestWaitBoundedBehindPessimisticHolder(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		db := iso.DB
-		if iso.Kind == dialect.SQLite {
+		if iso.Kind == store.SQLite {
 			var err error
 			if db, err = dialect.Open(ctx, iso.DSN+"?_pragma=busy_timeout(30000)"); err != nil {
 				t.Fatal(err)
@@ -84,7 +85,7 @@ func TestWaitBoundedBehindPessimisticHolder(t *testing.T) {
 // at their wait's end, instead of waiting for the keeper.
 func TestWaitBoundedBehindOwnWrites(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	db, err := dialect.Open(ctx, iso.DSN+"?_pragma=busy_timeout(30000)")

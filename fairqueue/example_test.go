@@ -10,6 +10,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	_ "github.com/dblock-go/dblock/dialect/sqlite" // The example runs on an SQLite file.
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/migrations"
 )

@@ -14,6 +14,7 @@ import (
 	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/internal/wake"
 )
 
@@ -119,7 +120,7 @@ func (c *Config) validate() error {
 // Locker acquires fair (FIFO) lease locks. It is safe for concurrent use;
 // create one per database and share it.
 type Locker struct {
-	db      *dialect.DB
+	db      *store.DB
 	cfg     Config
 	logger  *slog.Logger
 	hooks   dblock.Hooks
@@ -147,7 +148,8 @@ var _ dblock.Locker = (*Locker)(nil)
 
 // New returns a Locker on db. db stays the caller's: Close does not close it.
 // Configuration errors wrap dblock.ErrInvalidOption.
-func New(db *dialect.DB, cfg *Config) (*Locker, error) {
+func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
+	db := store.Of(handle)
 	if db == nil || db.DB == nil || db.Dialect == nil {
 		return nil, fmt.Errorf("fairqueue: new: %w: nil database", dblock.ErrInvalidOption)
 	}
@@ -315,7 +317,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 		defer cancel()
 	}
 	a := &attempt{l: l, ctx: waitCtx, name: name, o: o, start: time.Now(),
-		params: dialect.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeFair, TTL: o.FirstTTL(), Metadata: o.Metadata}}
+		params: store.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeFair, TTL: o.FirstTTL(), Metadata: o.Metadata}}
 	lease, err := a.direct(wait)
 	if lease != nil || err != nil {
 		return lease, err
@@ -330,7 +332,7 @@ type attempt struct {
 	name   string
 	o      mode.Options
 	start  time.Time
-	params dialect.AcquireParams
+	params store.AcquireParams
 }
 
 func (a *attempt) attrs(extra ...slog.Attr) []slog.Attr {
@@ -342,7 +344,7 @@ func (a *attempt) errorf(format string, args ...any) error {
 }
 
 // stopped returns the error of a wait that ended (ctx, wait, Close), or nil.
-func (a *attempt) stopped(h dialect.Holder) error {
+func (a *attempt) stopped(h store.Holder) error {
 	var cause error
 	select {
 	case <-a.ctx.Done():
@@ -359,7 +361,7 @@ func (a *attempt) stopped(h dialect.Holder) error {
 }
 
 // notAcquired is TryAcquire's answer when the name is held or has a queue.
-func (a *attempt) notAcquired(s dialect.QueueState) error {
+func (a *attempt) notAcquired(s store.QueueState) error {
 	if s.Ahead > 0 && !s.Holder.Held() {
 		return a.errorf("%w: %d waiters queued", dblock.ErrNotAcquired, s.Ahead)
 	}
@@ -367,14 +369,14 @@ func (a *attempt) notAcquired(s dialect.QueueState) error {
 }
 
 // free reports whether h can be taken by owner: free, expired, or owner's own.
-func free(h dialect.Holder, owner string) bool {
+func free(h store.Holder, owner string) bool {
 	return !h.Held() || h.Owner == owner
 }
 
 // direct takes the name without queueing when nobody queues and it is free,
 // or when the owner already holds it (reentry). It returns (nil, nil) when
 // the caller must queue. The queue and the lock are checked and the lock
-// taken by one statement (dialect.AcquireParams.QueueGuard), so a waiter
+// taken by one statement (store.AcquireParams.QueueGuard), so a waiter
 // whose row committed before it began is never jumped.
 func (a *attempt) direct(wait bool) (*dblock.Lease, error) {
 	l := a.l
@@ -401,11 +403,11 @@ func (a *attempt) direct(wait bool) (*dblock.Lease, error) {
 		}
 		if err == nil {
 			if !wait {
-				return nil, a.notAcquired(dialect.QueueState{Ahead: res.Waiters, Holder: res.Holder})
+				return nil, a.notAcquired(store.QueueState{Ahead: res.Waiters, Holder: res.Holder})
 			}
 			return nil, nil
 		}
-		if serr := a.stopped(dialect.Holder{}); serr != nil {
+		if serr := a.stopped(store.Holder{}); serr != nil {
 			return nil, serr
 		}
 		if !wait || !a.retryable(err) {
@@ -430,13 +432,13 @@ func (a *attempt) sleep(d time.Duration) error {
 	case <-a.ctx.Done():
 	case <-a.l.closing:
 	}
-	return a.stopped(dialect.Holder{})
+	return a.stopped(store.Holder{})
 }
 
 // started hands an acquired lease to the keeper, with the owner's
 // acquisition count as the row reports it (as optimistic does), so handles
 // of one owner in several Lockers or processes agree on Reentry.
-func (a *attempt) started(res dialect.AcquireResult, reqStart time.Time) (*dblock.Lease, error) {
+func (a *attempt) started(res store.AcquireResult, reqStart time.Time) (*dblock.Lease, error) {
 	l := a.l
 	token := res.Token
 	lease, err := l.keeper.Start(leasekeeper.Params{

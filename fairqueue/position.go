@@ -7,6 +7,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // Waiter is a live waiter in a name's queue, as `dblock status` shows it.
@@ -28,7 +29,12 @@ type Waiter struct {
 // Queue lists the live waiters of name in queue order. Dead waiters (whose
 // heartbeat deadline passed) take no position and are not listed. It needs
 // no Locker, so tools such as `dblock status` can call it.
-func Queue(ctx context.Context, db *dialect.DB, name string) ([]Waiter, error) {
+func Queue(ctx context.Context, handle *dialect.DB, name string) ([]Waiter, error) {
+	return queue(ctx, store.Of(handle), name)
+}
+
+// queue is Queue on the store.
+func queue(ctx context.Context, db *store.DB, name string) ([]Waiter, error) {
 	if err := dblock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("fairqueue: queue: %w", err)
 	}
@@ -49,7 +55,7 @@ func Queue(ctx context.Context, db *dialect.DB, name string) ([]Waiter, error) {
 // Queue lists the live waiters of name in queue order (see the package
 // function Queue).
 func (l *Locker) Queue(ctx context.Context, name string) ([]Waiter, error) {
-	return Queue(ctx, l.db, name)
+	return queue(ctx, l.db, name)
 }
 
 // Position reports where owner waits in name's queue: the first live waiter
@@ -57,7 +63,7 @@ func (l *Locker) Queue(ctx context.Context, name string) ([]Waiter, error) {
 // not be waiting at all). Acquire with dblock.WithOwner to know the owner of
 // a wait in progress, or observe a wait of your own with WithPositionFunc.
 func (l *Locker) Position(ctx context.Context, name, owner string) (Waiter, bool, error) {
-	q, err := Queue(ctx, l.db, name)
+	q, err := queue(ctx, l.db, name)
 	if err != nil {
 		return Waiter{}, false, err
 	}

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 )
 
@@ -56,7 +56,7 @@ func TestReentryAcrossLockers(t *testing.T) {
 		if counts["fair"] != counts["optimistic"] {
 			t.Fatalf("B's Reentry: fair %d, optimistic %d; want the same", counts["fair"], counts["optimistic"])
 		}
-		if iso.Kind != dialect.MySQL && counts["fair"] != 3 {
+		if iso.Kind != store.MySQL && counts["fair"] != 3 {
 			t.Fatalf("B's Reentry: %d, want the row's count 3", counts["fair"])
 		}
 	})

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // errDead reports that a waiter's row is gone or its heartbeat lapsed: it has
@@ -61,7 +61,7 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 	}()
 	backoff := 0 // Backoff step, reset when the position changes.
 	lastAhead := -1
-	var last dialect.QueueState
+	var last store.QueueState
 	for try := 1; ; try++ {
 		if serr := a.stopped(last.Holder); serr != nil {
 			return nil, serr
@@ -190,7 +190,7 @@ func (a *attempt) retryable(err error) bool {
 }
 
 // delay is how long a waiter sleeps after a check that did not take the lock.
-func (a *attempt) delay(s dialect.QueueState, step int) time.Duration {
+func (a *attempt) delay(s store.QueueState, step int) time.Duration {
 	c := a.l.cfg
 	if s.Ahead > 0 {
 		// Behind the head: events bring it forward; the timer only covers

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // writeLock serialises a Locker's writes on SQLite, which has one writer per
@@ -54,7 +54,7 @@ func (a *attempt) lockWrites(wait bool) (unlock func(), err error) {
 	case <-timeout:
 		return nil, a.errorf("%w: the database is write-locked by another transaction", dblock.ErrNotAcquired)
 	}
-	if err := a.stopped(dialect.Holder{}); err != nil {
+	if err := a.stopped(store.Holder{}); err != nil {
 		return nil, err
 	}
 	return nil, fmt.Errorf("fairqueue: acquire %q: %w: wait ended", a.name, dblock.ErrNotAcquired)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // mysqlLockName is the SQL expression of the named lock (GET_LOCK) that
@@ -29,8 +29,8 @@ const mysqlLockName = "CONCAT('dblock_migrate:', SHA1(COALESCE(DATABASE(), '')))
 // TABLE before the version-zero row, so a concurrent run could find the
 // table empty and fail with "missing zero version migration". A session that
 // dies releases its named locks, so a crashed run never blocks the next.
-func lockRun(ctx context.Context, db *dialect.DB) (unlock func(), err error) {
-	if db.Dialect.Kind() != dialect.MySQL || db.Stats().MaxOpenConnections == 1 {
+func lockRun(ctx context.Context, db *store.DB) (unlock func(), err error) {
+	if db.Dialect.Kind() != store.MySQL || db.Stats().MaxOpenConnections == 1 {
 		// A pool of one connection cannot hold the lock on a second one
 		// while goose migrates: such a run goes unserialised, as before.
 		return func() {}, nil

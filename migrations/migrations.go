@@ -23,6 +23,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // FS holds the migrations: postgres/*.sql, mysql/*.sql, sqlite/*.sql.
@@ -52,13 +53,13 @@ const (
 )
 
 // gooseDialect maps a dblock dialect to goose's.
-func gooseDialect(kind dialect.Kind) (goose.Dialect, error) {
+func gooseDialect(kind store.Kind) (goose.Dialect, error) {
 	switch kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		return goose.DialectPostgres, nil
-	case dialect.MySQL:
+	case store.MySQL:
 		return goose.DialectMySQL, nil
-	case dialect.SQLite:
+	case store.SQLite:
 		return goose.DialectSQLite3, nil
 	}
 	return "", fmt.Errorf("%w: no migrations for dialect %q", dblock.ErrInvalidOption, kind)
@@ -69,12 +70,17 @@ func gooseDialect(kind dialect.Kind) (goose.Dialect, error) {
 // (LockID), tried every second. Up, Down, DownTo and Status also serialise
 // runs on MySQL/MariaDB (a named lock) and SQLite (retries); a Provider used
 // directly does not.
-func NewProvider(db *dialect.DB) (*goose.Provider, error) {
+func NewProvider(handle *dialect.DB) (*goose.Provider, error) {
+	return newProvider(store.Of(handle))
+}
+
+// newProvider is NewProvider on the store.
+func newProvider(db *store.DB) (*goose.Provider, error) {
 	gd, err := gooseDialect(db.Dialect.Kind())
 	if err != nil {
 		return nil, err
 	}
-	sub, err := fs.Sub(FS, Dir(db.Dialect.Kind()))
+	sub, err := fs.Sub(FS, string(db.Dialect.Kind()))
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +88,7 @@ func NewProvider(db *dialect.DB) (*goose.Provider, error) {
 		goose.WithTableName(VersionTable),
 		goose.WithDisableGlobalRegistry(true),
 	}
-	if db.Dialect.Kind() == dialect.Postgres {
+	if db.Dialect.Kind() == store.Postgres {
 		locker, err := lock.NewPostgresSessionLocker(
 			lock.WithLockID(LockID),
 			lock.WithLockTimeout(lockRetryPeriod, lockRetries),
@@ -99,14 +105,20 @@ func NewProvider(db *dialect.DB) (*goose.Provider, error) {
 // Up applies every pending migration. Concurrent runs on one database (say,
 // replicas that migrate as they start) are serialised: each ends with every
 // migration applied, or an error.
-func Up(ctx context.Context, db *dialect.DB) error {
-	_, err := UpResults(ctx, db)
+func Up(ctx context.Context, handle *dialect.DB) error {
+	db := store.Of(handle)
+	_, err := upResults(ctx, db)
 	return err
 }
 
 // UpResults is Up, returning the migrations this call applied (none when a
 // concurrent run applied them first).
-func UpResults(ctx context.Context, db *dialect.DB) ([]*goose.MigrationResult, error) {
+func UpResults(ctx context.Context, handle *dialect.DB) ([]*goose.MigrationResult, error) {
+	return upResults(ctx, store.Of(handle))
+}
+
+// upResults is UpResults on the store.
+func upResults(ctx context.Context, db *store.DB) ([]*goose.MigrationResult, error) {
 	var applied []*goose.MigrationResult
 	err := run(ctx, db, func(p *goose.Provider) error {
 		res, err := p.Up(ctx)
@@ -121,7 +133,8 @@ func UpResults(ctx context.Context, db *dialect.DB) ([]*goose.MigrationResult, e
 }
 
 // Down rolls back the most recent migration (as `goose down` does).
-func Down(ctx context.Context, db *dialect.DB) error {
+func Down(ctx context.Context, handle *dialect.DB) error {
+	db := store.Of(handle)
 	return run(ctx, db, func(p *goose.Provider) error {
 		_, err := p.Down(ctx)
 		if errors.Is(err, goose.ErrNoNextVersion) {
@@ -132,7 +145,8 @@ func Down(ctx context.Context, db *dialect.DB) error {
 }
 
 // DownTo rolls back to version (0 removes every dblock table).
-func DownTo(ctx context.Context, db *dialect.DB, version int64) error {
+func DownTo(ctx context.Context, handle *dialect.DB, version int64) error {
+	db := store.Of(handle)
 	return run(ctx, db, func(p *goose.Provider) error {
 		_, err := p.DownTo(ctx, version)
 		return err
@@ -151,7 +165,7 @@ const sqliteRetries = 10
 // database). Each migration runs in a transaction, so a failed run leaves
 // nothing half done, and the second run finds the work done. A real error
 // fails every try and is returned.
-func run(ctx context.Context, db *dialect.DB, fn func(p *goose.Provider) error) error {
+func run(ctx context.Context, db *store.DB, fn func(p *goose.Provider) error) error {
 	unlock, err := lockRun(ctx, db)
 	if err != nil {
 		return err
@@ -159,12 +173,12 @@ func run(ctx context.Context, db *dialect.DB, fn func(p *goose.Provider) error) 
 	defer unlock()
 	pause := 20 * time.Millisecond
 	for try := 1; ; try++ {
-		p, err := NewProvider(db)
+		p, err := newProvider(db)
 		if err != nil {
 			return err
 		}
 		err = fn(p)
-		if err == nil || db.Dialect.Kind() != dialect.SQLite || try == sqliteRetries || ctx.Err() != nil {
+		if err == nil || db.Dialect.Kind() != store.SQLite || try == sqliteRetries || ctx.Err() != nil {
 			return err
 		}
 		t := time.NewTimer(pause)
@@ -179,7 +193,12 @@ func run(ctx context.Context, db *dialect.DB, fn func(p *goose.Provider) error) 
 }
 
 // Status reports each migration and whether it is applied.
-func Status(ctx context.Context, db *dialect.DB) ([]*goose.MigrationStatus, error) {
+func Status(ctx context.Context, handle *dialect.DB) ([]*goose.MigrationStatus, error) {
+	return status(ctx, store.Of(handle))
+}
+
+// status is Status on the store.
+func status(ctx context.Context, db *store.DB) ([]*goose.MigrationStatus, error) {
 	var st []*goose.MigrationStatus
 	err := run(ctx, db, func(p *goose.Provider) error {
 		var err error
@@ -195,14 +214,14 @@ func Status(ctx context.Context, db *dialect.DB) ([]*goose.MigrationStatus, erro
 //
 // A role that may not read the version table (the least-privilege grants of
 // an application that does not migrate) cannot see which migrations are
-// applied. Check then probes the dblock tables instead (dialect.ProbeSchema:
-// zero-row reads of every column the lock statements use, and the source of
+// applied. Check then probes the dblock tables instead (zero-row reads of every column the lock statements use, and the source of
 // fencing tokens) and returns nil when they are all there and readable; a
 // migration that adds only an index goes unseen there. A missing table is
 // still ErrSchemaMissing; a missing privilege on the tables themselves is
-// the server's permission error (dialect.PermissionDenied).
-func Check(ctx context.Context, db *dialect.DB) error {
-	p, err := NewProvider(db)
+// the server's permission error (SQLSTATE 42501; MySQL 1142, 1143, 1044).
+func Check(ctx context.Context, handle *dialect.DB) error {
+	db := store.Of(handle)
+	p, err := newProvider(db)
 	if err != nil {
 		return err
 	}
@@ -210,13 +229,13 @@ func Check(ctx context.Context, db *dialect.DB) error {
 	if err != nil {
 		return err
 	}
-	store, err := database.NewStore(gd, VersionTable)
+	gstore, err := database.NewStore(gd, VersionTable)
 	if err != nil {
 		return err
 	}
-	rows, err := store.ListMigrations(ctx, db.DB.DB)
+	rows, err := gstore.ListMigrations(ctx, db.DB.DB)
 	if err != nil {
-		if dialect.PermissionDenied(err) {
+		if store.PermissionDenied(err) {
 			return db.ProbeSchema(ctx)
 		}
 		return db.Classify(err)

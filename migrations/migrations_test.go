@@ -21,6 +21,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
 )
 
@@ -31,15 +32,15 @@ func columns(t *testing.T, db *dialect.DB, table string) []string {
 	ctx := context.Background()
 	var cols []string
 	var err error
-	switch db.Dialect.Kind() {
-	case dialect.Postgres:
-		err = db.SelectContext(ctx, &cols, `SELECT column_name FROM information_schema.columns
+	switch store.Of(db).Dialect.Kind() {
+	case store.Postgres:
+		err = store.Of(db).SelectContext(ctx, &cols, `SELECT column_name FROM information_schema.columns
 			WHERE table_schema = current_schema() AND table_name = $1`, table)
-	case dialect.MySQL:
-		err = db.SelectContext(ctx, &cols, `SELECT column_name FROM information_schema.columns
+	case store.MySQL:
+		err = store.Of(db).SelectContext(ctx, &cols, `SELECT column_name FROM information_schema.columns
 			WHERE table_schema = DATABASE() AND table_name = ?`, table)
-	case dialect.SQLite:
-		err = db.SelectContext(ctx, &cols, `SELECT name FROM pragma_table_info(?1)`, table)
+	case store.SQLite:
+		err = store.Of(db).SelectContext(ctx, &cols, `SELECT name FROM pragma_table_info(?1)`, table)
 	}
 	if err != nil {
 		t.Fatalf("columns of %s: %v", table, err)
@@ -127,14 +128,14 @@ func gooseCLI(t *testing.T) string {
 // gooseTarget returns the goose driver name and DSN for an isolated database.
 func gooseTarget(t *testing.T, iso *dbtest.Isolated) (string, string) {
 	t.Helper()
-	_, rest, err := dialect.ParseDSN(iso.DSN)
+	_, rest, err := store.ParseDSN(iso.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	switch iso.Kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		return "postgres", rest
-	case dialect.MySQL:
+	case store.MySQL:
 		sep := "?"
 		if strings.Contains(rest, "?") {
 			sep = "&"
@@ -178,7 +179,7 @@ func TestGooseCLIRoundTrip(t *testing.T) {
 			run("-dir", appDir, driver, dsn, "up")
 			appBefore := withoutLogTime(run("-dir", appDir, driver, dsn, "status"))
 
-			dir := filepath.Join(".", migrations.Dir(kind))
+			dir := filepath.Join(".", migrations.Dir(dialect.Kind(kind)))
 			run("-dir", dir, "-table", migrations.VersionTable, driver, dsn, "up")
 			if err := migrations.Check(context.Background(), iso.DB); err != nil {
 				t.Fatalf("after goose up: %v", err)
@@ -221,7 +222,7 @@ func appRole(t *testing.T, iso *dbtest.Isolated, withVersion bool) (*dialect.DB,
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := iso.DB.ExecContext(ctx, q); err != nil {
+		if _, err := iso.Store.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
@@ -230,17 +231,17 @@ func appRole(t *testing.T, iso *dbtest.Isolated, withVersion bool) (*dialect.DB,
 	role := "dblock_app_" + hex.EncodeToString(b[:])
 	var dsn string
 	switch iso.Kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		var schema string
-		if err := iso.DB.GetContext(ctx, &schema, "SELECT current_schema()"); err != nil {
+		if err := iso.Store.GetContext(ctx, &schema, "SELECT current_schema()"); err != nil {
 			t.Fatal(err)
 		}
 		admin("CREATE ROLE " + role + " NOLOGIN")
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			_, _ = iso.DB.ExecContext(ctx, "DROP OWNED BY "+role)
-			if _, err := iso.DB.ExecContext(ctx, "DROP ROLE "+role); err != nil {
+			_, _ = iso.Store.ExecContext(ctx, "DROP OWNED BY "+role)
+			if _, err := iso.Store.ExecContext(ctx, "DROP ROLE "+role); err != nil {
 				t.Errorf("drop role %s: %v", role, err)
 			}
 		})
@@ -253,9 +254,9 @@ func appRole(t *testing.T, iso *dbtest.Isolated, withVersion bool) (*dialect.DB,
 		// The test server trusts only its superuser over TCP: connect as it
 		// and take the role at session start (role is a settable parameter).
 		dsn = iso.DSN + "&role=" + role
-	case dialect.MySQL:
+	case store.MySQL:
 		var db string
-		if err := iso.DB.GetContext(ctx, &db, "SELECT DATABASE()"); err != nil {
+		if err := iso.Store.GetContext(ctx, &db, "SELECT DATABASE()"); err != nil {
 			t.Fatal(err)
 		}
 		const password = "app-pw"
@@ -263,7 +264,7 @@ func appRole(t *testing.T, iso *dbtest.Isolated, withVersion bool) (*dialect.DB,
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if _, err := iso.DB.ExecContext(ctx, "DROP USER '"+role+"'@'%'"); err != nil {
+			if _, err := iso.Store.ExecContext(ctx, "DROP USER '"+role+"'@'%'"); err != nil {
 				t.Errorf("drop user %s: %v", role, err)
 			}
 		})
@@ -297,7 +298,7 @@ func appRole(t *testing.T, iso *dbtest.Isolated, withVersion bool) (*dialect.DB,
 // or a silent pass; a missing table is still "schema missing".
 func TestCheckLeastPrivilege(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		for _, withVersion := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/version_table_readable=%v", kind, withVersion), func(t *testing.T) {
 				t.Parallel()
@@ -308,11 +309,11 @@ func TestCheckLeastPrivilege(t *testing.T) {
 				if err := migrations.Check(ctx, app); err != nil {
 					t.Fatalf("Check as the application role: %v", err)
 				}
-				r, err := app.AcquireLease(ctx, nil, dialect.AcquireParams{Name: "job", Owner: "app", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+				r, err := store.Of(app).AcquireLease(ctx, nil, store.AcquireParams{Name: "job", Owner: "app", Mode: dblock.ModeOptimistic, TTL: time.Minute})
 				if err != nil || !r.Acquired {
 					t.Fatalf("acquire as the application role: %+v, %v", r, err)
 				}
-				if ok, err := app.ReleaseLease(ctx, nil, "job", "app", r.Token); err != nil || !ok {
+				if ok, err := store.Of(app).ReleaseLease(ctx, nil, "job", "app", r.Token); err != nil || !ok {
 					t.Fatalf("release as the application role: %v, %v", ok, err)
 				}
 				if withVersion {
@@ -321,7 +322,7 @@ func TestCheckLeastPrivilege(t *testing.T) {
 				// No SELECT on dblock_waiters: the probe must not pass.
 				admin("REVOKE SELECT ON dblock_waiters FROM " + roleOf(t, app))
 				err = migrations.Check(ctx, app)
-				if err == nil || errors.Is(err, dblock.ErrSchemaMissing) || !dialect.PermissionDenied(err) {
+				if err == nil || errors.Is(err, dblock.ErrSchemaMissing) || !store.PermissionDenied(err) {
 					t.Fatalf("Check without SELECT on dblock_waiters = %v, want the permission error", err)
 				}
 				// A table that is gone is "schema missing". (MySQL keeps the
@@ -342,10 +343,10 @@ func roleOf(t *testing.T, db *dialect.DB) string {
 	t.Helper()
 	var who string
 	q := "SELECT current_user"
-	if db.Dialect.Kind() == dialect.MySQL {
+	if store.Of(db).Dialect.Kind() == store.MySQL {
 		q = "SELECT CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')"
 	}
-	if err := db.GetContext(context.Background(), &who, q); err != nil {
+	if err := store.Of(db).GetContext(context.Background(), &who, q); err != nil {
 		t.Fatal(err)
 	}
 	return who
@@ -359,8 +360,8 @@ func TestMigrateLock(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	iso := dbtest.NewEmpty(t, dialect.Postgres)
-	holder, err := iso.Open(t).Conn(ctx)
+	iso := dbtest.NewEmpty(t, store.Postgres)
+	holder, err := iso.Open(t).SQL().Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
 )
 
@@ -36,8 +37,8 @@ type schema struct {
 //   - free text is utf8mb4 on MySQL;
 //   - the reaper has an index for each of its scans (expired leases, stale
 //     waiters, idle rows) and the fair queue one for its order.
-var wantSchema = map[dialect.Kind]schema{
-	dialect.Postgres: {
+var wantSchema = map[store.Kind]schema{
+	store.Postgres: {
 		columns: map[string]map[string]string{
 			"dblock_locks": {
 				"name": "text not null", "owner": "text", "reentry": "integer not null",
@@ -59,7 +60,7 @@ var wantSchema = map[dialect.Kind]schema{
 			"dblock_waiters_expires_at_idx": "ON dblock_waiters USING btree (expires_at)",
 		},
 	},
-	dialect.MySQL: {
+	store.MySQL: {
 		columns: map[string]map[string]string{
 			"dblock_locks": {
 				"name": "varbinary(255) not null", "owner": "varbinary(255)", "reentry": "int not null",
@@ -82,7 +83,7 @@ var wantSchema = map[dialect.Kind]schema{
 			"dblock_waiters_expires_at_idx": "dblock_waiters (expires_at)",
 		},
 	},
-	dialect.SQLite: {
+	store.SQLite: {
 		columns: map[string]map[string]string{
 			"dblock_locks": {
 				"name": "TEXT not null", "owner": "TEXT", "reentry": "INTEGER not null",
@@ -119,7 +120,7 @@ func readSchema(t *testing.T, db *dialect.DB) schema {
 	type row struct{ A, B, C string }
 	query := func(q string, args ...any) []row {
 		t.Helper()
-		rows, err := db.QueryContext(ctx, q, args...)
+		rows, err := db.SQL().QueryContext(ctx, q, args...)
 		if err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -143,8 +144,8 @@ func readSchema(t *testing.T, db *dialect.DB) schema {
 		}
 		s.columns[table][strings.ToLower(col)] = strings.TrimSpace(desc)
 	}
-	switch db.Dialect.Kind() {
-	case dialect.Postgres:
+	switch store.Of(db).Dialect.Kind() {
+	case store.Postgres:
 		for _, r := range query(`SELECT table_name, column_name,
     data_type || CASE WHEN is_nullable = 'NO' THEN ' not null' ELSE '' END
               || CASE WHEN is_identity = 'YES' THEN ' identity' ELSE '' END
@@ -167,7 +168,7 @@ WHERE schemaname = current_schema() AND tablename LIKE 'dblock\_%' AND tablename
 			def := strings.Replace(r.B, " ON "+r.C+".", " ON ", 1)
 			s.indexes[r.A] = def[strings.Index(def, " ON ")+1:]
 		}
-	case dialect.MySQL:
+	case store.MySQL:
 		intWidth := regexp.MustCompile(`^(tinyint|smallint|mediumint|int|bigint)\(\d+\)`)
 		for _, r := range query(`SELECT table_name, column_name,
     CONCAT(column_type, IF(is_nullable = 'NO', ' not null', ''), IF(extra <> '', CONCAT(' ', extra), ''),
@@ -194,7 +195,7 @@ WHERE table_schema = DATABASE() AND table_name LIKE 'dblock\_%'`) {
 				t.Errorf("%s uses engine %s, want InnoDB (row locks, transactions)", r.A, r.B)
 			}
 		}
-	case dialect.SQLite:
+	case store.SQLite:
 		for _, table := range dblockTables {
 			for _, r := range query(`SELECT name,
     type || CASE WHEN "notnull" THEN ' not null' ELSE '' END,
@@ -219,7 +220,7 @@ WHERE type = 'index' AND sql IS NOT NULL AND tbl_name LIKE 'dblock\_%' ESCAPE '\
 // checkSchema fails t unless db's dblock tables are exactly wantSchema.
 func checkSchema(t *testing.T, db *dialect.DB) {
 	t.Helper()
-	want := wantSchema[db.Dialect.Kind()]
+	want := wantSchema[store.Of(db).Dialect.Kind()]
 	got := readSchema(t, db)
 	for _, table := range slices.Sorted(maps.Keys(want.columns)) {
 		if !maps.Equal(got.columns[table], want.columns[table]) {
@@ -252,16 +253,16 @@ func TestSchemaMatchesCode(t *testing.T) {
 
 		// The source of fencing tokens, which outlives deleted rows.
 		switch iso.Kind {
-		case dialect.Postgres:
+		case store.Postgres:
 			var typ string
 			var inc int64
-			err := db.QueryRowxContext(ctx, `SELECT data_type, increment::bigint FROM information_schema.sequences
+			err := store.Of(db).QueryRowxContext(ctx, `SELECT data_type, increment::bigint FROM information_schema.sequences
 WHERE sequence_schema = current_schema() AND sequence_name = 'dblock_token_seq'`).Scan(&typ, &inc)
 			if err != nil || typ != "bigint" || inc != 1 {
 				t.Errorf("dblock_token_seq: %s increment %d, %v; want a bigint sequence by 1", typ, inc, err)
 			}
 			var checks []string
-			if err := db.SelectContext(ctx, &checks, `SELECT conname FROM pg_constraint
+			if err := store.Of(db).SelectContext(ctx, &checks, `SELECT conname FROM pg_constraint
 WHERE conrelid = 'dblock_locks'::regclass AND contype = 'c' ORDER BY conname`); err != nil {
 				t.Fatal(err)
 			}
@@ -273,7 +274,7 @@ WHERE conrelid = 'dblock_locks'::regclass AND contype = 'c' ORDER BY conname`); 
 				ID    int64 `db:"id"`
 				Floor int64 `db:"floor"`
 			}
-			if err := db.SelectContext(ctx, &fence, "SELECT id, floor FROM dblock_fence"); err != nil {
+			if err := store.Of(db).SelectContext(ctx, &fence, "SELECT id, floor FROM dblock_fence"); err != nil {
 				t.Fatal(err)
 			}
 			if len(fence) != 1 || fence[0].ID != 1 || fence[0].Floor != 0 {
@@ -285,7 +286,7 @@ WHERE conrelid = 'dblock_locks'::regclass AND contype = 'c' ORDER BY conname`); 
 		// (a case-, accent- or padding-insensitive collation would merge them).
 		names := []string{"job", "Job", "JOB", "job ", "jöb", "jo\u0308b", "jób"}
 		for i, name := range names {
-			r, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{
+			r, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{
 				Name: name, Owner: fmt.Sprintf("owner-%d", i), Mode: dblock.ModeOptimistic, TTL: time.Minute,
 			})
 			if err != nil || !r.Acquired {
@@ -293,7 +294,7 @@ WHERE conrelid = 'dblock_locks'::regclass AND contype = 'c' ORDER BY conname`); 
 			}
 		}
 		for i, name := range names {
-			h, err := db.LeaseHolder(ctx, nil, name)
+			h, err := store.Of(db).LeaseHolder(ctx, nil, name)
 			if err != nil || h.Owner != fmt.Sprintf("owner-%d", i) {
 				t.Errorf("holder of %q = %q, %v; want owner-%d", name, h.Owner, err, i)
 			}
@@ -304,14 +305,14 @@ WHERE conrelid = 'dblock_locks'::regclass AND contype = 'c' ORDER BY conname`); 
 // statements returns every SQL statement a dialect exposes through Lease(),
 // Row(), Queue() and Reap(), by field, with templates filled as the code
 // fills them: the first %s with a list of two bind markers numbered after
-// the statement's own (dialect.ListPlaceholders' plain ? where the statement
+// the statement's own (store.ListPlaceholders' plain ? where the statement
 // uses plain ?), a second %s with each lock-clause suffix ("" and, with row
 // locks, " NOWAIT").
-func statements(t *testing.T, d dialect.Dialect) map[string]string {
+func statements(t *testing.T, d store.Dialect) map[string]string {
 	t.Helper()
 	numbered := regexp.MustCompile(`[$?](\d+)`)
 	list := func(q string) string {
-		if d.Kind() == dialect.MySQL || d.Kind() == dialect.SQLite && !numbered.MatchString(q) {
+		if d.Kind() == store.MySQL || d.Kind() == store.SQLite && !numbered.MatchString(q) {
 			return "?, ?"
 		}
 		last := 0
@@ -375,10 +376,10 @@ func TestStatementsPrepare(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		stmts := statements(t, iso.DB.Dialect)
+		stmts := statements(t, iso.Store.Dialect)
 		n := 0
 		for _, key := range slices.Sorted(maps.Keys(stmts)) {
-			st, err := iso.DB.DB.DB.PrepareContext(ctx, stmts[key])
+			st, err := iso.Store.DB.DB.PrepareContext(ctx, stmts[key])
 			if err != nil {
 				t.Errorf("%s does not prepare on the migrated schema: %v\n%s", key, err, stmts[key])
 				continue
@@ -404,13 +405,13 @@ func TestReapIdleUsesIndex(t *testing.T) {
 		db := iso.DB
 		var fill, analyze string
 		switch iso.Kind {
-		case dialect.Postgres:
+		case store.Postgres:
 			fill = `INSERT INTO dblock_locks (name, owner, reentry, version, expires_at, updated_at)
 SELECT 'n' || g, CASE WHEN g % 30 = 0 THEN NULL ELSE 'o' END, CASE WHEN g % 30 = 0 THEN 0 ELSE 1 END,
        nextval('dblock_token_seq'), now() + interval '1 hour', now() - interval '1 day'
 FROM generate_series(1, 3000) g`
 			analyze = "ANALYZE dblock_locks"
-		case dialect.MySQL:
+		case store.MySQL:
 			// Digits crossed, not a recursive CTE: MySQL and MariaDB stop
 			// recursion at 1,000 rows.
 			fill = `INSERT INTO dblock_locks (name, owner, reentry, version, expires_at, updated_at)
@@ -422,7 +423,7 @@ SELECT CONCAT('n', n), IF(n % 30 = 0, NULL, 'o'), IF(n % 30 = 0, 0, 1), n,
        UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL 1 DAY
 FROM g`
 			analyze = "ANALYZE TABLE dblock_locks"
-		case dialect.SQLite:
+		case store.SQLite:
 			fill = `INSERT INTO dblock_locks (name, owner, reentry, version, expires_at, updated_at)
 WITH RECURSIVE g (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 3000)
 SELECT 'n' || n, CASE WHEN n % 30 = 0 THEN NULL ELSE 'o' END, CASE WHEN n % 30 = 0 THEN 0 ELSE 1 END, n,
@@ -430,32 +431,32 @@ SELECT 'n' || n, CASE WHEN n % 30 = 0 THEN NULL ELSE 'o' END, CASE WHEN n % 30 =
 FROM g`
 			analyze = "ANALYZE"
 		}
-		if _, err := db.ExecContext(ctx, fill); err != nil {
+		if _, err := db.SQL().ExecContext(ctx, fill); err != nil {
 			t.Fatalf("fill: %v", err)
 		}
-		if _, err := db.ExecContext(ctx, analyze); err != nil {
+		if _, err := db.SQL().ExecContext(ctx, analyze); err != nil {
 			t.Fatalf("%s: %v", analyze, err)
 		}
-		reap := db.Dialect.Reap()
+		reap := store.Of(db).Dialect.Reap()
 		hour := time.Hour.Microseconds()
 		var query string
 		var args []any
 		switch iso.Kind {
-		case dialect.Postgres:
+		case store.Postgres:
 			query, args = reap.DeleteIdle, []any{100, hour}
-		case dialect.MySQL:
+		case store.MySQL:
 			query, args = reap.IdleCandidates, []any{hour, 100}
-		case dialect.SQLite:
+		case store.SQLite:
 			query, args = reap.LockIdle, []any{hour, 100}
 		}
 		if query == "" {
 			t.Fatalf("no idle scan among the %s reaper statements", iso.Kind)
 		}
 		explain := "EXPLAIN "
-		if iso.Kind == dialect.SQLite {
+		if iso.Kind == store.SQLite {
 			explain = "EXPLAIN QUERY PLAN "
 		}
-		rows, err := db.QueryContext(ctx, explain+query, args...)
+		rows, err := db.SQL().QueryContext(ctx, explain+query, args...)
 		if err != nil {
 			t.Fatalf("explain: %v", err)
 		}
@@ -498,8 +499,8 @@ func TestMySQLLatin1Database(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	iso := dbtest.NewEmpty(t, dialect.MySQL)
-	if _, err := iso.DB.ExecContext(ctx, "ALTER DATABASE CHARACTER SET latin1 COLLATE latin1_swedish_ci"); err != nil {
+	iso := dbtest.NewEmpty(t, store.MySQL)
+	if _, err := iso.Store.ExecContext(ctx, "ALTER DATABASE CHARACTER SET latin1 COLLATE latin1_swedish_ci"); err != nil {
 		t.Fatal(err)
 	}
 	if err := migrations.Up(ctx, iso.DB); err != nil {
@@ -507,12 +508,12 @@ func TestMySQLLatin1Database(t *testing.T) {
 	}
 	checkSchema(t, iso.DB)
 	const md = "host ☃ pid 1 🔒"
-	r, err := iso.DB.AcquireLease(ctx, nil, dialect.AcquireParams{Name: "job", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Minute, Metadata: md})
+	r, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: "job", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Minute, Metadata: md})
 	if err != nil || !r.Acquired {
 		t.Fatalf("acquire with metadata %q: %+v, %v", md, r, err)
 	}
 	var got string
-	if err := iso.DB.GetContext(ctx, &got, "SELECT metadata FROM dblock_locks WHERE name = 'job'"); err != nil || got != md {
+	if err := iso.Store.GetContext(ctx, &got, "SELECT metadata FROM dblock_locks WHERE name = 'job'"); err != nil || got != md {
 		t.Fatalf("stored metadata %q, %v; want %q", got, err, md)
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // acquisition is one Acquire or TryAcquire call on its way to a lease. Its
@@ -27,11 +27,11 @@ type acquisition struct {
 	o       mode.Options
 	wait    bool
 	start   time.Time
-	params  dialect.AcquireParams
+	params  store.AcquireParams
 
 	backoff time.Duration
 	polled  bool // The last wake-up came from a timer, not a notification.
-	res     dialect.AcquireResult
+	res     store.AcquireResult
 	// unknown is the error of an acquire whose outcome is not known yet: its
 	// connection broke, so it may have committed. No acquire is sent again
 	// before a read of the row settles it (else a retry would re-enter a
@@ -112,7 +112,7 @@ func (a *acquisition) readFirst() bool {
 	h, err := a.l.db.LeaseHolder(rctx, nil, a.name)
 	cancel()
 	if err == nil && h.Held() && h.Owner != a.o.Owner {
-		a.res, a.lastErr = dialect.AcquireResult{Holder: h}, nil
+		a.res, a.lastErr = store.AcquireResult{Holder: h}, nil
 		a.l.gates.note(a.name, h)
 		return false
 	}
@@ -170,7 +170,7 @@ func (a *acquisition) failed(err error, reqStart time.Time, attempt int) (*dbloc
 	}
 	l.logger.LogAttrs(a.ctx, slog.LevelWarn, "optimistic: acquire failed, retrying",
 		slog.String("lock_key", a.name), slog.String("owner", a.o.Owner), slog.Int("attempt", attempt), slog.String("error", err.Error()))
-	a.res, a.lastErr = dialect.AcquireResult{}, err
+	a.res, a.lastErr = store.AcquireResult{}, err
 	return nil, nil
 }
 
@@ -217,7 +217,7 @@ func (a *acquisition) waitTurn() (bool, error) {
 	select {
 	case free := <-a.w.turn:
 		if !free {
-			a.res = dialect.AcquireResult{Holder: a.l.gates.holder(a.name)}
+			a.res = store.AcquireResult{Holder: a.l.gates.holder(a.name)}
 			return a.res.Holder.Owner == a.o.Owner, nil
 		}
 		return true, nil
@@ -277,9 +277,9 @@ func (a *acquisition) leaveLine(lease *dblock.Lease) {
 	if a.w == nil {
 		return
 	}
-	var taken *dialect.Holder
+	var taken *store.Holder
 	if lease != nil {
-		taken = &dialect.Holder{Exists: true, Owner: a.o.Owner, Mode: dblock.ModeOptimistic, Version: int64(lease.Token())}
+		taken = &store.Holder{Exists: true, Owner: a.o.Owner, Mode: dblock.ModeOptimistic, Version: int64(lease.Token())}
 	}
 	a.l.gates.leave(a.name, a.w, taken)
 }

@@ -10,13 +10,14 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 )
 
 // floorSQL is the hand-written two-statement floor: an upsert that takes a
 // free or expired row, and a CAS update that frees it. Both commit durably.
-var floorSQL = map[dialect.Kind][2]string{
-	dialect.Postgres: {
+var floorSQL = map[store.Kind][2]string{
+	store.Postgres: {
 		`INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at)
 VALUES ($1, $2, 1, 1, 'optimistic', now(), now() + interval '30 seconds', now())
 ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, reentry = 1, version = dblock_locks.version + 1,
@@ -26,7 +27,7 @@ RETURNING version`,
 		`UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = now()
 WHERE name = $1 AND owner = $2 AND version = $3`,
 	},
-	dialect.MySQL: {
+	store.MySQL: {
 		`INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at)
 VALUES (?, ?, 1, LAST_INSERT_ID(1), 'optimistic', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, UTC_TIMESTAMP(6))
 ON DUPLICATE KEY UPDATE
@@ -37,7 +38,7 @@ ON DUPLICATE KEY UPDATE
 		`UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ? AND owner = ? AND version = ?`,
 	},
-	dialect.SQLite: {
+	store.SQLite: {
 		`INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at)
 VALUES (?1, ?2, 1, 1, 'optimistic', unixepoch('subsec') * 1000000, unixepoch('subsec') * 1000000 + 30000000, unixepoch('subsec') * 1000000)
 ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, reentry = 1, version = version + 1,
@@ -51,10 +52,10 @@ WHERE name = ?1 AND owner = ?2 AND version = ?3`,
 
 func floorAcquireRelease(b *testing.B, db *dialect.DB, name, owner string) {
 	ctx := context.Background()
-	stmts := floorSQL[db.Dialect.Kind()]
+	stmts := floorSQL[store.Of(db).Dialect.Kind()]
 	var version int64
-	if db.Dialect.Kind() == dialect.MySQL {
-		r, err := db.ExecContext(ctx, stmts[0], name, owner)
+	if store.Of(db).Dialect.Kind() == store.MySQL {
+		r, err := db.SQL().ExecContext(ctx, stmts[0], name, owner)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -62,10 +63,10 @@ func floorAcquireRelease(b *testing.B, db *dialect.DB, name, owner string) {
 			b.Fatal("floor: not acquired")
 		}
 		version, _ = r.LastInsertId()
-	} else if err := db.QueryRowContext(ctx, stmts[0], name, owner).Scan(&version); err != nil {
+	} else if err := db.SQL().QueryRowContext(ctx, stmts[0], name, owner).Scan(&version); err != nil {
 		b.Fatal(err)
 	}
-	r, err := db.ExecContext(ctx, stmts[1], name, owner, version)
+	r, err := db.SQL().ExecContext(ctx, stmts[1], name, owner, version)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -173,9 +174,9 @@ func BenchmarkContended(b *testing.B) {
 // uncontended release (the acquire is not timed): the release statement as
 // shipped, and the same statement without the notification.
 func BenchmarkPostgresReleaseNotify(b *testing.B) {
-	iso := dbtest.New(b, dialect.Postgres)
+	iso := dbtest.New(b, store.Postgres)
 	ctx := context.Background()
-	withNotify := iso.DB.Dialect.Lease().Release
+	withNotify := iso.Store.Dialect.Lease().Release
 	i := strings.Index(withNotify, "RETURNING")
 	without := withNotify[:i] + "RETURNING true"
 	for _, c := range []struct{ name, release string }{{"notify", withNotify}, {"no-notify", without}} {
@@ -183,13 +184,13 @@ func BenchmarkPostgresReleaseNotify(b *testing.B) {
 			name, owner := locktest.RandomName("notify"), dblock.NewOwner()
 			for range b.N {
 				b.StopTimer()
-				r, err := iso.DB.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: dblock.TTLDefault})
+				r, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: dblock.TTLDefault})
 				if err != nil || !r.Acquired {
 					b.Fatal(r, err)
 				}
 				b.StartTimer()
 				var ok bool
-				if err := iso.DB.QueryRowContext(ctx, c.release, name, owner, int64(r.Token)).Scan(&ok); err != nil {
+				if err := iso.Store.QueryRowContext(ctx, c.release, name, owner, int64(r.Token)).Scan(&ok); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	_ "github.com/dblock-go/dblock/dialect/sqlite" // The example runs on an SQLite file.
 	"github.com/dblock-go/dblock/migrations"
 	"github.com/dblock-go/dblock/optimistic"
 )
@@ -127,7 +128,7 @@ func ExampleLocker_Guard() {
 	}
 	defer locker.Close()
 	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, "CREATE TABLE report (id INTEGER PRIMARY KEY, body TEXT)"); err != nil {
+	if _, err := db.SQL().ExecContext(ctx, "CREATE TABLE report (id INTEGER PRIMARY KEY, body TEXT)"); err != nil {
 		panic(err)
 	}
 
@@ -136,7 +137,7 @@ func ExampleLocker_Guard() {
 		panic(err)
 	}
 	defer lease.Release(context.WithoutCancel(ctx))
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.SQL().BeginTx(ctx, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -3,7 +3,7 @@ package optimistic
 import (
 	"sync"
 
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // gates line up one Locker's waiters on a name in arrival order. Only the
@@ -34,7 +34,7 @@ type line struct {
 	q []*waiter
 	// holder is the holder the head last saw, for the error of a waiter
 	// that gives up before its turn.
-	holder dialect.Holder
+	holder store.Holder
 }
 
 // waiter is one Acquire call waiting in a line.
@@ -71,7 +71,7 @@ func (g *gates) heldBy(name, owner string) bool {
 // whether it is the head (the line was empty); a head records seen, the
 // holder it found. A waiter that joins behind a holder of its own owner is
 // kicked at once.
-func (g *gates) join(name, owner string, seen dialect.Holder) (*waiter, bool) {
+func (g *gates) join(name, owner string, seen store.Holder) (*waiter, bool) {
 	w := &waiter{owner: owner, turn: make(chan bool, 1), kick: make(chan struct{}, 1)}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -98,7 +98,7 @@ func (g *gates) isHead(name string, w *waiter) bool {
 }
 
 // note records the holder a waiter found.
-func (g *gates) note(name string, h dialect.Holder) {
+func (g *gates) note(name string, h store.Holder) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if ln := g.m[name]; ln != nil {
@@ -108,7 +108,7 @@ func (g *gates) note(name string, h dialect.Holder) {
 
 // saw records h as the name's holder and kicks the waiters of its owner:
 // they may re-enter. g.mu is held.
-func (ln *line) saw(h dialect.Holder) {
+func (ln *line) saw(h store.Holder) {
 	ln.holder = h
 	if h.Owner == "" {
 		return
@@ -129,20 +129,20 @@ func (w *waiter) poke() {
 }
 
 // holder returns the holder the head of name's line last found.
-func (g *gates) holder(name string) dialect.Holder {
+func (g *gates) holder(name string) store.Holder {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if ln := g.m[name]; ln != nil {
 		return ln.holder
 	}
-	return dialect.Holder{}
+	return store.Holder{}
 }
 
 // leave takes w out of name's line. When w was the head, the next waiter
 // becomes the head; taken, when not nil, is the hold w leaves with (then
 // the next head waits for a release before it asks, and the waiters of
 // taken's owner are kicked to re-enter).
-func (g *gates) leave(name string, w *waiter, taken *dialect.Holder) {
+func (g *gates) leave(name string, w *waiter, taken *store.Holder) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ln := g.m[name]

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 func TestGuard(t *testing.T) {
@@ -19,7 +19,7 @@ func TestGuard(t *testing.T) {
 		l := newOptimistic(t, iso.DB)
 		guard := func(lease *dblock.Lease) error {
 			t.Helper()
-			tx, err := iso.DB.BeginTxx(ctx, nil)
+			tx, err := iso.Store.BeginTxx(ctx, nil)
 			if err != nil {
 				t.Fatalf("begin: %v", err)
 			}
@@ -52,7 +52,7 @@ func TestGuard(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
-		if ok, err := iso.DB.ForceRelease(ctx, nil, lease.Name()); err != nil || !ok {
+		if ok, err := iso.Store.ForceRelease(ctx, nil, lease.Name()); err != nil || !ok {
 			t.Fatalf("force release: %v %v", ok, err)
 		}
 		err = guard(lease)
@@ -87,7 +87,7 @@ func TestGuard(t *testing.T) {
 // session's setting as it was.
 func TestGuardBoundsIdleTransaction(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.Postgres)
+	iso := dbtest.New(t, store.Postgres)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	l, other := newOptimistic(t, iso.DB), newOptimistic(t, iso.DB)
@@ -96,7 +96,7 @@ func TestGuardBoundsIdleTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
 	}
-	tx, err := iso.DB.BeginTxx(ctx, nil)
+	tx, err := iso.Store.BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
@@ -122,7 +122,7 @@ func TestGuardBoundsIdleTransaction(t *testing.T) {
 	}
 
 	// A guarded transaction that commits: the session's setting is back.
-	conn, err := iso.DB.Connx(ctx)
+	conn, err := iso.Store.Connx(ctx)
 	if err != nil {
 		t.Fatalf("conn: %v", err)
 	}

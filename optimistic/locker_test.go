@@ -10,6 +10,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 )
 
@@ -29,7 +30,7 @@ func newOptimistic(t *testing.T, db *dialect.DB) *optimistic.Locker {
 
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	bad := map[string]*optimistic.Config{
 		"negative poll min":  {PollMin: -time.Millisecond},
 		"negative poll max":  {PollMax: -time.Millisecond},
@@ -71,13 +72,13 @@ func TestRowLockedByTransaction(t *testing.T) {
 			t.Fatalf("release: %v", err)
 		}
 		other := iso.Open(t)
-		tx, err := other.BeginTxx(ctx, nil)
+		tx, err := store.Of(other).BeginTxx(ctx, nil)
 		if err != nil {
 			t.Fatalf("begin: %v", err)
 		}
 		t.Cleanup(func() { _ = tx.Rollback() })
 		switch iso.Kind {
-		case dialect.SQLite:
+		case store.SQLite:
 			// No row locks: a write transaction holds the whole database,
 			// as a pessimistic SQLite lock does.
 			if _, err := tx.ExecContext(ctx, "UPDATE dblock_locks SET reentry = reentry WHERE name = ?1", name); err != nil {
@@ -85,7 +86,7 @@ func TestRowLockedByTransaction(t *testing.T) {
 			}
 		default:
 			q := "SELECT name FROM dblock_locks WHERE name = $1 FOR UPDATE"
-			if iso.Kind == dialect.MySQL {
+			if iso.Kind == store.MySQL {
 				q = "SELECT name FROM dblock_locks WHERE name = ? FOR UPDATE"
 			}
 			var got string
@@ -109,7 +110,7 @@ func TestRowLockedByTransaction(t *testing.T) {
 		if _, err := l.TryAcquireMany(ctx, []string{free, name}); !errors.Is(err, dblock.ErrNotAcquired) || !errors.As(err, &held) {
 			t.Fatalf("TryAcquireMany with a row-locked name: %v, want a *HeldError", err)
 		}
-		if h, err := iso.DB.LeaseHolder(ctx, nil, free); err != nil || h.Held() {
+		if h, err := iso.Store.LeaseHolder(ctx, nil, free); err != nil || h.Held() {
 			t.Fatalf("%s after a refused set: %+v, %v; want free", free, h, err)
 		}
 		if err := tx.Rollback(); err != nil {
@@ -128,7 +129,7 @@ func TestRowLockedByTransaction(t *testing.T) {
 // TestHooks: the hooks see each acquisition, release and loss.
 func TestHooks(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	events := make(chan string, 10)
 	l, err := optimistic.New(iso.DB, &optimistic.Config{Logger: testLogger(t), Hooks: &dblock.Hooks{
 		OnAcquired: func(name, owner string, token dblock.Token, waited time.Duration) { events <- "acquired" },

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // AcquireMany takes every one of names, or none: their leases are taken in
@@ -63,9 +63,9 @@ func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opt
 		waitCtx, cancel = context.WithTimeout(ctx, o.Wait)
 		defer cancel()
 	}
-	params := make([]dialect.AcquireParams, len(sorted))
+	params := make([]store.AcquireParams, len(sorted))
 	for i, name := range sorted {
-		params[i] = dialect.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.FirstTTL(), Metadata: o.Metadata}
+		params[i] = store.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.FirstTTL(), Metadata: o.Metadata}
 	}
 
 	start := time.Now()
@@ -87,7 +87,7 @@ func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opt
 		stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.StatementTimeout)
 		results, blocked, err := l.db.AcquireLeases(stmtCtx, params)
 		cancel()
-		var h dialect.Holder
+		var h store.Holder
 		switch {
 		case err == nil && blocked < 0:
 			return l.newLeases(sorted, o, results, reqStart, time.Since(start))
@@ -162,7 +162,7 @@ func (l *Locker) manyWaitEnded(label string, held *dblock.HeldError, cause error
 func (l *Locker) settleMany(ctx context.Context, names []string, o mode.Options, handles []map[dblock.Token]int, reqStart, start time.Time) ([]*dblock.Lease, bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.StatementTimeout)
 	defer cancel()
-	results := make([]dialect.AcquireResult, len(names))
+	results := make([]store.AcquireResult, len(names))
 	taken := 0
 	for i, name := range names {
 		h, err := l.db.LeaseHolder(rctx, nil, name)
@@ -171,7 +171,7 @@ func (l *Locker) settleMany(ctx context.Context, names []string, o mode.Options,
 		}
 		token := dblock.Token(h.Version)
 		if h.Held() && h.Owner == o.Owner && h.Reentry > handles[i][token] {
-			results[i] = dialect.AcquireResult{Acquired: true, Token: token, Reentry: h.Reentry}
+			results[i] = store.AcquireResult{Acquired: true, Token: token, Reentry: h.Reentry}
 			taken++
 		}
 	}
@@ -188,7 +188,7 @@ func (l *Locker) settleMany(ctx context.Context, names []string, o mode.Options,
 
 // newLeases hands the leases of a set just taken to the keeper. After Close
 // it releases them all and fails.
-func (l *Locker) newLeases(names []string, o mode.Options, results []dialect.AcquireResult, reqStart time.Time, waited time.Duration) ([]*dblock.Lease, error) {
+func (l *Locker) newLeases(names []string, o mode.Options, results []store.AcquireResult, reqStart time.Time, waited time.Duration) ([]*dblock.Lease, error) {
 	leases := make([]*dblock.Lease, 0, len(names))
 	for i, name := range names {
 		lease, err := l.newLease(name, o, results[i], reqStart, waited)

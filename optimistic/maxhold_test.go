@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // TestMaxHoldCapsRenewal: a lease with WithMaxHold is renewed past its first
@@ -80,14 +80,14 @@ func TestMaxHoldCapsRenewal(t *testing.T) {
 	})
 }
 
-func lockRow(ctx context.Context, t *testing.T, iso *dbtest.Isolated, name string) dialect.LockRow {
+func lockRow(ctx context.Context, t *testing.T, iso *dbtest.Isolated, name string) store.LockRow {
 	t.Helper()
-	rows, err := iso.DB.ListLocks(ctx, []string{name})
+	rows, err := iso.Store.ListLocks(ctx, []string{name})
 	if err != nil {
 		t.Fatalf("list locks: %v", err)
 	}
 	if len(rows) != 1 {
-		return dialect.LockRow{}
+		return store.LockRow{}
 	}
 	return rows[0]
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/internal/wake"
 )
 
@@ -64,7 +65,7 @@ type Config struct {
 // Locker acquires lease locks on the dblock_locks table. It is safe for
 // concurrent use; create one per database and share it.
 type Locker struct {
-	db      *dialect.DB
+	db      *store.DB
 	cfg     Config
 	logger  *slog.Logger
 	hooks   dblock.Hooks
@@ -81,7 +82,8 @@ var _ dblock.Locker = (*Locker)(nil)
 
 // New returns a Locker on db. db stays the caller's: Close does not close it.
 // Configuration errors wrap dblock.ErrInvalidOption.
-func New(db *dialect.DB, cfg *Config) (*Locker, error) {
+func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
+	db := store.Of(handle)
 	if db == nil || db.DB == nil || db.Dialect == nil {
 		return nil, fmt.Errorf("optimistic: new: %w: nil database", dblock.ErrInvalidOption)
 	}
@@ -194,7 +196,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	}
 	a := &acquisition{
 		l: l, ctx: ctx, waitCtx: ctx, name: name, o: o, wait: wait, start: time.Now(), backoff: l.cfg.PollMin,
-		params:      dialect.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.FirstTTL(), Metadata: o.Metadata},
+		params:      store.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.FirstTTL(), Metadata: o.Metadata},
 		unsubscribe: func() {},
 	}
 	if wait && o.HasWait {
@@ -228,7 +230,7 @@ type pending struct {
 // refused (a deadlock, a missing table), or that never reached it (no
 // connection could be made), changed nothing.
 func outcomeUnknown(err error) bool {
-	if dialect.NotSent(err) {
+	if store.NotSent(err) {
 		return false
 	}
 	return errors.Is(err, dblock.ErrUnavailable) || errors.Is(err, driver.ErrBadConn) ||
@@ -252,7 +254,7 @@ func (l *Locker) settle(ctx context.Context, p *pending, o mode.Options, start t
 			if h.Held() && h.Owner == p.owner && h.Reentry > p.handles[token] {
 				l.logger.LogAttrs(ctx, slog.LevelInfo, "optimistic: acquire with a lost answer had taken the lock; keeping it",
 					slog.String("lock_key", p.name), slog.String("owner", p.owner), slog.Int64("token", h.Version), slog.String("error", p.err.Error()))
-				res := dialect.AcquireResult{Acquired: true, Token: token, Reentry: h.Reentry}
+				res := store.AcquireResult{Acquired: true, Token: token, Reentry: h.Reentry}
 				lease, err := l.newLease(p.name, o, res, p.reqStart, time.Since(start))
 				return lease, true, err
 			}
@@ -305,7 +307,7 @@ func (l *Locker) isClosed() bool {
 	return l.closed
 }
 
-func (l *Locker) newLease(name string, o mode.Options, res dialect.AcquireResult, reqStart time.Time, waited time.Duration) (*dblock.Lease, error) {
+func (l *Locker) newLease(name string, o mode.Options, res store.AcquireResult, reqStart time.Time, waited time.Duration) (*dblock.Lease, error) {
 	lease, err := l.keeper.Start(leasekeeper.Params{
 		Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, Token: res.Token, TTL: o.TTL, MaxHold: o.MaxHold,
 		ReqStart: reqStart, Reentry: res.Reentry,

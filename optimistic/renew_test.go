@@ -14,6 +14,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 )
 
@@ -37,7 +38,7 @@ func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
 // lost.
 func TestRenewalSurvivesTransientErrors(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.Postgres)
+	iso := dbtest.New(t, store.Postgres)
 	ctx := context.Background()
 	app := locktest.RandomName("renewtest")
 	app = strings.ReplaceAll(app, ":", "_")
@@ -67,7 +68,7 @@ func TestRenewalSurvivesTransientErrors(t *testing.T) {
 	// Kill the sessions until a renewal failed a few times (or a hang guard).
 	stop := time.Now().Add(60 * time.Second)
 	for failures.Load() < 3 && time.Now().Before(stop) {
-		if _, err := iso.DB.ExecContext(ctx,
+		if _, err := iso.Store.ExecContext(ctx,
 			fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '%s'", app)); err != nil {
 			t.Fatalf("terminate: %v", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 )
 
@@ -18,7 +19,7 @@ import (
 // name once it is released. (SQLite runs in process: no connection to lose.)
 func TestWaiterGivesUpStalledConnection(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)
@@ -52,7 +53,7 @@ func TestWaiterGivesUpStalledConnection(t *testing.T) {
 				}
 				got <- err
 			}()
-			for deadline := time.Now().Add(30 * time.Second); db.Stats().OpenConnections == 0; {
+			for deadline := time.Now().Add(30 * time.Second); db.SQL().Stats().OpenConnections == 0; {
 				if time.Now().After(deadline) {
 					t.Fatalf("the waiter opened no connection")
 				}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // Acquire takes name, waiting in the database's lock queue (bounded by ctx,
@@ -110,7 +110,7 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 	if o.TTLSet {
 		ttl = o.TTL
 	}
-	if o.Token && l.db.Dialect.Kind() != dialect.SQLite && !l.sideWanted() {
+	if o.Token && l.db.Dialect.Kind() != store.SQLite && !l.sideWanted() {
 		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, errNoSide)
 	}
 	start := time.Now()
@@ -167,7 +167,7 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 	// connection per name (per database on SQLite) waits there at a time,
 	// and a name held by this process is handed over without a round trip.
 	keys := sorted
-	if l.db.Dialect.Kind() == dialect.SQLite {
+	if l.db.Dialect.Kind() == store.SQLite {
 		keys = []string{""}
 	}
 	for i, k := range keys {
@@ -200,7 +200,7 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 	return l.register(h, o, label, start)
 }
 
-func notAcquiredErr(op, label string, holder *dialect.Holder, cause error) error {
+func notAcquiredErr(op, label string, holder *store.Holder, cause error) error {
 	he := &dblock.HeldError{Name: label, Mode: dblock.ModePessimistic, Cause: cause}
 	if holder != nil {
 		he = holder.HeldError(label, cause)
@@ -233,7 +233,7 @@ func (l *Locker) checkExclusive(ctx context.Context) error {
 		return fmt.Errorf("check for a multi-primary cluster: %w", err)
 	case !ok:
 		return fmt.Errorf("%w: use the optimistic or fairqueue mode, or set pessimistic.Config.AllowMultiPrimary if every client writes through one node",
-			dialect.ErrMultiPrimary)
+			ErrMultiPrimary)
 	}
 	l.exclusive.Store(true)
 	return nil

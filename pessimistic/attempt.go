@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // deadConnRetries bounds the attempts one acquisition makes again on
@@ -34,7 +34,7 @@ var errCreateBusy = errors.New("creating the lock row met a lock")
 // lock runs acquisition attempts until one succeeds, the wait ends, or an
 // error that waiting cannot fix occurs.
 func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, names []string, o mode.Options, ttl time.Duration, try bool) (*hold, error) {
-	notAcquired := func(holder *dialect.Holder, cause error) error {
+	notAcquired := func(holder *store.Holder, cause error) error {
 		return notAcquiredErr(op, label, holder, cause)
 	}
 	backoff := backoffMin
@@ -90,7 +90,7 @@ func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, n
 			if try {
 				return nil, notAcquired(nil, err)
 			}
-			if l.db.Dialect.Kind() != dialect.SQLite && !l.db.MariaDB() {
+			if l.db.Dialect.Kind() != store.SQLite && !l.db.MariaDB() {
 				// The database's own wait ended at the bound.
 				return nil, notAcquired(nil, err)
 			}
@@ -170,7 +170,7 @@ func settle(ctx context.Context) {
 //
 // ctx is the caller's context with Close's cancellation, waitCtx adds the
 // wait bound; statements that do not wait run on callCtx.
-func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, o mode.Options, ttl time.Duration, try bool) (*hold, *dialect.Holder, error) {
+func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, o mode.Options, ttl time.Duration, try bool) (*hold, *store.Holder, error) {
 	db := l.db
 	kind := db.Dialect.Kind()
 	conn, err := l.poolConn(waitCtx, try)
@@ -185,7 +185,7 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 		defer cancel()
 		closeConn(conn, !h.restoreBusy(rctx))
 	}
-	if kind == dialect.SQLite {
+	if kind == store.SQLite {
 		// An unbounded wait keeps the pool's busy timeout and retries;
 		// a try or a bounded wait sets it for this transaction.
 		dl, bounded := waitCtx.Deadline()
@@ -217,7 +217,7 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 	// or come after an earlier-issued smaller one.
 	var preIssued map[string]dblock.Token
 	var lastIssued dblock.Token
-	if kind == dialect.SQLite && o.Token {
+	if kind == store.SQLite && o.Token {
 		preIssued = make(map[string]dblock.Token, len(names))
 		for _, n := range names {
 			t, err := db.IssueToken(waitCtx, conn, n)
@@ -269,7 +269,7 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 		}
 		return nil, nil, err
 	}
-	if kind == dialect.SQLite {
+	if kind == store.SQLite {
 		// A write takes the database's write lock, so the lock holds
 		// whatever mode the pool begins transactions in.
 		if err := db.SQLiteWriteLock(callCtx, h.tx); err != nil {
@@ -335,7 +335,7 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 func (l *Locker) ensureRow(ctx context.Context, name string) error {
 	var err error
 	if l.sideWanted() {
-		err = l.withSide(ctx, true, func(q dialect.Querier) error { return l.db.EnsureRow(ctx, q, name) })
+		err = l.withSide(ctx, true, func(q store.Querier) error { return l.db.EnsureRow(ctx, q, name) })
 	} else {
 		err = l.db.EnsureRow(ctx, nil, name)
 	}
@@ -349,39 +349,39 @@ func (l *Locker) ensureRow(ctx context.Context, name string) error {
 // common, uncontended path is one statement), then, unless trying, a wait in
 // the database's queue. On PostgreSQL a failed NOWAIT aborts the
 // transaction, so the wait starts a new one (begin).
-func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names []string, ttl time.Duration, try bool, begin func() error) (map[string]dialect.Holder, dialect.SessionRef, error) {
+func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names []string, ttl time.Duration, try bool, begin func() error) (map[string]store.Holder, store.SessionRef, error) {
 	db := l.db
 	kind := db.Dialect.Kind()
-	if kind == dialect.SQLite {
-		return l.lockStmt(callCtx, h, names, dialect.RowLockParams{IdleTimeout: ttl})
+	if kind == store.SQLite {
+		return l.lockStmt(callCtx, h, names, store.RowLockParams{IdleTimeout: ttl})
 	}
-	found, session, err := l.lockStmt(callCtx, h, names, dialect.RowLockParams{NoWait: true, IdleTimeout: ttl})
+	found, session, err := l.lockStmt(callCtx, h, names, store.RowLockParams{NoWait: true, IdleTimeout: ttl})
 	if try || !errors.Is(err, dblock.ErrNotAcquired) {
 		return found, session, err
 	}
-	if kind == dialect.Postgres {
+	if kind == store.Postgres {
 		rerr := h.tx.Rollback()
 		h.txCancel()
 		if rerr != nil {
-			return nil, dialect.SessionRef{}, rerr
+			return nil, store.SessionRef{}, rerr
 		}
 		if err := begin(); err != nil {
-			return nil, dialect.SessionRef{}, err
+			return nil, store.SessionRef{}, err
 		}
 	}
 	// Bound the wait server-side. PostgreSQL's lock_timeout is exact and
 	// the query keeps the caller's ctx; MariaDB and MySQL bound in whole
 	// seconds, so the client also stops at the exact wait bound.
 	qctx := ctx
-	if kind == dialect.MySQL {
+	if kind == store.MySQL {
 		qctx = waitCtx
 	}
 	var wait time.Duration
 	if dl, ok := waitCtx.Deadline(); ok {
 		wait = max(time.Until(dl), time.Millisecond)
 	}
-	p := dialect.RowLockParams{Wait: wait, IdleTimeout: ttl}
-	if kind != dialect.MySQL {
+	p := store.RowLockParams{Wait: wait, IdleTimeout: ttl}
+	if kind != store.MySQL {
 		return l.lockStmt(qctx, h, names, p)
 	}
 	// On MySQL the driver gives up a wait by closing the connection, which
@@ -389,7 +389,7 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 	// server's wait too, so it is never granted the lock afterwards.
 	id, err := db.SessionID(callCtx, h.tx)
 	if err != nil {
-		return nil, dialect.SessionRef{}, err
+		return nil, store.SessionRef{}, err
 	}
 	var cancelled chan struct{}
 	stop := l.cancelOnDone(qctx, id, &cancelled, names)
@@ -416,7 +416,7 @@ func (l *Locker) cancelOnDone(ctx context.Context, id int64, done *chan struct{}
 		defer close(ch)
 		kctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		err := l.withSide(kctx, false, func(q dialect.Querier) error { return l.db.CancelStatement(kctx, q, id) })
+		err := l.withSide(kctx, false, func(q store.Querier) error { return l.db.CancelStatement(kctx, q, id) })
 		if errors.Is(err, errNoSide) {
 			err = l.db.CancelStatement(kctx, nil, id)
 		}
@@ -427,19 +427,19 @@ func (l *Locker) cancelOnDone(ctx context.Context, id int64, done *chan struct{}
 }
 
 // lockStmt runs one lock statement on h's transaction for names.
-func (l *Locker) lockStmt(ctx context.Context, h *hold, names []string, p dialect.RowLockParams) (map[string]dialect.Holder, dialect.SessionRef, error) {
+func (l *Locker) lockStmt(ctx context.Context, h *hold, names []string, p store.RowLockParams) (map[string]store.Holder, store.SessionRef, error) {
 	if len(names) == 1 {
 		rl, err := l.db.LockRow(ctx, h.tx, names[0], p)
 		if err != nil || !rl.Found {
-			return nil, dialect.SessionRef{}, err
+			return nil, store.SessionRef{}, err
 		}
-		return map[string]dialect.Holder{names[0]: rl.Holder}, rl.Session, nil
+		return map[string]store.Holder{names[0]: rl.Holder}, rl.Session, nil
 	}
 	rows, session, err := l.db.LockRows(ctx, h.tx, names, p)
 	if err != nil {
-		return nil, dialect.SessionRef{}, err
+		return nil, store.SessionRef{}, err
 	}
-	found := make(map[string]dialect.Holder, len(rows))
+	found := make(map[string]store.Holder, len(rows))
 	for _, r := range rows {
 		found[r.Name] = r.Holder
 	}
@@ -449,13 +449,13 @@ func (l *Locker) lockStmt(ctx context.Context, h *hold, names []string, p dialec
 // bumpTokens gives each of names a fencing token, committed on the Locker's
 // own connection before it is written into the row in h's transaction.
 func (l *Locker) bumpTokens(ctx context.Context, h *hold, names []string) (map[string]dblock.Token, error) {
-	if l.db.Dialect.Kind() == dialect.SQLite {
+	if l.db.Dialect.Kind() == store.SQLite {
 		return nil, fmt.Errorf("%w: on SQLite a token can only be asked for by the first acquisition of a lock (it is issued before the database is locked)", dblock.ErrInvalidOption)
 	}
 	tokens := make(map[string]dblock.Token, len(names))
 	for _, n := range names {
 		var t dblock.Token
-		err := l.withSide(ctx, true, func(q dialect.Querier) error {
+		err := l.withSide(ctx, true, func(q store.Querier) error {
 			var err error
 			t, err = l.db.BumpTokenOn(ctx, h.tx, q, n)
 			return err

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -32,13 +32,13 @@ func BenchmarkDo(b *testing.B) {
 			}
 			query := "SELECT name FROM dblock_locks WHERE name = $1 FOR UPDATE"
 			switch kind {
-			case dialect.MySQL:
+			case store.MySQL:
 				query = "SELECT name FROM dblock_locks WHERE name = ? FOR UPDATE"
-			case dialect.SQLite:
+			case store.SQLite:
 				query = "SELECT name FROM dblock_locks WHERE name = ?1"
 			}
 			floor := func() {
-				tx, err := iso.DB.BeginTx(ctx, nil)
+				tx, err := iso.Store.BeginTx(ctx, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

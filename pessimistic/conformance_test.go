@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // sqliteWholeDatabase lists the suite's checks that hold one name while
@@ -23,7 +23,7 @@ var sqliteWholeDatabase = []string{"/Close/", "/OwnerOnlyRelease/"}
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	locktest.Run(t, func(t *testing.T, iso *dbtest.Isolated) dblock.Locker {
-		if iso.Kind == dialect.SQLite {
+		if iso.Kind == store.SQLite {
 			for _, c := range sqliteWholeDatabase {
 				if strings.Contains(t.Name()+"/", c) {
 					t.Skip("SQLite: a pessimistic lock holds the whole database, so a second name waits for the first")

@@ -106,8 +106,8 @@
 // what the setting can say: the millisecond on PostgreSQL; on MySQL and
 // MariaDB the whole second, and at least 2 s, so that a holder that keeps
 // its transaction busy every quarter of the bound (as dblock exec does while
-// its command runs) may be 1.5 s late before the server ends a live hold
-// (dialect.DB.HoldBound). A lock held by a busy transaction (a statement
+// its command runs) may be 1.5 s late before the server ends a live hold.
+// A lock held by a busy transaction (a statement
 // running) is not ended by this bound.
 //
 // Whether the holding sessions still exist is asked of the server every

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	_ "github.com/dblock-go/dblock/dialect/sqlite" // The example runs on an SQLite file.
 	"github.com/dblock-go/dblock/migrations"
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -29,10 +30,10 @@ func exampleDB() (*dialect.DB, func()) {
 	if err := migrations.Up(ctx, db); err != nil {
 		panic(err)
 	}
-	if _, err := db.ExecContext(ctx, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)"); err != nil {
+	if _, err := db.SQL().ExecContext(ctx, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)"); err != nil {
 		panic(err)
 	}
-	if _, err := db.ExecContext(ctx, "INSERT INTO accounts (id, balance) VALUES (42, 100)"); err != nil {
+	if _, err := db.SQL().ExecContext(ctx, "INSERT INTO accounts (id, balance) VALUES (42, 100)"); err != nil {
 		panic(err)
 	}
 	return db, func() { _ = db.Close(); _ = os.RemoveAll(dir) }
@@ -66,7 +67,7 @@ func ExampleLocker_Do() {
 	fmt.Println("second debit:", err)
 
 	var balance int
-	_ = db.GetContext(ctx, &balance, "SELECT balance FROM accounts WHERE id = 42")
+	_ = db.SQL().QueryRowContext(ctx, "SELECT balance FROM accounts WHERE id = 42").Scan(&balance)
 	fmt.Println("balance:", balance)
 	// Output:
 	// debit: <nil>

@@ -16,6 +16,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -96,10 +97,10 @@ func TestKilledHolderProcess(t *testing.T) {
 }
 
 // sessionID returns the server's id of the lease's connection.
-func sessionID(t *testing.T, ctx context.Context, kind dialect.Kind, lease *pessimistic.Lease) int64 {
+func sessionID(t *testing.T, ctx context.Context, kind store.Kind, lease *pessimistic.Lease) int64 {
 	t.Helper()
 	q := "SELECT pg_backend_pid()"
-	if kind == dialect.MySQL {
+	if kind == store.MySQL {
 		q = "SELECT CONNECTION_ID()"
 	}
 	var id int64
@@ -112,10 +113,10 @@ func sessionID(t *testing.T, ctx context.Context, kind dialect.Kind, lease *pess
 func killSession(t *testing.T, ctx context.Context, db *dialect.DB, id int64) {
 	t.Helper()
 	var err error
-	if db.Dialect.Kind() == dialect.Postgres {
-		_, err = db.ExecContext(ctx, "SELECT pg_terminate_backend($1)", id)
+	if store.Of(db).Dialect.Kind() == store.Postgres {
+		_, err = db.SQL().ExecContext(ctx, "SELECT pg_terminate_backend($1)", id)
 	} else {
-		_, err = db.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
+		_, err = db.SQL().ExecContext(ctx, fmt.Sprintf("KILL %d", id))
 	}
 	if err != nil {
 		t.Fatalf("kill session %d: %v", id, err)
@@ -133,7 +134,7 @@ func waitDone(t *testing.T, lease *pessimistic.Lease) {
 
 func serverKinds(t *testing.T, fn func(t *testing.T, iso *dbtest.Isolated)) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
-		if iso.Kind == dialect.SQLite {
+		if iso.Kind == store.SQLite {
 			t.Skip("SQLite has no server sessions")
 		}
 		fn(t, iso)
@@ -174,13 +175,13 @@ func TestKilledConnection(t *testing.T) {
 		_ = next.Release(ctx)
 		// The Locker keeps one connection of its own while it is busy;
 		// Close gives it back.
-		if n := db.Stats().InUse; n > 1 {
+		if n := db.SQL().Stats().InUse; n > 1 {
 			t.Fatalf("%d connections in use after release", n)
 		}
 		if err := l.Close(); err != nil {
 			t.Fatalf("close: %v", err)
 		}
-		if n := db.Stats().InUse; n != 0 {
+		if n := db.SQL().Stats().InUse; n != 0 {
 			t.Fatalf("%d connections in use after Close", n)
 		}
 	})
@@ -191,7 +192,7 @@ func TestKilledConnection(t *testing.T) {
 func TestIdleBound(t *testing.T) {
 	t.Parallel()
 	serverKinds(t, func(t *testing.T, iso *dbtest.Isolated) {
-		if iso.Kind == dialect.MySQL && !iso.DB.MariaDB() {
+		if iso.Kind == store.MySQL && !iso.Store.MariaDB() {
 			t.Skip("MySQL 8 has no idle transaction timeout")
 		}
 		ctx := testCtx(t)
@@ -242,7 +243,7 @@ func TestDeadlock(t *testing.T) {
 				defer wg.Done()
 				_, errs[i] = l.LockRows(ctx, c.lease.Tx(), pessimistic.LockRowsParams{
 					Table: "dblock_locks", KeyColumn: "name", Keys: []any{c.other}})
-				if errors.Is(errs[i], dblock.ErrDeadlock) && iso.Kind == dialect.MySQL {
+				if errors.Is(errs[i], dblock.ErrDeadlock) && iso.Kind == store.MySQL {
 					// MySQL rolled the victim's transaction back: its lock is gone.
 					if err := c.lease.Err(); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrDeadlock) {
 						t.Errorf("victim's lease: %v, want ErrLost and ErrDeadlock", err)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -25,10 +25,10 @@ func TestSessionIdentity(t *testing.T) {
 		ctx := testCtx(t)
 		db := iso.DB
 		name := randName(t)
-		if err := db.EnsureRow(ctx, nil, name); err != nil {
+		if err := store.Of(db).EnsureRow(ctx, nil, name); err != nil {
 			t.Fatalf("ensure row: %v", err)
 		}
-		holder, err := db.Connx(ctx)
+		holder, err := store.Of(db).Connx(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,26 +38,26 @@ func TestSessionIdentity(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback() }()
-		rl, err := db.LockRow(ctx, tx, name, dialect.RowLockParams{NoWait: true})
+		rl, err := store.Of(db).LockRow(ctx, tx, name, store.RowLockParams{NoWait: true})
 		if err != nil || !rl.Found {
 			t.Fatalf("lock row: found=%v err=%v", rl.Found, err)
 		}
 		ref := rl.Session
-		side, err := db.Connx(ctx)
+		side, err := store.Of(db).Connx(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer side.Close()
-		inc, err := db.ServerIncarnation(ctx, side)
+		inc, err := store.Of(db).ServerIncarnation(ctx, side)
 		if err != nil {
 			t.Fatalf("incarnation: %v", err)
 		}
 		if inc.Started.After(ref.At) || ref.At.After(inc.Learned) {
 			t.Fatalf("incarnation started %v, learned %v; lock taken at %v", inc.Started, inc.Learned, ref.At)
 		}
-		if iso.Kind == dialect.Postgres || db.MariaDB() {
+		if iso.Kind == store.Postgres || store.Of(db).MariaDB() {
 			var startUs int64
-			if iso.Kind == dialect.Postgres {
+			if iso.Kind == store.Postgres {
 				err = side.GetContext(ctx, &startUs, "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint")
 			} else {
 				err = side.GetContext(ctx, &startUs, "SELECT CAST(UNIX_TIMESTAMP() - VARIABLE_VALUE AS SIGNED) * 1000000 FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'")
@@ -68,16 +68,16 @@ func TestSessionIdentity(t *testing.T) {
 			// PostgreSQL: exact. MariaDB: the whole second of the start;
 			// Started bounds its end (a second more when the two
 			// statements straddled a second).
-			start := dialect.Micros(startUs)
-			if iso.Kind == dialect.Postgres && !inc.Started.Equal(start) ||
-				iso.Kind == dialect.MySQL && (inc.Started.Before(start.Add(time.Second)) || inc.Started.After(start.Add(2*time.Second))) {
+			start := store.Micros(startUs)
+			if iso.Kind == store.Postgres && !inc.Started.Equal(start) ||
+				iso.Kind == store.MySQL && (inc.Started.Before(start.Add(time.Second)) || inc.Started.After(start.Add(2*time.Second))) {
 				t.Fatalf("incarnation started %v; the server says %v", inc.Started, start)
 			}
 		}
 
-		alive := func(refs ...dialect.SessionRef) []bool {
+		alive := func(refs ...store.SessionRef) []bool {
 			t.Helper()
-			got, err := db.SessionsAlive(ctx, side, refs)
+			got, err := store.Of(db).SessionsAlive(ctx, side, refs)
 			if err != nil {
 				t.Fatalf("sessions alive: %v", err)
 			}
@@ -91,7 +91,7 @@ func TestSessionIdentity(t *testing.T) {
 		other.Server++
 		for _, c := range []struct {
 			what string
-			ref  dialect.SessionRef
+			ref  store.SessionRef
 			want bool
 		}{
 			{"the holder's session", ref, true},
@@ -108,10 +108,10 @@ func TestSessionIdentity(t *testing.T) {
 		if !got[0] {
 			t.Errorf("the holder's session is not found alive")
 		}
-		if want := iso.Kind == dialect.MySQL; got[1] != want {
+		if want := iso.Kind == store.MySQL; got[1] != want {
 			t.Errorf("the holder's id in another transaction: alive=%v, want %v", got[1], want)
 		}
-		if iso.Kind == dialect.Postgres {
+		if iso.Kind == store.Postgres {
 			// Ended behind dblock's back, in no transaction, then in another.
 			if err := tx.Commit(); err != nil {
 				t.Fatal(err)
@@ -140,7 +140,7 @@ func TestSessionIdentity(t *testing.T) {
 // session.
 func TestWatcherLockingTxEnded(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.Postgres)
+	iso := dbtest.New(t, store.Postgres)
 	ctx := testCtx(t)
 	l := newLocker(t, iso.DB, &pessimistic.Config{WatchInterval: 20 * time.Millisecond})
 	lease, err := l.Acquire(ctx, randName(t))
@@ -171,7 +171,7 @@ func TestWatcherSideReconnect(t *testing.T) {
 	t.Parallel()
 	serverKinds(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := testCtx(t)
-		adm, err := iso.DB.Connx(ctx)
+		adm, err := iso.Store.Connx(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func TestWatcherSideReconnect(t *testing.T) {
 		// MySQL each test has a database.
 		list := "SELECT pid FROM pg_stat_activity WHERE application_name = current_setting('application_name')"
 		kill := "SELECT pg_terminate_backend($1)"
-		if iso.Kind == dialect.MySQL {
+		if iso.Kind == store.MySQL {
 			list = "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE()"
 			kill = "KILL ?"
 		}

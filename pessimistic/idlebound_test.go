@@ -5,23 +5,23 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // TestIdleBoundRoundsUp reads the server's idle bound inside holds of
 // several TTLs: the TTL rounded up, never down, to what the setting can say
 // (PostgreSQL milliseconds; MariaDB whole seconds, at least 2, so that a
 // keep-alive running every quarter of it may be 1.5 s late), as
-// dialect.HoldBound computes it. It holds for a name added to a hold too.
+// store.HoldBound computes it. It holds for a name added to a hold too.
 func TestIdleBoundRoundsUp(t *testing.T) {
 	t.Parallel()
-	cases := map[dialect.Kind][]struct {
+	cases := map[store.Kind][]struct {
 		ttl  time.Duration
 		want int64 // ms on PostgreSQL, s on MariaDB.
 	}{
-		dialect.Postgres: {{1500*time.Millisecond + 500*time.Microsecond, 1501}, {2 * time.Second, 2000}, {3*time.Second + time.Microsecond, 3001}},
-		dialect.MySQL:    {{10 * time.Millisecond, 2}, {time.Second, 2}, {1500 * time.Millisecond, 2}, {2*time.Second + time.Millisecond, 3}, {7 * time.Second, 7}},
+		store.Postgres: {{1500*time.Millisecond + 500*time.Microsecond, 1501}, {2 * time.Second, 2000}, {3*time.Second + time.Microsecond, 3001}},
+		store.MySQL:    {{10 * time.Millisecond, 2}, {time.Second, 2}, {1500 * time.Millisecond, 2}, {2*time.Second + time.Millisecond, 3}, {7 * time.Second, 7}},
 	}
 	for kind, cs := range cases {
 		t.Run(string(kind), func(t *testing.T) {
@@ -29,15 +29,15 @@ func TestIdleBoundRoundsUp(t *testing.T) {
 			iso := dbtest.New(t, kind)
 			ctx := testCtx(t)
 			query, unit := "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'", time.Millisecond
-			if kind == dialect.MySQL {
+			if kind == store.MySQL {
 				query, unit = "SELECT @@SESSION.idle_transaction_timeout", time.Second
-				if !iso.DB.MariaDB() {
+				if !iso.Store.MariaDB() {
 					query = "SELECT @@SESSION.wait_timeout"
 				}
 			}
 			l := newLocker(t, iso.DB, nil)
 			for _, c := range cs {
-				if got := iso.DB.HoldBound(c.ttl); got != time.Duration(c.want)*unit {
+				if got := iso.Store.HoldBound(c.ttl); got != time.Duration(c.want)*unit {
 					t.Errorf("HoldBound(%v) = %v, want %v", c.ttl, got, time.Duration(c.want)*unit)
 				}
 				lease, err := l.Acquire(ctx, randName(t), dblock.WithTTL(c.ttl))

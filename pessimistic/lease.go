@@ -10,10 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
-	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // hold is one locking transaction: one or more names (AcquireMany), one
@@ -24,7 +25,7 @@ type hold struct {
 	owner    string
 	conn     *sqlx.Conn
 	tx       *sqlx.Tx
-	session  dialect.SessionRef // the locking session; its ID is zero on SQLite
+	session  store.SessionRef // the locking session; its ID is zero on SQLite
 	ttl      time.Duration
 	prevBusy time.Duration // SQLite: busy timeout to restore; -1 when untouched
 	start    time.Time

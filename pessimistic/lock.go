@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/errjoin"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // Lock takes more names inside this lock's transaction, waiting in the
@@ -91,11 +91,11 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 		return nil
 	}
 	slices.Sort(add)
-	if withTokens && kind == dialect.SQLite {
+	if withTokens && kind == store.SQLite {
 		return fmt.Errorf("pessimistic: %s %q: %w: on SQLite a lock that asked for tokens cannot take more names; take them all at once (AcquireMany)",
 			op, label, dblock.ErrInvalidOption)
 	}
-	if kind != dialect.SQLite && !lk.sideWanted() {
+	if kind != store.SQLite && !lk.sideWanted() {
 		return fmt.Errorf("pessimistic: %s %q: %w", op, label, errNoSide)
 	}
 	wait := lk.lockWait
@@ -145,10 +145,10 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 	ensure := func(missing []string) error {
 		for _, n := range missing {
 			var err error
-			if kind == dialect.SQLite {
+			if kind == store.SQLite {
 				err = db.EnsureRow(sctx, h.tx, n)
 			} else {
-				err = l.withSide(ctx, true, func(q dialect.Querier) error { return db.EnsureRow(ctx, q, n) })
+				err = l.withSide(ctx, true, func(q store.Querier) error { return db.EnsureRow(ctx, q, n) })
 			}
 			if err != nil {
 				return err
@@ -165,13 +165,13 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 	// lock its gap, which the insert from another connection would wait
 	// for) and that no lease holds them.
 	const sp = "dblock_lock"
-	if kind == dialect.MySQL {
+	if kind == store.MySQL {
 		if err := ensure(names); err != nil {
 			return err
 		}
 		for _, n := range names {
-			var holder dialect.Holder
-			err := l.withSide(ctx, true, func(q dialect.Querier) error {
+			var holder store.Holder
+			err := l.withSide(ctx, true, func(q store.Querier) error {
 				var err error
 				holder, err = db.LeaseHolder(ctx, q, n)
 				return err
@@ -184,14 +184,14 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 			}
 		}
 	}
-	if kind == dialect.Postgres {
+	if kind == store.Postgres {
 		if err := db.Savepoint(sctx, h.tx, sp); err != nil {
 			l.txTrouble(h, err)
 			return err
 		}
 	}
 	undo := func(cause error) error {
-		if kind != dialect.Postgres {
+		if kind != store.Postgres {
 			return cause
 		}
 		if err := db.RollbackToSavepoint(sctx, h.tx, sp); err != nil {
@@ -205,10 +205,10 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 		return cause
 	}
 	for range 5 {
-		p := dialect.RowLockParams{NoWait: try, IdleTimeout: h.ttl, Wait: wait}
+		p := store.RowLockParams{NoWait: try, IdleTimeout: h.ttl, Wait: wait}
 		var cancelled chan struct{}
 		stop := func() bool { return true }
-		if !try && kind != dialect.SQLite && ctx.Done() != nil {
+		if !try && kind != store.SQLite && ctx.Done() != nil {
 			stop = l.cancelOnDone(ctx, h.session.ID, &cancelled, names)
 		}
 		found, _, err := l.lockStmtWait(sctx, ctx, h, names, p)
@@ -222,7 +222,7 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 			if ctx.Err() != nil && !errors.Is(err, dblock.ErrDeadlock) {
 				err = fmt.Errorf("%w: %w", dblock.ErrNotAcquired, errjoin.Join(context.Cause(ctx), err))
 			}
-			if kind == dialect.MySQL {
+			if kind == store.MySQL {
 				l.txTrouble(h, err)
 				if errors.Is(err, dblock.ErrDeadlock) {
 					err = fmt.Errorf("%w: %w", err, h.lostErr())
@@ -244,7 +244,7 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 			}
 		}
 		if len(missing) == 0 {
-			if kind == dialect.Postgres {
+			if kind == store.Postgres {
 				if err := db.ReleaseSavepoint(sctx, h.tx, sp); err != nil {
 					l.txTrouble(h, err)
 					return err
@@ -264,7 +264,7 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 // lockStmtWait is lockStmt with the server-side bound taken from waitCtx's
 // deadline as well as p.Wait, the statement itself running on sctx (which
 // is not cancelled).
-func (l *Locker) lockStmtWait(sctx, waitCtx context.Context, h *hold, names []string, p dialect.RowLockParams) (map[string]dialect.Holder, dialect.SessionRef, error) {
+func (l *Locker) lockStmtWait(sctx, waitCtx context.Context, h *hold, names []string, p store.RowLockParams) (map[string]store.Holder, store.SessionRef, error) {
 	if !p.NoWait {
 		if dl, ok := waitCtx.Deadline(); ok {
 			left := max(time.Until(dl), time.Millisecond)

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -23,7 +23,7 @@ func TestLeaseLock(t *testing.T) {
 		l := newLocker(t, iso.DB, nil)
 		other := newLocker(t, iso.Open(t), nil)
 		a, b, c, leased := randName(t), randName(t), randName(t), randName(t)
-		r, err := iso.DB.AcquireLease(ctx, nil, dialect.AcquireParams{Name: leased, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+		r, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: leased, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: time.Minute})
 		if err != nil || !r.Acquired {
 			t.Fatalf("lease: %+v %v", r, err)
 		}
@@ -31,7 +31,7 @@ func TestLeaseLock(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
-		if iso.Kind == dialect.SQLite {
+		if iso.Kind == store.SQLite {
 			// A lock with tokens cannot take more names on SQLite.
 			if err := lease.Lock(ctx, b); !errors.Is(err, dblock.ErrInvalidOption) {
 				t.Fatalf("lock with tokens on SQLite: %v, want ErrInvalidOption", err)
@@ -49,7 +49,7 @@ func TestLeaseLock(t *testing.T) {
 		if got := lease.Names(); !slices.Equal(got, want) {
 			t.Fatalf("names %v, want %v", got, want)
 		}
-		if iso.Kind != dialect.SQLite {
+		if iso.Kind != store.SQLite {
 			if lease.TokenOf(b) <= 0 || lease.TokenOf(c) <= 0 {
 				t.Fatalf("tokens of the added names: %d %d", lease.TokenOf(b), lease.TokenOf(c))
 			}
@@ -168,7 +168,7 @@ func TestLockDeadlock(t *testing.T) {
 				if errs[i] == nil {
 					return
 				}
-				if iso.Kind == dialect.MySQL {
+				if iso.Kind == store.MySQL {
 					if err := c.lease.Err(); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, pessimistic.ErrTxEnded) {
 						t.Errorf("victim's lease on MySQL: %v, want ErrLost with ErrTxEnded", err)
 					}

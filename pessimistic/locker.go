@@ -13,6 +13,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // Errors of this package. Each is wrapped with context; match with errors.Is.
@@ -34,6 +35,12 @@ var (
 	// such as DDL commits it implicitly. Statements run on Tx after that ran
 	// outside the transaction.
 	ErrTxEnded = errors.New("pessimistic: the server ended the locking transaction")
+
+	// ErrMultiPrimary is returned (wrapped) by the first acquisition on a
+	// node of a multi-primary (Galera) cluster, unless
+	// Config.AllowMultiPrimary: there a row lock does not exclude the
+	// clients of the other nodes.
+	ErrMultiPrimary = store.ErrMultiPrimary
 )
 
 // Defaults of Config.
@@ -77,8 +84,8 @@ type Config struct {
 	// idle_transaction_timeout, MySQL 8 wait_timeout, each for the hold
 	// only; SQLite has no such bound). The server's bound is the TTL
 	// rounded up, never down, to what its setting can say: the millisecond
-	// on PostgreSQL, the whole second and at least 2 s on MySQL and MariaDB
-	// (dialect.DB.HoldBound). A per-call WithTTL overrides it. Defaults to
+	// on PostgreSQL, the whole second and at least 2 s on MySQL and MariaDB.
+	// A per-call WithTTL overrides it. Defaults to
 	// dblock.TTLDefault (30 s).
 	TTL time.Duration
 	// WatchInterval is how often a Locker holding locks asks the server,
@@ -87,7 +94,7 @@ type Config struct {
 	WatchInterval time.Duration
 	// AllowMultiPrimary lets pessimistic locks run on a node of a Galera
 	// cluster. By default the first acquisition there fails with
-	// dialect.ErrMultiPrimary: a row lock holds on one node only, so two
+	// ErrMultiPrimary: a row lock holds on one node only, so two
 	// clients writing through different nodes would both get the lock. Set
 	// it only when every client of these locks writes through the same node
 	// (a proxy that sends all writes to one primary); otherwise use the
@@ -107,7 +114,7 @@ type Config struct {
 // exhausted. With SetMaxOpenConns(1) there is no room for it: locks work, but
 // the watcher is off and WithToken is refused.
 type Locker struct {
-	db       *dialect.DB
+	db       *store.DB
 	log      *slog.Logger
 	hooks    dblock.Hooks
 	lockWait time.Duration
@@ -152,7 +159,8 @@ type testHooks struct {
 type holdKey struct{ name, owner string }
 
 // New returns a Locker on db. It does not close db.
-func New(db *dialect.DB, cfg *Config) (*Locker, error) {
+func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
+	db := store.Of(handle)
 	if db == nil {
 		return nil, fmt.Errorf("pessimistic: new: %w: nil database", dblock.ErrInvalidOption)
 	}
@@ -193,9 +201,6 @@ func New(db *dialect.DB, cfg *Config) (*Locker, error) {
 	}
 	return l, nil
 }
-
-// DB returns the database the Locker runs on.
-func (l *Locker) DB() *dialect.DB { return l.db }
 
 // Close rolls back the locks still held through this Locker, each bounded by
 // a clean-up timeout (their handles are ended as lost first: Err wraps

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -35,7 +35,7 @@ func TestAcquireMany(t *testing.T) {
 				t.Errorf("token of %q: %d", n, lease.TokenOf(n))
 			}
 		}
-		if iso.Kind != dialect.SQLite {
+		if iso.Kind != store.SQLite {
 			for _, n := range want {
 				if _, err := other.TryAcquire(ctx, n); !errors.Is(err, dblock.ErrNotAcquired) {
 					t.Fatalf("try %q while held: %v, want ErrNotAcquired", n, err)
@@ -96,15 +96,15 @@ func TestLockRows(t *testing.T) {
 	serverKinds(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := testCtx(t)
 		l := newLocker(t, iso.DB, nil)
-		if _, err := iso.DB.ExecContext(ctx, "CREATE TABLE jobs (id INT PRIMARY KEY, state VARCHAR(16))"); err != nil {
+		if _, err := iso.Store.ExecContext(ctx, "CREATE TABLE jobs (id INT PRIMARY KEY, state VARCHAR(16))"); err != nil {
 			t.Fatalf("create: %v", err)
 		}
 		for i := 1; i <= 5; i++ {
-			if _, err := iso.DB.ExecContext(ctx, fmt.Sprintf("INSERT INTO jobs (id, state) VALUES (%d, 'new')", i)); err != nil {
+			if _, err := iso.Store.ExecContext(ctx, fmt.Sprintf("INSERT INTO jobs (id, state) VALUES (%d, 'new')", i)); err != nil {
 				t.Fatalf("insert: %v", err)
 			}
 		}
-		tx1, err := iso.DB.BeginTx(ctx, nil)
+		tx1, err := iso.Store.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestLockRows(t *testing.T) {
 		if fmt.Sprint(keys) != "[1 2 3]" {
 			t.Fatalf("locked %v, want [1 2 3]", keys)
 		}
-		tx2, err := iso.DB.BeginTx(ctx, nil)
+		tx2, err := iso.Store.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -171,10 +172,10 @@ func TestDoCommitRollbackPanic(t *testing.T) {
 		ctx := testCtx(t)
 		l := newLocker(t, iso.DB, nil)
 		name := randName(t)
-		if _, err := iso.DB.ExecContext(ctx, "CREATE TABLE p_counter (id INT PRIMARY KEY, n INT NOT NULL)"); err != nil {
+		if _, err := iso.Store.ExecContext(ctx, "CREATE TABLE p_counter (id INT PRIMARY KEY, n INT NOT NULL)"); err != nil {
 			t.Fatalf("create: %v", err)
 		}
-		if _, err := iso.DB.ExecContext(ctx, "INSERT INTO p_counter (id, n) VALUES (1, 0)"); err != nil {
+		if _, err := iso.Store.ExecContext(ctx, "INSERT INTO p_counter (id, n) VALUES (1, 0)"); err != nil {
 			t.Fatalf("insert: %v", err)
 		}
 		bump := func(ctx context.Context, tx *sql.Tx) error {
@@ -183,7 +184,7 @@ func TestDoCommitRollbackPanic(t *testing.T) {
 		}
 		read := func() int {
 			var n int
-			if err := iso.DB.GetContext(ctx, &n, "SELECT n FROM p_counter WHERE id = 1"); err != nil {
+			if err := iso.Store.GetContext(ctx, &n, "SELECT n FROM p_counter WHERE id = 1"); err != nil {
 				t.Fatalf("read: %v", err)
 			}
 			return n
@@ -269,7 +270,7 @@ func TestHonoursLeaseHolder(t *testing.T) {
 		ctx := testCtx(t)
 		l := newLocker(t, iso.DB, nil)
 		name := randName(t)
-		r, err := iso.DB.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: 300 * time.Millisecond})
+		r, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: 300 * time.Millisecond})
 		if err != nil || !r.Acquired {
 			t.Fatalf("lease: %+v %v", r, err)
 		}
@@ -282,7 +283,7 @@ func TestHonoursLeaseHolder(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire after expiry: %v", err)
 		}
-		h, err := iso.DB.LeaseHolder(ctx, nil, name)
+		h, err := iso.Store.LeaseHolder(ctx, nil, name)
 		if err != nil || h.Held() {
 			t.Fatalf("holder while pessimistically held: %+v %v", h, err)
 		}
@@ -303,14 +304,14 @@ func TestExcludesLeaseAcquirers(t *testing.T) {
 			t.Fatalf("acquire: %v", err)
 		}
 		other := iso.Open(t)
-		r, err := other.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+		r, err := store.Of(other).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: time.Minute})
 		if err != nil || r.Acquired {
 			t.Fatalf("lease while pessimistically held: %+v %v", r, err)
 		}
 		if err := lease.Release(ctx); err != nil {
 			t.Fatalf("release: %v", err)
 		}
-		r, err = other.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+		r, err = store.Of(other).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: time.Minute})
 		if err != nil || !r.Acquired {
 			t.Fatalf("lease after release: %+v %v", r, err)
 		}
@@ -319,7 +320,7 @@ func TestExcludesLeaseAcquirers(t *testing.T) {
 
 func TestInvalid(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	ctx := testCtx(t)
 	l := newLocker(t, iso.DB, nil)
 	for _, name := range []string{"", string([]byte{0xff}), "a\x00b", string(make([]byte, 256))} {
@@ -349,7 +350,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 		}
 		other := newLocker(t, iso.DB, nil)
 		name, busy := randName(t), randName(t)
-		if iso.Kind == dialect.SQLite {
+		if iso.Kind == store.SQLite {
 			// One write transaction per database: the held lock is the
 			// only one, and the waiter waits inside the process.
 			busy = name
@@ -382,13 +383,13 @@ func TestCloseLeavesNothing(t *testing.T) {
 		default:
 			t.Fatal("lease still open after Close")
 		}
-		if n := db.Stats().InUse; n != 0 {
+		if n := db.SQL().Stats().InUse; n != 0 {
 			t.Fatalf("%d connections in use after Close", n)
 		}
 		if _, err := l.TryAcquire(ctx, randName(t)); !errors.Is(err, dblock.ErrClosed) {
 			t.Fatalf("TryAcquire after Close: %v, want ErrClosed", err)
 		}
-		if iso.Kind != dialect.SQLite {
+		if iso.Kind != store.SQLite {
 			next, err := other.TryAcquire(ctx, name)
 			if err != nil {
 				t.Fatalf("name still held after Close: %v", err)
@@ -403,7 +404,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 // exclusive.
 func TestSQLiteDeferredPool(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	ctx := testCtx(t)
 	path := strings.TrimPrefix(iso.DSN, "sqlite://")
 	raw, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")

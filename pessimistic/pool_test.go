@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -23,7 +23,7 @@ func TestPoolExhaustedByHolders(t *testing.T) {
 	serverKinds(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := testCtx(t)
 		db := iso.Open(t)
-		db.SetMaxOpenConns(3) // The Locker's own connection and two holders.
+		db.SQL().SetMaxOpenConns(3) // The Locker's own connection and two holders.
 		// The server ends a holder idle past the TTL; the watcher declares a
 		// session it cannot confirm lost after TTL/2: the test waits in
 		// between.
@@ -37,7 +37,7 @@ func TestPoolExhaustedByHolders(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire b: %v", err)
 		}
-		if n := db.Stats().InUse; n != 3 {
+		if n := db.SQL().Stats().InUse; n != 3 {
 			t.Fatalf("%d connections in use, want 3 (the pool is full)", n)
 		}
 		start := time.Now()
@@ -91,7 +91,7 @@ func TestTokensSmallPool(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := testCtx(t)
 		db := iso.Open(t)
-		db.SetMaxOpenConns(2)
+		db.SQL().SetMaxOpenConns(2)
 		l := newLocker(t, db, nil)
 		var wg sync.WaitGroup
 		errs := make(chan error, 8)
@@ -132,7 +132,7 @@ func TestSingleConnectionPool(t *testing.T) {
 	serverKinds(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := testCtx(t)
 		db := iso.Open(t)
-		db.SetMaxOpenConns(1)
+		db.SQL().SetMaxOpenConns(1)
 		l := newLocker(t, db, nil)
 		name := randName(t)
 		if err := l.Do(ctx, name, func(context.Context, *sql.Tx) error { return nil }); err != nil {
@@ -141,7 +141,7 @@ func TestSingleConnectionPool(t *testing.T) {
 		if _, err := l.Acquire(ctx, name, dblock.WithToken()); !errors.Is(err, dblock.ErrInvalidOption) {
 			t.Fatalf("token on a one-connection pool: %v, want ErrInvalidOption", err)
 		}
-		if n := db.Stats().InUse; n != 0 {
+		if n := db.SQL().Stats().InUse; n != 0 {
 			t.Fatalf("%d connections in use", n)
 		}
 	})
@@ -152,7 +152,7 @@ func TestSingleConnectionPool(t *testing.T) {
 // own connection, whose busy timeout is zero, not on the pool (5 s).
 func TestSQLiteTryTokenBusy(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	ctx := testCtx(t)
 	holder := newLocker(t, iso.DB, nil)
 	l := newLocker(t, iso.Open(t), nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -128,13 +129,13 @@ func proxied(t *testing.T, iso *dbtest.Isolated) (*dialect.DB, *freezeProxy) {
 	t.Helper()
 	var host, dsn string
 	switch iso.Kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		u, err := url.Parse(iso.DSN)
 		if err != nil {
 			t.Fatal(err)
 		}
 		host = u.Host
-	case dialect.MySQL:
+	case store.MySQL:
 		i, j := strings.Index(iso.DSN, "tcp("), strings.Index(iso.DSN, ")/")
 		host = iso.DSN[i+4 : j]
 	}

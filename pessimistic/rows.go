@@ -9,7 +9,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // ---- the dblock.Locker adapter ----
@@ -84,11 +84,11 @@ func (l *Locker) LockRows(ctx context.Context, tx *sql.Tx, p LockRowsParams) ([]
 	if tx == nil {
 		return nil, fmt.Errorf("pessimistic: lock rows of %q: %w: nil transaction", p.Table, dblock.ErrInvalidOption)
 	}
-	keys, err := l.db.LockUserRows(ctx, &sqlx.Tx{Tx: tx, Mapper: l.db.Mapper}, dialect.UserRowsParams{
+	keys, err := l.db.LockUserRows(ctx, &sqlx.Tx{Tx: tx, Mapper: l.db.Mapper}, store.UserRowsParams{
 		Table: p.Table, KeyColumn: p.KeyColumn, Keys: p.Keys, NoWait: p.NoWait, SkipLocked: p.SkipLocked,
 	})
 	if err != nil {
-		if errors.Is(err, dblock.ErrDeadlock) && l.db.Dialect.Kind() == dialect.MySQL {
+		if errors.Is(err, dblock.ErrDeadlock) && l.db.Dialect.Kind() == store.MySQL {
 			// MySQL rolled the victim's whole transaction back: if it was
 			// a lock's transaction, that lock is gone; either way tx must
 			// not run more statements outside a transaction.

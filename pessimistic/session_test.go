@@ -10,6 +10,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -18,7 +19,7 @@ import (
 // after a wait.
 func TestPostgresLockTimeoutKept(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.Postgres)
+	iso := dbtest.New(t, store.Postgres)
 	ctx := testCtx(t)
 	db, err := dialect.Open(ctx, iso.DSN+"&lock_timeout=7s")
 	if err != nil {
@@ -59,7 +60,7 @@ func TestPostgresLockTimeoutKept(t *testing.T) {
 	// The waiter is in the database's queue once pg_locks shows it waiting.
 	for i := 0; ; i++ {
 		var waiting int
-		if err := iso.DB.GetContext(ctx, &waiting, "SELECT count(*) FROM pg_locks WHERE NOT granted"); err != nil {
+		if err := iso.Store.GetContext(ctx, &waiting, "SELECT count(*) FROM pg_locks WHERE NOT granted"); err != nil {
 			t.Fatal(err)
 		}
 		if waiting > 0 {
@@ -88,27 +89,27 @@ func TestPostgresLockTimeoutKept(t *testing.T) {
 // same bound sends nothing to set it.
 func TestMariaDBIdleBoundRestored(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.MySQL)
+	iso := dbtest.New(t, store.MySQL)
 	ctx := testCtx(t)
 	owned := iso.Open(t)
-	owned.SetMaxOpenConns(1) // Every statement below runs on the holder's connection.
-	wrapped, err := dialect.New(ctx, owned.DB.DB, dialect.MySQL)
+	owned.SQL().SetMaxOpenConns(1) // Every statement below runs on the holder's connection.
+	wrapped, err := dialect.New(ctx, store.Of(owned).DB.DB, dialect.MySQL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	variable := "idle_transaction_timeout"
-	if !owned.MariaDB() {
+	if !store.Of(owned).MariaDB() {
 		variable = "wait_timeout"
 	}
 	var orig int
-	if err := owned.GetContext(ctx, &orig, "SELECT @@SESSION."+variable); err != nil {
+	if err := store.Of(owned).GetContext(ctx, &orig, "SELECT @@SESSION."+variable); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		label string
 		db    *dialect.DB
 		keep  bool
-	}{{"caller's pool", wrapped, false}, {"pool Open opened", owned, owned.MariaDB()}} {
+	}{{"caller's pool", wrapped, false}, {"pool Open opened", owned, store.Of(owned).MariaDB()}} {
 		l := newLocker(t, c.db, nil)
 		for _, rollback := range []bool{false, true} {
 			lease, err := l.Acquire(ctx, randName(t), dblock.WithTTL(7*time.Second))
@@ -132,14 +133,14 @@ func TestMariaDBIdleBoundRestored(t *testing.T) {
 				want = 7
 			}
 			var after int
-			if err := owned.GetContext(ctx, &after, "SELECT @@SESSION."+variable); err != nil || after != want {
+			if err := store.Of(owned).GetContext(ctx, &after, "SELECT @@SESSION."+variable); err != nil || after != want {
 				t.Fatalf("%s: %s after the hold (rollback %v): %d %v, want %d", c.label, variable, rollback, after, err, want)
 			}
 		}
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := owned.ExecContext(ctx, "SET SESSION "+variable+" = ?", orig); err != nil {
+		if _, err := owned.SQL().ExecContext(ctx, "SET SESSION "+variable+" = ?", orig); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,7 +153,7 @@ func TestMariaDBIdleBoundRestored(t *testing.T) {
 func mysql8Flavour(t *testing.T, iso *dbtest.Isolated) *dialect.DB {
 	t.Helper()
 	db := iso.Open(t)
-	return &dialect.DB{DB: db.DB, Dialect: dialect.MySQLDialect(false)}
+	return store.Front(&store.DB{DB: store.Of(db).DB, Dialect: store.MySQLDialect(false)}).(*dialect.DB)
 }
 
 // TestMySQL8Paths runs the MySQL 8 statements (wait_timeout as the bound on
@@ -161,15 +162,15 @@ func mysql8Flavour(t *testing.T, iso *dbtest.Isolated) *dialect.DB {
 // caller's own statements.
 func TestMySQL8Paths(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.MySQL)
-	if !iso.DB.MariaDB() {
+	iso := dbtest.New(t, store.MySQL)
+	if !iso.Store.MariaDB() {
 		t.Skip("the server is MySQL 8: the other tests run these paths")
 	}
 	ctx := testCtx(t)
 	l := newLocker(t, mysql8Flavour(t, iso), nil)
 	other := newLocker(t, mysql8Flavour(t, iso), nil)
 	name := randName(t)
-	if err := iso.DB.EnsureRow(ctx, nil, name); err != nil {
+	if err := iso.Store.EnsureRow(ctx, nil, name); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := l.Acquire(ctx, name, dblock.WithToken(), dblock.WithTTL(9*time.Second))
@@ -201,7 +202,7 @@ func TestMySQL8Paths(t *testing.T) {
 // transaction begun DEFERRED, and refuses NoWait and SkipLocked.
 func TestSQLiteLockRows(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	ctx := testCtx(t)
 	mustExec(t, iso, "CREATE TABLE jobs (id INTEGER PRIMARY KEY, state TEXT)")
 	mustExec(t, iso, "INSERT INTO jobs (id, state) VALUES (1, 'new'), (2, 'new')")
@@ -216,7 +217,7 @@ func TestSQLiteLockRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLocker(t, deferred, nil)
-	tx, err := deferred.BeginTx(ctx, nil)
+	tx, err := deferred.SQL().BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func TestSQLiteLockRows(t *testing.T) {
 		t.Fatalf("lock rows: %v %v", keys, err)
 	}
 	// Another writer cannot get in while tx holds.
-	other, err := iso.DB.Connx(ctx)
+	other, err := iso.Store.Connx(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestSQLiteLockRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = other.ExecContext(ctx, "UPDATE jobs SET state = 'taken' WHERE id = 1")
-	if !errors.Is(iso.DB.Classify(err), dblock.ErrNotAcquired) {
+	if !errors.Is(iso.Store.Classify(err), dblock.ErrNotAcquired) {
 		t.Fatalf("write while LockRows holds: %v, want busy", err)
 	}
 	for _, p := range []pessimistic.LockRowsParams{

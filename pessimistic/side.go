@@ -11,7 +11,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // side is the Locker's own connection (PostgreSQL, MySQL): the session
@@ -29,7 +29,7 @@ type side struct {
 	opened time.Time
 	// inc is the server incarnation conn talks to, learned by the watcher
 	// once per connection (nil until then, and whenever conn changes).
-	inc *dialect.Incarnation
+	inc *store.Incarnation
 }
 
 // set replaces the connection (nil: none), forgetting what was learned on
@@ -42,7 +42,7 @@ func (s *side) set(conn *sqlx.Conn) {
 
 // onIncarnation reports whether h's lock was taken on inc, the incarnation
 // of the server that the Locker's own connection talks to (see
-// dialect.Incarnation.Covers), so that its session id means something
+// store.Incarnation.Covers), so that its session id means something
 // there; side.mu is held. Besides what the database clock tells, a lock
 // taken after that connection was taken from the pool was taken on inc: the
 // connection, alive now, was talking to inc from before then (a connection
@@ -50,14 +50,14 @@ func (s *side) set(conn *sqlx.Conn) {
 // was sent. That settles the locks whose time alone cannot be placed (taken
 // in the second a MySQL server started); a lock taken before the connection
 // was opened, in such a second, is taken for an earlier incarnation's.
-func (l *Locker) onIncarnation(h *hold, inc dialect.Incarnation) bool {
+func (l *Locker) onIncarnation(h *hold, inc store.Incarnation) bool {
 	return inc.Covers(h.session) || h.session.Server == inc.Server && h.start.After(l.side.opened)
 }
 
 // sideIncarnation returns the server incarnation that the Locker's own
 // connection q talks to, learning it on the first call for that connection.
 // Call it only inside withSide (which holds side.mu), with its q.
-func (l *Locker) sideIncarnation(ctx context.Context, q dialect.Querier) (dialect.Incarnation, error) {
+func (l *Locker) sideIncarnation(ctx context.Context, q store.Querier) (store.Incarnation, error) {
 	if l.side.inc == nil {
 		inc, err := l.db.ServerIncarnation(ctx, q)
 		if err != nil {
@@ -76,7 +76,7 @@ var errNoSide = fmt.Errorf("%w: the pool allows a single connection (SetMaxOpenC
 // sideWanted reports whether the Locker keeps a connection of its own: on
 // the server databases, when the pool has room for one besides a holder.
 func (l *Locker) sideWanted() bool {
-	return l.db.Dialect.Kind() != dialect.SQLite && l.db.Stats().MaxOpenConnections != 1
+	return l.db.Dialect.Kind() != store.SQLite && l.db.Stats().MaxOpenConnections != 1
 }
 
 // reserveSide makes sure the Locker has its own connection before an
@@ -110,7 +110,7 @@ func (l *Locker) reserveSide(ctx context.Context, try bool) error {
 // broke (wait: waiting for the pool as long as ctx allows; otherwise failing
 // with ErrPoolExhausted when the pool has no free connection). A connection
 // error destroys it, to be opened again next time.
-func (l *Locker) withSide(ctx context.Context, wait bool, fn func(q dialect.Querier) error) error {
+func (l *Locker) withSide(ctx context.Context, wait bool, fn func(q store.Querier) error) error {
 	if !l.sideWanted() {
 		return errNoSide
 	}
@@ -202,7 +202,7 @@ func (l *Locker) poolConn(ctx context.Context, try bool) (*sqlx.Conn, error) {
 // returned besides the id (the database clock, MySQL's @@server_id,
 // PostgreSQL's transaction start), and the watcher learns once per
 // connection of its own which run of the server that connection talks to
-// (dialect.Incarnation): a hold taken before that run began, or on another
+// (store.Incarnation): a hold taken before that run began, or on another
 // server, is lost whatever is found under its id, and on PostgreSQL the
 // session found must still be in the locking transaction. The incarnation
 // is learned on the connection the sessions are then asked on, never
@@ -251,7 +251,7 @@ func (l *Locker) watch() {
 		timeout := max(4*l.interval, 2*time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		alive := make([]bool, len(holds))
-		err := l.withSide(ctx, false, func(q dialect.Querier) error {
+		err := l.withSide(ctx, false, func(q store.Querier) error {
 			inc, err := l.sideIncarnation(ctx, q)
 			if err != nil {
 				return err
@@ -259,7 +259,7 @@ func (l *Locker) watch() {
 			// Holds taken on an earlier incarnation (or another server)
 			// are lost whatever runs under their ids now.
 			var (
-				ask []dialect.SessionRef
+				ask []store.SessionRef
 				at  []int
 			)
 			for i, h := range holds {

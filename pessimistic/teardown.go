@@ -9,9 +9,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // txTrouble looks at the error of a statement dblock ran on h's transaction:
@@ -20,7 +21,7 @@ import (
 // it everywhere.
 func (l *Locker) txTrouble(h *hold, err error) {
 	switch {
-	case l.db.Dialect.Kind() == dialect.MySQL && (errors.Is(err, dblock.ErrDeadlock) || dialect.SavepointGone(err)):
+	case l.db.Dialect.Kind() == store.MySQL && (errors.Is(err, dblock.ErrDeadlock) || store.SavepointGone(err)):
 		l.abort(h, fmt.Errorf("%w: %w", ErrTxEnded, err))
 	case isConnErr(err):
 		l.abort(h, dblock.ErrConnLost)
@@ -77,7 +78,7 @@ func (l *Locker) endBounded(ctx context.Context, h *hold, rollback bool) error {
 	if ctx.Done() == nil {
 		return h.end(ctx, rollback)
 	}
-	if l.db.Dialect.Kind() == dialect.Postgres {
+	if l.db.Dialect.Kind() == store.Postgres {
 		// pgx ends a COMMIT or ROLLBACK whose context (the transaction's)
 		// is cancelled at once, network or not: no goroutine is needed to
 		// give up on it.
@@ -138,7 +139,7 @@ const interruptGrace = 100 * time.Millisecond
 // session under that id would be someone else's).
 func (l *Locker) interrupt(h *hold) {
 	h.txCancel()
-	if l.db.Dialect.Kind() != dialect.MySQL || h.session.ID == 0 {
+	if l.db.Dialect.Kind() != store.MySQL || h.session.ID == 0 {
 		return
 	}
 	l.bg.Add(1)
@@ -146,7 +147,7 @@ func (l *Locker) interrupt(h *hold) {
 		defer l.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		err := l.withSide(ctx, false, func(q dialect.Querier) error {
+		err := l.withSide(ctx, false, func(q store.Querier) error {
 			inc, err := l.sideIncarnation(ctx, q)
 			if err != nil || !l.onIncarnation(h, inc) {
 				return err
@@ -162,7 +163,7 @@ func (l *Locker) interrupt(h *hold) {
 // end finishes the transaction and gives the connection back to the pool,
 // or destroys it when the transaction could not be ended cleanly. On MySQL
 // it first checks that the server still has the transaction open (see
-// dialect.EndHold): if not, it does not pretend to commit, and returns an
+// store.EndHold): if not, it does not pretend to commit, and returns an
 // error wrapping ErrTxEnded.
 func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 	db := h.l.db
@@ -201,7 +202,7 @@ func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 	if lost != nil && errors.Is(err, sql.ErrTxDone) {
 		err = nil // Rolled back already when the loss was found.
 	}
-	if !rollback && dialect.CommitRolledBack(err) {
+	if !rollback && store.CommitRolledBack(err) {
 		// PostgreSQL rolled back a transaction that a failed statement
 		// had aborted; the connection is fine.
 		err = fmt.Errorf("%w: a statement had failed and aborted the transaction: %w", ErrRolledBack, err)

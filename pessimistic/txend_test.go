@@ -9,6 +9,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -35,7 +36,7 @@ func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
 	na, nb := randName(t), randName(t)
 	for _, n := range []string{na, nb} {
 		// Created with the server's own dialect (see mysql8Flavour).
-		if err := iso.DB.EnsureRow(ctx, nil, n); err != nil {
+		if err := iso.Store.EnsureRow(ctx, nil, n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,8 +49,8 @@ func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
 		t.Fatal(err)
 	}
 	update := func(tx *sql.Tx, id int) error {
-		_, err := tx.ExecContext(ctx, db1.Rebind("UPDATE p_acct SET n = n + 1 WHERE id = ?"), id)
-		return db1.Classify(err)
+		_, err := tx.ExecContext(ctx, store.Of(db1).Rebind("UPDATE p_acct SET n = n + 1 WHERE id = ?"), id)
+		return store.Of(db1).Classify(err)
 	}
 	if err := update(la.Tx(), 1); err != nil {
 		t.Fatal(err)
@@ -75,7 +76,7 @@ func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
 			// server ended the transaction), which Commit must reveal.
 			_, _ = c.lease.Tx().ExecContext(ctx, "INSERT INTO p_marks (id) VALUES (9)")
 			err := c.lease.Commit(ctx)
-			if iso.Kind == dialect.MySQL {
+			if iso.Kind == store.MySQL {
 				if !errors.Is(err, dblock.ErrLost) || !errors.Is(err, pessimistic.ErrTxEnded) {
 					t.Errorf("victim's commit: %v, want ErrLost with ErrTxEnded", err)
 				}
@@ -104,7 +105,7 @@ func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
 		}
 	}
 	var sum int
-	if err := iso.DB.GetContext(ctx, &sum, "SELECT SUM(n) FROM p_acct"); err != nil {
+	if err := iso.Store.GetContext(ctx, &sum, "SELECT SUM(n) FROM p_acct"); err != nil {
 		t.Fatal(err)
 	}
 	if sum != 2 {
@@ -117,18 +118,18 @@ func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
 // statements fail instead of running in autocommit mode.
 func TestLockRowsDeadlockEndsTx(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.MySQL)
+	iso := dbtest.New(t, store.MySQL)
 	ctx := testCtx(t)
 	l := newLocker(t, iso.DB, nil)
 	mustExec(t, iso, "CREATE TABLE p_acct (id INT PRIMARY KEY, n INT NOT NULL)")
 	mustExec(t, iso, "INSERT INTO p_acct (id, n) VALUES (1, 0), (2, 0)")
 	mustExec(t, iso, "CREATE TABLE p_marks (id INT PRIMARY KEY)")
-	tx1, err := iso.DB.BeginTx(ctx, nil)
+	tx1, err := iso.Store.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx1.Rollback() }()
-	tx2, err := iso.DB.BeginTx(ctx, nil)
+	tx2, err := iso.Store.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // benchRows is how many expired leases BenchmarkPass seeds; DBLOCK_BENCH_ROWS
@@ -52,7 +53,7 @@ const benchWorkers = 4
 //	during/idle     their ratio (the design asks for at least 0.8)
 //	fg-errors       foreground acquisitions refused or failed during the pass (want 0)
 func BenchmarkPass(b *testing.B) {
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		b.Run(string(kind), func(b *testing.B) {
 			iso := dbtest.New(b, kind)
 			for b.Loop() {
@@ -126,14 +127,14 @@ func foreground(b *testing.B, db *dialect.DB, d time.Duration, during func()) (f
 			defer wg.Done()
 			name, owner := randomName("fg"), randomName("owner")
 			for ctx.Err() == nil {
-				res, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Minute})
+				res, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Minute})
 				if err != nil || !res.Acquired {
 					if ctx.Err() == nil {
 						errs.Add(1)
 					}
 					continue
 				}
-				ok, err := db.ReleaseLease(context.WithoutCancel(ctx), nil, name, owner, res.Token)
+				ok, err := store.Of(db).ReleaseLease(context.WithoutCancel(ctx), nil, name, owner, res.Token)
 				if err != nil || !ok {
 					errs.Add(1)
 					continue
@@ -160,14 +161,14 @@ func seedExpired(b *testing.B, db *dialect.DB, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var query string
-	switch db.Dialect.Kind() {
-	case dialect.Postgres:
+	switch store.Of(db).Dialect.Kind() {
+	case store.Postgres:
 		query = fmt.Sprintf(`INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at)
 SELECT 'bench:' || g, 'ghost', 1, nextval('dblock_token_seq'), 'optimistic',
        now() - interval '2 hours', now() - interval '1 hour' + g * interval '1 microsecond', now() - interval '2 hours'
 FROM generate_series(1, %d) AS g`, n)
-	case dialect.MySQL:
-		conn, err := db.Conn(ctx)
+	case store.MySQL:
+		conn, err := db.SQL().Conn(ctx)
 		if err != nil {
 			b.Fatalf("seed: %v", err)
 		}
@@ -185,9 +186,9 @@ FROM s`, n)
 		}
 		return
 	default:
-		b.Fatalf("seed: no benchmark for %s", db.Dialect.Kind())
+		b.Fatalf("seed: no benchmark for %s", store.Of(db).Dialect.Kind())
 	}
-	if _, err := db.ExecContext(ctx, query); err != nil {
+	if _, err := db.SQL().ExecContext(ctx, query); err != nil {
 		b.Fatalf("seed: %v", err)
 	}
 }

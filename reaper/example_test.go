@@ -11,6 +11,8 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	_ "github.com/dblock-go/dblock/dialect/sqlite" // The example runs on an SQLite file.
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
 	"github.com/dblock-go/dblock/reaper"
 )
@@ -39,7 +41,7 @@ func Example() {
 	// A holder that took "report:daily" for 10ms and vanished, and one that
 	// holds "invoice:42" for an hour.
 	for name, ttl := range map[string]time.Duration{"report:daily": 10 * time.Millisecond, "invoice:42": time.Hour} {
-		if _, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: "worker-1", Mode: dblock.ModeOptimistic, TTL: ttl}); err != nil {
+		if _, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "worker-1", Mode: dblock.ModeOptimistic, TTL: ttl}); err != nil {
 			fmt.Println(err)
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // TestPassLetsFairWaiterProceed queues a live fair waiter behind a crashed
@@ -27,7 +28,7 @@ func TestPassLetsFairWaiterProceed(t *testing.T) {
 
 		cfg := &fairqueue.Config{Logger: quietLogger(), HeadPollMax: 100 * time.Millisecond, PollMax: 200 * time.Millisecond}
 		guard := 2 * time.Minute
-		if db.Dialect.Caps().Notify {
+		if store.Of(db).Dialect.Caps().Notify {
 			cfg.HeadPollMax, cfg.PollMax = 2*time.Minute, 2*time.Minute // jittered: at least a minute
 			guard = 50 * time.Second
 		}
@@ -61,12 +62,12 @@ func TestPassLetsFairWaiterProceed(t *testing.T) {
 
 		// Both die by the database clock, long enough ago for the reaper.
 		expire(t, db, name, -time.Minute)
-		exec(t, db, "UPDATE dblock_waiters SET expires_at = "+shifted(db, 1)+" WHERE owner = "+db.Dialect.Placeholder(2),
+		exec(t, db, "UPDATE dblock_waiters SET expires_at = "+shifted(db, 1)+" WHERE owner = "+store.Of(db).Dialect.Placeholder(2),
 			(-time.Minute).Microseconds(), "crashed-waiter")
 		st := runOnce(t, newReaper(t, iso.Open(t), nil))
 		// Without notifications the live waiter polls: it may skip the dead
 		// waiter and take the expired lease itself before the pass frees it.
-		freed := st.ExpiredFreed == 1 || !db.Dialect.Caps().Notify && st.ExpiredFreed == 0
+		freed := st.ExpiredFreed == 1 || !store.Of(db).Dialect.Caps().Notify && st.ExpiredFreed == 0
 		if !freed || st.WaitersDeleted != 1 {
 			t.Fatalf("pass: %+v, want the crashed lease freed (or already taken over by the polling waiter) and the crashed waiter deleted", st)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -23,13 +24,13 @@ func seedIdle(t testing.TB, db *dialect.DB, prefix string, n int, base int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	switch db.Dialect.Kind() {
-	case dialect.Postgres:
+	switch store.Of(db).Dialect.Kind() {
+	case store.Postgres:
 		exec(t, db, `INSERT INTO dblock_locks (name, reentry, version, mode, acquired_at, updated_at)
 SELECT $1 || ':' || g, 0, nextval('dblock_token_seq'), 'optimistic', now() - interval '3 days', now() - interval '2 days'
 FROM generate_series(1, $2::int) AS g`, prefix, n)
-	case dialect.MySQL:
-		conn, err := db.Conn(ctx)
+	case store.MySQL:
+		conn, err := db.SQL().Conn(ctx)
 		if err != nil {
 			t.Fatalf("seed: %v", err)
 		}
@@ -46,7 +47,7 @@ FROM s`, n, prefix, base); err != nil {
 	default:
 		exec(t, db, `INSERT INTO dblock_locks (name, reentry, version, mode, acquired_at, updated_at)
 WITH RECURSIVE s (g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ?1)
-SELECT ?2 || ':' || g, 0, ?3 + g, 'optimistic', `+db.Dialect.Now()+` - 259200000000, `+db.Dialect.Now()+` - 172800000000
+SELECT ?2 || ':' || g, 0, ?3 + g, 'optimistic', `+store.Of(db).Dialect.Now()+` - 259200000000, `+store.Of(db).Dialect.Now()+` - 172800000000
 FROM s`, n, prefix, base)
 	}
 }
@@ -66,7 +67,7 @@ func TestTryAcquireNeverFailsDuringIdleDeletion(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		const base = 1_000_000
 		rows := 20000
-		if iso.Kind == dialect.SQLite {
+		if iso.Kind == store.SQLite {
 			rows = 5000 // Smaller batches there (see Config.BatchSize).
 		}
 		seedIdle(t, iso.DB, "idle", rows, base)
@@ -99,11 +100,11 @@ func TestTryAcquireNeverFailsDuringIdleDeletion(t *testing.T) {
 		// then, with or without a pass (SQLite's busy handler polls only a
 		// few times in that window), and a pass is what this test is about.
 		workers := 4
-		if iso.Kind == dialect.SQLite {
+		if iso.Kind == store.SQLite {
 			workers = 1
 		}
 		both := []locker{{"optimistic", opt}, {"fair", fair}}
-		if iso.Kind != dialect.SQLite {
+		if iso.Kind != store.SQLite {
 			// On SQLite a pessimistic lock is the database's one write lock,
 			// and TryAcquire gives up at once while any writer, a pass's
 			// batch included, holds it: by design, not a stall.
@@ -174,7 +175,7 @@ func TestTryAcquireNeverFailsDuringIdleDeletion(t *testing.T) {
 		// up (a run of 550 acquisitions under -race with the other packages'
 		// tests beside it saw one), none elsewhere.
 		allowed := int64(0)
-		if iso.Kind == dialect.SQLite {
+		if iso.Kind == store.SQLite {
 			allowed = (during.Load() + 999) / 1000
 		}
 		if fails.Load() > allowed {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // TestMain checks that no test leaves a goroutine behind (a cron loop, a
@@ -58,14 +59,14 @@ func newReaper(t testing.TB, db *dialect.DB, cfg *Config) *Reaper {
 // shifted is the SQL for the database clock moved by the microseconds bound
 // at placeholder n (negative: in the past).
 func shifted(db *dialect.DB, n int) string {
-	ph := db.Dialect.Placeholder(n)
-	switch db.Dialect.Kind() {
-	case dialect.Postgres:
+	ph := store.Of(db).Dialect.Placeholder(n)
+	switch store.Of(db).Dialect.Kind() {
+	case store.Postgres:
 		return fmt.Sprintf("(now() + %s::bigint * interval '1 microsecond')", ph)
-	case dialect.MySQL:
+	case store.MySQL:
 		return fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND)", ph)
 	default:
-		return fmt.Sprintf("(%s + %s)", db.Dialect.Now(), ph)
+		return fmt.Sprintf("(%s + %s)", store.Of(db).Dialect.Now(), ph)
 	}
 }
 
@@ -74,7 +75,7 @@ func exec(t testing.TB, db *dialect.DB, query string, args ...any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := db.ExecContext(ctx, query, args...); err != nil {
+	if _, err := db.SQL().ExecContext(ctx, query, args...); err != nil {
 		t.Fatalf("exec %q: %v", query, err)
 	}
 }
@@ -84,7 +85,7 @@ func acquire(t testing.TB, db *dialect.DB, name, owner string, ttl time.Duration
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
+	res, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
 	if err != nil || !res.Acquired {
 		t.Fatalf("acquire %s for %s: %+v %v", name, owner, res, err)
 	}
@@ -96,7 +97,7 @@ func release(t testing.TB, db *dialect.DB, name, owner string, token dblock.Toke
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if ok, err := db.ReleaseLease(ctx, nil, name, owner, token); err != nil || !ok {
+	if ok, err := store.Of(db).ReleaseLease(ctx, nil, name, owner, token); err != nil || !ok {
 		t.Fatalf("release %s: %v %v", name, ok, err)
 	}
 }
@@ -105,31 +106,31 @@ func release(t testing.TB, db *dialect.DB, name, owner string, token dblock.Toke
 func expire(t testing.TB, db *dialect.DB, name string, d time.Duration) {
 	t.Helper()
 	exec(t, db, fmt.Sprintf("UPDATE dblock_locks SET expires_at = %s WHERE name = %s",
-		shifted(db, 1), db.Dialect.Placeholder(2)), d.Microseconds(), name)
+		shifted(db, 1), store.Of(db).Dialect.Placeholder(2)), d.Microseconds(), name)
 }
 
 // age moves name's updated_at by d (negative: into the past).
 func age(t testing.TB, db *dialect.DB, name string, d time.Duration) {
 	t.Helper()
 	exec(t, db, fmt.Sprintf("UPDATE dblock_locks SET updated_at = %s WHERE name = %s",
-		shifted(db, 1), db.Dialect.Placeholder(2)), d.Microseconds(), name)
+		shifted(db, 1), store.Of(db).Dialect.Placeholder(2)), d.Microseconds(), name)
 }
 
 // waiters counts name's waiters.
 func waiters(t testing.TB, db *dialect.DB, name string) int {
 	t.Helper()
 	var n int
-	if err := db.GetContext(context.Background(), &n,
-		"SELECT count(*) FROM dblock_waiters WHERE name = "+db.Dialect.Placeholder(1), name); err != nil {
+	if err := store.Of(db).GetContext(context.Background(), &n,
+		"SELECT count(*) FROM dblock_waiters WHERE name = "+store.Of(db).Dialect.Placeholder(1), name); err != nil {
 		t.Fatalf("count waiters: %v", err)
 	}
 	return n
 }
 
 // holder reads name's row.
-func holder(t testing.TB, db *dialect.DB, name string) dialect.Holder {
+func holder(t testing.TB, db *dialect.DB, name string) store.Holder {
 	t.Helper()
-	h, err := db.LeaseHolder(context.Background(), nil, name)
+	h, err := store.Of(db).LeaseHolder(context.Background(), nil, name)
 	if err != nil {
 		t.Fatalf("holder %s: %v", name, err)
 	}

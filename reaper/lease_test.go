@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // TestPassesNeverOverlap runs passes concurrently on one Reaper (three
@@ -136,7 +136,7 @@ func TestPanicReleasesLease(t *testing.T) {
 // query timeout, and reported as the lease lost.
 func TestStepCutAtLeaseDeadline(t *testing.T) {
 	t.Parallel()
-	r := newReaper(t, dbtest.New(t, dialect.SQLite).DB, &Config{QueryTimeout: time.Minute})
+	r := newReaper(t, dbtest.New(t, store.SQLite).DB, &Config{QueryTimeout: time.Minute})
 	now := time.Now()
 	l := &lease{owner: "o", token: 1, acked: now, deadline: now.Add(100 * time.Millisecond)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -217,7 +217,7 @@ func TestRenewalNearExpiryRacingPasses(t *testing.T) {
 				name, owner := randomName("near"), randomName("owner")
 				for round := 0; round < rounds && ctx.Err() == nil; round++ {
 					start := time.Now()
-					res, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
+					res, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
 					if err != nil || !res.Acquired {
 						// A lease of a previous round that expired uncounted may
 						// still be ours, or a pass holds the row: try again.
@@ -229,7 +229,7 @@ func TestRenewalNearExpiryRacingPasses(t *testing.T) {
 						// Wait until the lease is near its end, then renew.
 						time.Sleep(time.Until(acked.Add(renewAt)))
 						sent := time.Now()
-						ok, err := db.RenewLease(ctx, nil, name, owner, res.Token, ttl)
+						ok, err := store.Of(db).RenewLease(ctx, nil, name, owner, res.Token, ttl)
 						renewals.Add(1)
 						if time.Now().Before(acked.Add(ttl - margin)) {
 							checked.Add(1)
@@ -245,10 +245,10 @@ func TestRenewalNearExpiryRacingPasses(t *testing.T) {
 					}
 					// Leave expired garbage for the passes to free.
 					g := randomName("garbage")
-					if _, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: g, Owner: owner, Mode: dblock.ModeOptimistic, TTL: dblock.TTLMin}); err != nil {
+					if _, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{Name: g, Owner: owner, Mode: dblock.ModeOptimistic, TTL: dblock.TTLMin}); err != nil {
 						firstFailure.CompareAndSwap(nil, err)
 					}
-					_, _ = db.ReleaseLease(ctx, nil, name, owner, res.Token)
+					_, _ = store.Of(db).ReleaseLease(ctx, nil, name, owner, res.Token)
 				}
 			}()
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // Defaults of Config.
@@ -130,7 +131,7 @@ type Stats struct {
 // idle rows, on a cron schedule or one pass at a time. It is safe for
 // concurrent use.
 type Reaper struct {
-	db        *dialect.DB
+	db        *store.DB
 	cfg       Config
 	schedule  cron.Schedule
 	leaseTTL  time.Duration
@@ -172,7 +173,8 @@ var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month 
 // New returns a Reaper on db. cfg may be nil (every default). Configuration
 // errors wrap dblock.ErrInvalidOption. New does not touch the database: call
 // Check to verify the schema at start.
-func New(db *dialect.DB, cfg *Config) (*Reaper, error) {
+func New(handle *dialect.DB, cfg *Config) (*Reaper, error) {
+	db := store.Of(handle)
 	if db == nil {
 		return nil, fmt.Errorf("reaper: %w: nil database", dblock.ErrInvalidOption)
 	}
@@ -433,7 +435,7 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **lease) (st St
 	}
 	st.Owner = r.passOwner()
 	actx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-	res, err := r.db.AcquireLease(actx, nil, dialect.AcquireParams{
+	res, err := r.db.AcquireLease(actx, nil, store.AcquireParams{
 		Name: LeaseName, Owner: st.Owner, Mode: dblock.ModeOptimistic, TTL: r.leaseTTL, Metadata: "dblock reaper",
 	})
 	cancel()
@@ -445,7 +447,7 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **lease) (st St
 		// An earlier pass of this Reaper left the lease held; freed, so
 		// this pass takes it.
 		actx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		res, err = r.db.AcquireLease(actx, nil, dialect.AcquireParams{
+		res, err = r.db.AcquireLease(actx, nil, store.AcquireParams{
 			Name: LeaseName, Owner: st.Owner, Mode: dblock.ModeOptimistic, TTL: r.leaseTTL, Metadata: "dblock reaper",
 		})
 		cancel()
@@ -478,7 +480,7 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **lease) (st St
 		what  string
 		count *int
 		age   time.Duration
-		run   func(context.Context, dialect.ReapParams) (dialect.ReapResult, error)
+		run   func(context.Context, store.ReapParams) (store.ReapResult, error)
 	}{
 		{"free expired leases", &st.ExpiredFreed, 0, r.db.ReapExpired},
 		{"delete dead waiters", &st.WaitersDeleted, r.cfg.WaiterGrace, r.db.ReapWaiters},
@@ -486,7 +488,7 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **lease) (st St
 	}
 	oneWriter := !r.db.Dialect.Caps().RowLocks
 	for _, s := range steps {
-		p := dialect.ReapParams{Limit: r.cfg.BatchSize, Age: s.age}
+		p := store.ReapParams{Limit: r.cfg.BatchSize, Age: s.age}
 		if oneWriter {
 			p.Limit = r.writeLimit(0)
 		}
@@ -496,7 +498,7 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **lease) (st St
 				return st, nil
 			}
 			began := time.Now()
-			res, err := step(ctx, r, l, s.what, func(ctx context.Context) (dialect.ReapResult, error) { return s.run(ctx, p) })
+			res, err := step(ctx, r, l, s.what, func(ctx context.Context) (store.ReapResult, error) { return s.run(ctx, p) })
 			if err != nil {
 				return st, err
 			}
@@ -556,7 +558,7 @@ func step[T any](ctx context.Context, r *Reaper, l *lease, what string, run func
 			return res, fmt.Errorf("reaper: %s: cut at the reaper lease's deadline: %w", what,
 				&dblock.LostError{Name: LeaseName, Reason: dblock.ErrExpired})
 		}
-		if !dialect.IsRetryable(err) || attempt == batchAttempts {
+		if !store.IsRetryable(err) || attempt == batchAttempts {
 			return res, fmt.Errorf("reaper: %s: %w", what, err)
 		}
 		r.log.WarnContext(ctx, "reaper: batch failed, retrying", "step", what, "attempt", attempt, "error", err)
@@ -674,7 +676,7 @@ func (r *Reaper) orphan(owner string) {
 // skip until the lease expired. It reports whether it freed the lease. The
 // release is the usual CAS on (name, owner, token), so a lease that moved on
 // meanwhile is left alone.
-func (r *Reaper) reclaim(ctx context.Context, h dialect.Holder) bool {
+func (r *Reaper) reclaim(ctx context.Context, h store.Holder) bool {
 	if h.Owner == "" {
 		return false
 	}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 func TestPassFreesStaleKeepsLive(t *testing.T) {
@@ -32,10 +32,10 @@ func TestPassFreesStaleKeepsLive(t *testing.T) {
 		dbtest.AddWaiter(t, db, q, "w-late", -time.Second) // Within WaiterGrace: kept.
 
 		var notified chan string
-		if db.Dialect.Caps().Notify {
+		if store.Of(db).Dialect.Caps().Notify {
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			l, err := db.Listen(ctx, dialect.NotifyChannel)
+			l, err := store.Of(db).Listen(ctx, store.NotifyChannel)
 			if err != nil {
 				t.Fatalf("listen: %v", err)
 			}
@@ -136,7 +136,7 @@ func TestPassBatchesUntilShort(t *testing.T) {
 		}
 		// 23 rows in batches of 5: 5 batches per step. SQLite starts smaller
 		// (see Config.BatchSize): at least as many there.
-		if st.Batches != 10 && (iso.Kind != dialect.SQLite || st.Batches < 10) {
+		if st.Batches != 10 && (iso.Kind != store.SQLite || st.Batches < 10) {
 			t.Fatalf("batches %d, want 10", st.Batches)
 		}
 	})
@@ -208,7 +208,7 @@ func TestRenewalRacingPassesKeepsLease(t *testing.T) {
 		tryAcquire := func(name, owner string) (dblock.Token, time.Time, bool) {
 			for ctx.Err() == nil {
 				start := time.Now()
-				res, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
+				res, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
 				if err == nil && res.Acquired {
 					return res.Token, start, true
 				}
@@ -233,7 +233,7 @@ func TestRenewalRacingPassesKeepsLease(t *testing.T) {
 					last = token
 					for i := 0; i < 5; i++ {
 						start := time.Now()
-						ok, err := db.RenewLease(ctx, nil, name, owner, token, ttl)
+						ok, err := store.Of(db).RenewLease(ctx, nil, name, owner, token, ttl)
 						renewals.Add(1)
 						// The database's expiry is at least acked + ttl (acked is
 						// the local start of the request that set it, and the
@@ -245,7 +245,7 @@ func TestRenewalRacingPassesKeepsLease(t *testing.T) {
 							checked.Add(1)
 							if err != nil || !ok {
 								failures.Add(1)
-								h, _ := db.LeaseHolder(context.WithoutCancel(ctx), nil, name)
+								h, _ := store.Of(db).LeaseHolder(context.WithoutCancel(ctx), nil, name)
 								firstFailure.CompareAndSwap(nil, errors.Join(fmt.Errorf(
 									"renew of %s sent %v into its lease took %v and failed; row now %+v",
 									name, start.Sub(acked), time.Since(start), h), err))
@@ -255,21 +255,21 @@ func TestRenewalRacingPassesKeepsLease(t *testing.T) {
 							acked = start
 						}
 					}
-					ok, err := db.ReleaseLease(ctx, nil, name, owner, token)
+					ok, err := store.Of(db).ReleaseLease(ctx, nil, name, owner, token)
 					if (err != nil || !ok) && time.Now().Before(acked.Add(ttl-50*time.Millisecond)) {
 						failures.Add(1)
 						firstFailure.CompareAndSwap(nil, errors.Join(errors.New("release of a held lease failed"), err))
 					}
 					// Make the freed row idle at once, so the passes delete it
 					// while this holder comes back for it.
-					_, _ = db.ExecContext(ctx, "UPDATE dblock_locks SET updated_at = "+shifted(db, 1)+
-						" WHERE name = "+db.Dialect.Placeholder(2)+" AND owner IS NULL", (-48 * time.Hour).Microseconds(), name)
+					_, _ = db.SQL().ExecContext(ctx, "UPDATE dblock_locks SET updated_at = "+shifted(db, 1)+
+						" WHERE name = "+store.Of(db).Dialect.Placeholder(2)+" AND owner IS NULL", (-48 * time.Hour).Microseconds(), name)
 					// And leave some expired garbage for the passes to free.
 					g := randomName("garbage")
 					if tok, _, ok := tryAcquire(g, owner); ok {
 						_ = tok
-						_, _ = db.ExecContext(ctx, "UPDATE dblock_locks SET expires_at = "+shifted(db, 1)+
-							" WHERE name = "+db.Dialect.Placeholder(2), (-time.Minute).Microseconds(), g)
+						_, _ = db.SQL().ExecContext(ctx, "UPDATE dblock_locks SET expires_at = "+shifted(db, 1)+
+							" WHERE name = "+store.Of(db).Dialect.Placeholder(2), (-time.Minute).Microseconds(), g)
 					}
 				}
 			}()
@@ -322,7 +322,7 @@ func TestRowLockedByTransactionIsSkipped(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		db := iso.DB
-		if !db.Dialect.Caps().RowLocks {
+		if !store.Of(db).Dialect.Caps().RowLocks {
 			t.Skip("SQLite has no row locks: a transaction holds the whole database")
 		}
 		expired, idle := randomName("expired"), randomName("idle")
@@ -334,14 +334,14 @@ func TestRowLockedByTransactionIsSkipped(t *testing.T) {
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		tx, err := db.BeginTxx(ctx, nil)
+		tx, err := store.Of(db).BeginTxx(ctx, nil)
 		if err != nil {
 			t.Fatalf("begin: %v", err)
 		}
 		defer func() { _ = tx.Rollback() }()
 		var names []string
 		err = tx.SelectContext(ctx, &names, "SELECT name FROM dblock_locks WHERE name IN ("+
-			db.Dialect.Placeholder(1)+", "+db.Dialect.Placeholder(2)+") FOR UPDATE", expired, idle)
+			store.Of(db).Dialect.Placeholder(1)+", "+store.Of(db).Dialect.Placeholder(2)+") FOR UPDATE", expired, idle)
 		if err != nil || len(names) != 2 {
 			t.Fatalf("lock rows: %v %v", names, err)
 		}
@@ -437,7 +437,7 @@ func TestTwoReapersNeverWorkAtOnce(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t, dialect.SQLite).DB
+	db := dbtest.New(t, store.SQLite).DB
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -523,7 +523,7 @@ func (h *levelRecorder) WithGroup(string) slog.Handler      { return h }
 // nothing to do at Debug, so a quiet sidecar does not log every 15 s.
 func TestPassLogLevel(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t, dialect.SQLite).DB
+	db := dbtest.New(t, store.SQLite).DB
 	stale := randomName("stale")
 	acquire(t, db, stale, "o", time.Hour)
 	expire(t, db, stale, -time.Hour)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // get fetches path from srv and returns the status and body.
@@ -117,7 +117,7 @@ func TestScheduleRunsPassesAndStops(t *testing.T) {
 
 func TestHealthzFailsAfterFailedPass(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.NewEmpty(t, dialect.SQLite) // No tables.
+	iso := dbtest.NewEmpty(t, store.SQLite) // No tables.
 	r := newReaper(t, iso.DB, nil)
 	srv := httptest.NewServer(r.Handler())
 	defer srv.Close()
@@ -140,7 +140,7 @@ func TestHealthzFailsAfterFailedPass(t *testing.T) {
 // the reaper started) less than three scheduled runs ago.
 func TestHealthzToleratesOneFailedPass(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	var first atomic.Bool
 	results := make(chan error, 100)
 	r := newReaper(t, iso.DB, &Config{Schedule: "@every 1s", Hooks: &Hooks{
@@ -189,7 +189,7 @@ func TestHealthzToleratesOneFailedPass(t *testing.T) {
 // missing success once three scheduled runs went by without one.
 func TestHealthzFailsWithoutSuccess(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.NewEmpty(t, dialect.SQLite)
+	iso := dbtest.NewEmpty(t, store.SQLite)
 	r := newReaper(t, iso.DB, &Config{Schedule: "@every 1s"})
 	srv := httptest.NewServer(r.Handler())
 	defer srv.Close()
@@ -216,7 +216,7 @@ func TestHealthzFailsWithoutSuccess(t *testing.T) {
 
 func TestHealthzFailsWhenDatabaseDown(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.Postgres)
+	iso := dbtest.New(t, store.Postgres)
 	db := iso.Open(t)
 	r := newReaper(t, db, nil)
 	runOnce(t, r)
@@ -288,7 +288,7 @@ func TestStopLetsTheBatchFinish(t *testing.T) {
 // its first pass at once, not an hour later.
 func TestStartRunsAPassAtOnce(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	started := make(chan struct{}, 1)
 	r := newReaper(t, iso.DB, &Config{Schedule: "@every 1h", Hooks: &Hooks{
 		OnPassStart: func(dblock.Token) {

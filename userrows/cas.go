@@ -13,6 +13,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/backoff"
 	"github.com/dblock-go/dblock/internal/sqlident"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // CASRetry's pauses between conflicts: capped, jittered, doubling.
@@ -52,7 +53,12 @@ type CASParams struct {
 // Identifiers are validated and quoted for db's dialect; values always travel
 // as bind parameters. q is where it runs: nil for db's pool, or the caller's
 // transaction. Bad identifiers wrap dblock.ErrInvalidOption.
-func CAS(ctx context.Context, db *dialect.DB, q Execer, p CASParams) (int64, error) {
+func CAS(ctx context.Context, handle *dialect.DB, q Execer, p CASParams) (int64, error) {
+	return cas(ctx, store.Of(handle), q, p)
+}
+
+// cAS is CAS on the store.
+func cas(ctx context.Context, db *store.DB, q Execer, p CASParams) (int64, error) {
 	if db == nil {
 		return 0, fmt.Errorf("userrows: cas: %w: nil database", dblock.ErrInvalidOption)
 	}
@@ -92,7 +98,8 @@ func CAS(ctx context.Context, db *dialect.DB, q Execer, p CASParams) (int64, err
 // is retried after a capped, jittered backoff; any other error, from read or
 // from CAS, ends at once. After the last conflict it returns that
 // *dblock.ConflictError.
-func CASRetry(ctx context.Context, db *dialect.DB, q Execer, attempts int, read func(ctx context.Context) (CASParams, error)) (int64, error) {
+func CASRetry(ctx context.Context, handle *dialect.DB, q Execer, attempts int, read func(ctx context.Context) (CASParams, error)) (int64, error) {
+	db := store.Of(handle)
 	if attempts < 1 {
 		return 0, fmt.Errorf("userrows: cas retry: %w: attempts %d, want at least 1", dblock.ErrInvalidOption, attempts)
 	}
@@ -102,7 +109,7 @@ func CASRetry(ctx context.Context, db *dialect.DB, q Execer, attempts int, read 
 		if err != nil {
 			return 0, err
 		}
-		v, err := CAS(ctx, db, q, p)
+		v, err := cas(ctx, db, q, p)
 		if err == nil || !errors.Is(err, dblock.ErrConflict) || attempt == attempts {
 			return v, err
 		}
@@ -117,7 +124,7 @@ func CASRetry(ctx context.Context, db *dialect.DB, q Execer, attempts int, read 
 	}
 }
 
-func casSQL(d dialect.Dialect, p CASParams) (update, read string, args []any, err error) {
+func casSQL(d store.Dialect, p CASParams) (update, read string, args []any, err error) {
 	return guardedUpdateSQL(d, p.Table, p.KeyColumn, p.VersionColumn, "version", p.Set, p.Key,
 		p.Expected+1, func(col, ph string) string { return col + " = " + ph }, p.Expected)
 }
@@ -126,7 +133,7 @@ func casSQL(d dialect.Dialect, p CASParams) (update, read string, args []any, er
 // Key AND cond(ctl, condValue), and the read of ctl by key that explains a
 // refusal. Identifiers are validated and quoted; every value is a bind
 // parameter. what names ctl's role in errors ("version", "fence").
-func guardedUpdateSQL(d dialect.Dialect, tableName, keyColumn, ctlColumn, what string, set map[string]any, keyValue, ctlValue any,
+func guardedUpdateSQL(d store.Dialect, tableName, keyColumn, ctlColumn, what string, set map[string]any, keyValue, ctlValue any,
 	cond func(col, placeholder string) string, condValue any) (update, read string, args []any, err error) {
 	table, err := quoteTable(d, tableName)
 	if err != nil {
@@ -171,16 +178,16 @@ func guardedUpdateSQL(d dialect.Dialect, tableName, keyColumn, ctlColumn, what s
 
 // quoteTable and quoteIdent quote a user's table (optionally schema.table)
 // and column for d (see sqlident.Quote).
-func quoteTable(d dialect.Dialect, table string) (string, error) {
+func quoteTable(d store.Dialect, table string) (string, error) {
 	return sqlident.Quote(table, quoteChar(d), true)
 }
 
-func quoteIdent(d dialect.Dialect, id string) (string, error) {
+func quoteIdent(d store.Dialect, id string) (string, error) {
 	return sqlident.Quote(id, quoteChar(d), false)
 }
 
-func quoteChar(d dialect.Dialect) string {
-	if d.Kind() == dialect.MySQL {
+func quoteChar(d store.Dialect) string {
+	if d.Kind() == store.MySQL {
 		return "`"
 	}
 	return `"`

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/userrows"
 )
 
@@ -17,10 +17,10 @@ func TestCAS(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := context.Background()
 		db := iso.DB
-		if _, err := db.ExecContext(ctx, `CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL, version BIGINT NOT NULL)`); err != nil {
+		if _, err := db.SQL().ExecContext(ctx, `CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL, version BIGINT NOT NULL)`); err != nil {
 			t.Fatalf("create table: %v", err)
 		}
-		if _, err := db.ExecContext(ctx, `INSERT INTO accounts (id, balance, version) VALUES (1, 100, 1)`); err != nil {
+		if _, err := db.SQL().ExecContext(ctx, `INSERT INTO accounts (id, balance, version) VALUES (1, 100, 1)`); err != nil {
 			t.Fatalf("insert: %v", err)
 		}
 		p := userrows.CASParams{Table: "accounts", KeyColumn: "id", VersionColumn: "version", Key: 1, Expected: 1,
@@ -64,7 +64,7 @@ func TestCAS(t *testing.T) {
 				defer wg.Done()
 				_, err := userrows.CASRetry(ctx, db, nil, 100, func(ctx context.Context) (userrows.CASParams, error) {
 					var balance, version int64
-					err := db.QueryRowContext(ctx, "SELECT balance, version FROM accounts WHERE id = "+db.Dialect.Placeholder(1), 1).
+					err := db.SQL().QueryRowContext(ctx, "SELECT balance, version FROM accounts WHERE id = "+store.Of(db).Dialect.Placeholder(1), 1).
 						Scan(&balance, &version)
 					return userrows.CASParams{Table: "accounts", KeyColumn: "id", VersionColumn: "version", Key: 1,
 						Expected: version, Set: map[string]any{"balance": balance + 1}}, err
@@ -76,14 +76,14 @@ func TestCAS(t *testing.T) {
 		}
 		wg.Wait()
 		var balance, version int64
-		if err := db.QueryRowContext(ctx, "SELECT balance, version FROM accounts WHERE id = 1").Scan(&balance, &version); err != nil {
+		if err := db.SQL().QueryRowContext(ctx, "SELECT balance, version FROM accounts WHERE id = 1").Scan(&balance, &version); err != nil {
 			t.Fatalf("read: %v", err)
 		}
 		if balance != 90+writers || version != 2+writers {
 			t.Fatalf("balance %d version %d, want %d and %d", balance, version, 90+writers, 2+writers)
 		}
 		// In the caller's transaction.
-		tx, err := db.BeginTx(ctx, nil)
+		tx, err := db.SQL().BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatalf("begin: %v", err)
 		}
@@ -94,10 +94,10 @@ func TestCAS(t *testing.T) {
 		if err := tx.Commit(); err != nil {
 			t.Fatalf("commit: %v", err)
 		}
-		if iso.Kind == dialect.Postgres {
+		if iso.Kind == store.Postgres {
 			// Schema-qualified names work too.
 			var schema string
-			if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+			if err := db.SQL().QueryRowContext(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 				t.Fatalf("schema: %v", err)
 			}
 			if _, err := userrows.CAS(ctx, db, nil, userrows.CASParams{Table: schema + ".accounts", KeyColumn: "id",

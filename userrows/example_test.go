@@ -9,6 +9,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	_ "github.com/dblock-go/dblock/dialect/sqlite" // The example runs on an SQLite file.
 	"github.com/dblock-go/dblock/migrations"
 	"github.com/dblock-go/dblock/userrows"
 )
@@ -36,7 +37,7 @@ func ExampleCAS() {
 	db, cleanup := exampleDB()
 	defer cleanup()
 	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, `CREATE TABLE account (id INTEGER PRIMARY KEY, balance INTEGER, version INTEGER);
+	if _, err := db.SQL().ExecContext(ctx, `CREATE TABLE account (id INTEGER PRIMARY KEY, balance INTEGER, version INTEGER);
 INSERT INTO account VALUES (7, 100, 1)`); err != nil {
 		panic(err)
 	}

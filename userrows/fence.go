@@ -8,6 +8,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // FenceParams describe one write to a user's row fenced by a lock's token.
@@ -38,7 +39,8 @@ type FenceParams struct {
 // missing). Identifiers are validated and quoted for db's dialect; values
 // travel as bind parameters. q is where it runs: nil for db's pool, or the
 // caller's transaction. Bad identifiers wrap dblock.ErrInvalidOption.
-func FencedUpdate(ctx context.Context, db *dialect.DB, q Execer, p FenceParams) error {
+func FencedUpdate(ctx context.Context, handle *dialect.DB, q Execer, p FenceParams) error {
+	db := store.Of(handle)
 	if db == nil {
 		return fmt.Errorf("userrows: fenced update: %w: nil database", dblock.ErrInvalidOption)
 	}

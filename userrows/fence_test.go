@@ -9,6 +9,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/userrows"
 )
@@ -23,10 +24,10 @@ func TestFencedUpdate(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		db := iso.DB
-		if _, err := db.ExecContext(ctx, `CREATE TABLE reports (id INTEGER PRIMARY KEY, body VARCHAR(100) NOT NULL, fence BIGINT)`); err != nil {
+		if _, err := db.SQL().ExecContext(ctx, `CREATE TABLE reports (id INTEGER PRIMARY KEY, body VARCHAR(100) NOT NULL, fence BIGINT)`); err != nil {
 			t.Fatalf("create table: %v", err)
 		}
-		if _, err := db.ExecContext(ctx, `INSERT INTO reports (id, body) VALUES (1, 'none')`); err != nil {
+		if _, err := db.SQL().ExecContext(ctx, `INSERT INTO reports (id, body) VALUES (1, 'none')`); err != nil {
 			t.Fatalf("insert: %v", err)
 		}
 		l, err := optimistic.New(db, nil)
@@ -63,7 +64,7 @@ func TestFencedUpdate(t *testing.T) {
 			t.Fatalf("superseded holder's write = %v, want a fence conflict (token %d, fence %d)", err, old.Token(), next.Token())
 		}
 		var body string
-		if err := db.GetContext(ctx, &body, `SELECT body FROM reports WHERE id = 1`); err != nil || body != "next" {
+		if err := store.Of(db).GetContext(ctx, &body, `SELECT body FROM reports WHERE id = 1`); err != nil || body != "next" {
 			t.Fatalf("row body %q (%v), want the newer holder's", body, err)
 		}
 		err = userrows.FencedUpdate(ctx, db, nil, userrows.FenceParams{Table: "reports", KeyColumn: "id", FenceColumn: "fence",

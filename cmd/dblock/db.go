@@ -8,6 +8,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
 )
 
@@ -28,7 +29,7 @@ const (
 // open connects to the invocation's DSN. A malformed DSN exits 64, an
 // unreachable database 69, missing tables 78 with the command to run.
 func (a *app) open(ctx context.Context, s schema) (*dialect.DB, error) {
-	if _, _, err := dialect.ParseDSN(a.dsn); err != nil {
+	if _, _, err := store.ParseDSN(a.dsn); err != nil {
 		return nil, withCode(exitUsage, fmt.Errorf("bad DSN: %w", err))
 	}
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
@@ -61,7 +62,7 @@ func (a *app) checkSchema(ctx context.Context, db *dialect.DB) error {
 	if err == nil || !errors.Is(err, dblock.ErrSchemaMissing) {
 		return a.schemaError(err)
 	}
-	if !a.dsnDefault || db.Dialect.Kind() != dialect.SQLite {
+	if !a.dsnDefault || store.Of(db).Dialect.Kind() != store.SQLite {
 		return a.schemaError(err)
 	}
 	if upErr := migrations.Up(ctx, db); upErr != nil {
@@ -81,7 +82,7 @@ func (a *app) schemaError(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: the dblock tables are missing or not up to date in %s: run %s",
-		dblock.ErrSchemaMissing, dialect.Redact(a.dsn), a.migrateCommand())
+		dblock.ErrSchemaMissing, store.Redact(a.dsn), a.migrateCommand())
 }
 
 // migrateCommand is the command that applies the migrations to the

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -195,7 +195,7 @@ func TestExecTakeoverAfterKill(t *testing.T) {
 				}
 				var expiry time.Time
 				if lease {
-					rows, err := iso.DB.ListLocks(context.Background(), []string{"takeover"})
+					rows, err := iso.Store.ListLocks(context.Background(), []string{"takeover"})
 					if err != nil || len(rows) != 1 {
 						t.Fatalf("ListLocks after kill: %v %v", rows, err)
 					}
@@ -219,7 +219,7 @@ func TestExecTakeoverAfterKill(t *testing.T) {
 				if !lease {
 					// The taker's own hold, seen by status from inside it.
 					switch {
-					case iso.Kind == dialect.SQLite:
+					case iso.Kind == store.SQLite:
 						if !st.WriteLocked || len(st.Locks) != 0 || st.Checked {
 							t.Errorf("status --json inside the pessimistic taker on SQLite: %+v, want write_locked", st)
 						}
@@ -410,7 +410,7 @@ echo ok > "$1"; while :; do sleep 0.05; done`, "sh", ready, term, got)
 				waitFile(t, ready)
 				holder.signal(syscall.SIGSTOP)
 				eventually(t, "the stopped holder's lease to expire by the database clock", func() bool {
-					rows, err := iso.DB.ListLocks(context.Background(), []string{"stop-" + m.name})
+					rows, err := iso.Store.ListLocks(context.Background(), []string{"stop-" + m.name})
 					return err == nil && len(rows) == 1 && rows[0].Expired()
 				})
 				holder.signal(syscall.SIGCONT)
@@ -425,7 +425,7 @@ echo ok > "$1"; while :; do sleep 0.05; done`, "sh", ready, term, got)
 			}
 		})
 		t.Run("76 pessimistic connection killed", func(t *testing.T) {
-			if iso.Kind == dialect.SQLite {
+			if iso.Kind == store.SQLite {
 				t.Skip("SQLite has no server session to end")
 			}
 			dir := t.TempDir()
@@ -456,12 +456,12 @@ func killHoldingSession(t *testing.T, iso *dbtest.Isolated) {
 	var ids []int64
 	var err error
 	switch iso.Kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		// A row lock's transaction holds ROW SHARE on the table.
-		err = iso.DB.SelectContext(ctx, &ids, `SELECT pid FROM pg_locks
+		err = iso.Store.SelectContext(ctx, &ids, `SELECT pid FROM pg_locks
 WHERE relation = 'dblock_locks'::regclass AND mode = 'RowShareLock' AND granted AND pid <> pg_backend_pid()`)
-	case dialect.MySQL:
-		err = iso.DB.SelectContext(ctx, &ids, `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
+	case store.MySQL:
+		err = iso.Store.SelectContext(ctx, &ids, `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
 JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
 WHERE p.DB = DATABASE() AND t.trx_rows_locked > 0 AND p.ID <> CONNECTION_ID()`)
 	}
@@ -469,11 +469,11 @@ WHERE p.DB = DATABASE() AND t.trx_rows_locked > 0 AND p.ID <> CONNECTION_ID()`)
 		t.Fatalf("find the holding session: %v %v", ids, err)
 	}
 	switch iso.Kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		var ok bool
-		err = iso.DB.QueryRowxContext(ctx, "SELECT pg_terminate_backend($1)", ids[0]).Scan(&ok)
-	case dialect.MySQL:
-		_, err = iso.DB.ExecContext(ctx, fmt.Sprintf("KILL %d", ids[0]))
+		err = iso.Store.QueryRowxContext(ctx, "SELECT pg_terminate_backend($1)", ids[0]).Scan(&ok)
+	case store.MySQL:
+		_, err = iso.Store.ExecContext(ctx, fmt.Sprintf("KILL %d", ids[0]))
 	}
 	if err != nil {
 		t.Fatalf("end session %d: %v", ids[0], err)
@@ -781,7 +781,7 @@ func TestStatusJSONGolden(t *testing.T) {
 		expireLease(t, iso, "golden-x", "golden-expired")
 
 		r := c.expect(t, 0, "status", "--json", "golden-a", "golden-b", "golden-free", "golden-x")
-		checkGolden(t, iso, r.stdout, goldenStatus, dialect.Postgres)
+		checkGolden(t, iso, r.stdout, goldenStatus, store.Postgres)
 
 		r = c.expect(t, 0, "status", "golden-a", "golden-b", "golden-free", "golden-x")
 		for _, s := range []string{"LOCK", "golden-a", "golden-owner", "optimistic", "in ", "ago",
@@ -810,19 +810,19 @@ func TestStatusJSONGolden(t *testing.T) {
 func expireLease(t *testing.T, iso *dbtest.Isolated, name, owner string) {
 	t.Helper()
 	ctx := context.Background()
-	res, err := iso.DB.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: "optimistic", TTL: time.Millisecond})
+	res, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: "optimistic", TTL: time.Millisecond})
 	if err != nil || !res.Acquired {
 		t.Fatalf("acquire %s: %+v %v", name, res, err)
 	}
 	eventually(t, "the lease of "+name+" to expire", func() bool {
-		rows, err := iso.DB.ListLocks(ctx, []string{name})
+		rows, err := iso.Store.ListLocks(ctx, []string{name})
 		return err == nil && len(rows) == 1 && rows[0].Expired()
 	})
 }
 
 // checkGolden compares a status --json document, normalised, with a golden
 // file; with -update, the run on the dialect source writes it.
-func checkGolden(t *testing.T, iso *dbtest.Isolated, out, golden string, source dialect.Kind) {
+func checkGolden(t *testing.T, iso *dbtest.Isolated, out, golden string, source store.Kind) {
 	t.Helper()
 	var doc map[string]any
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
@@ -857,15 +857,15 @@ func TestPessimisticHold(t *testing.T) {
 		holder := c.start(t, "exec", "--lock", "golden-p", "--mode", "pessimistic", "--ttl", "5m", "--",
 			"sh", "-c", `echo ok > "$1"; exec sleep 120`, "sh", ready)
 		waitFile(t, ready)
-		sqlite := iso.Kind == dialect.SQLite
+		sqlite := iso.Kind == store.SQLite
 
 		// SQLite's write lock names no name: golden-p is unknown there,
 		// never free.
 		r := c.expect(t, 0, "status", "--json", "golden-p")
 		if sqlite {
-			checkGolden(t, iso, r.stdout, goldenStatusTxSQLite, dialect.SQLite)
+			checkGolden(t, iso, r.stdout, goldenStatusTxSQLite, store.SQLite)
 		} else {
-			checkGolden(t, iso, r.stdout, goldenStatusTx, dialect.Postgres)
+			checkGolden(t, iso, r.stdout, goldenStatusTx, store.Postgres)
 		}
 
 		r = c.expect(t, 0, "status", "--json")
@@ -939,13 +939,13 @@ func TestReaper(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := context.Background()
-		res, err := iso.DB.AcquireLease(ctx, nil, dialect.AcquireParams{Name: "reap-me", Owner: "gone", Mode: "optimistic", TTL: 10 * time.Millisecond})
+		res, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: "reap-me", Owner: "gone", Mode: "optimistic", TTL: 10 * time.Millisecond})
 		if err != nil || !res.Acquired {
 			t.Fatalf("acquire: %+v %v", res, err)
 		}
 		dbtest.AddWaiter(t, iso.DB, "reap-me", "dead-waiter", -time.Minute)
 		eventually(t, "the lease to expire", func() bool {
-			rows, err := iso.DB.ListLocks(ctx, []string{"reap-me"})
+			rows, err := iso.Store.ListLocks(ctx, []string{"reap-me"})
 			return err == nil && len(rows) == 1 && rows[0].Expired()
 		})
 		c := cli{dsn: iso.DSN}
@@ -953,7 +953,7 @@ func TestReaper(t *testing.T) {
 		if !strings.Contains(r.stdout, "freed 1 expired leases, deleted 1 dead waiters") {
 			t.Errorf("reaper --once output %q", r.stdout)
 		}
-		rows, err := iso.DB.ListLocks(ctx, nil)
+		rows, err := iso.Store.ListLocks(ctx, nil)
 		if err != nil || len(rows) != 0 {
 			t.Errorf("locks after the pass: %+v %v", rows, err)
 		}
@@ -1009,7 +1009,7 @@ func TestExecFairQueue(t *testing.T) {
 		queued := func(n int) {
 			t.Helper()
 			eventually(t, fmt.Sprintf("%d fair waiters", n), func() bool {
-				w, err := iso.DB.ListWaiters(ctx, []string{"fq"})
+				w, err := iso.Store.ListWaiters(ctx, []string{"fq"})
 				return err == nil && len(w) == n
 			})
 		}
@@ -1063,7 +1063,7 @@ func TestExecFairQueue(t *testing.T) {
 // name asked for that no live lease holds as unknown, never free.
 func TestStatusReadOnlyRole(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)
@@ -1076,11 +1076,11 @@ func TestStatusReadOnlyRole(t *testing.T) {
 			waitFile(t, ready)
 			expireLease(t, iso, "ro-x", "someone")
 			expireLease(t, iso, "ro-free", "someone")
-			if _, err := iso.DB.ForceRelease(context.Background(), nil, "ro-free"); err != nil {
+			if _, err := iso.Store.ForceRelease(context.Background(), nil, "ro-free"); err != nil {
 				t.Fatal(err) // A free row, as a released lock leaves it.
 			}
 			ro := cli{dsn: roDSN}
-			denied := kind == dialect.Postgres
+			denied := kind == store.Postgres
 
 			r := ro.expect(t, 0, "status", "--json")
 			var st statusJSON
@@ -1111,7 +1111,7 @@ func TestStatusReadOnlyRole(t *testing.T) {
 			asked := []string{"ro-p", "ro-x", "ro-free", "ro-none"}
 			r = ro.expect(t, 0, append([]string{"status", "--json"}, asked...)...)
 			if denied {
-				checkGolden(t, iso, r.stdout, goldenStatusDenied, dialect.Postgres)
+				checkGolden(t, iso, r.stdout, goldenStatusDenied, store.Postgres)
 			} else {
 				st = statusJSON{}
 				if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || !st.Checked || len(st.Unknown) != 0 ||
@@ -1144,7 +1144,7 @@ func TestStatusReadOnlyRole(t *testing.T) {
 // refused, so the names asked for that no live lease holds are unknown.
 func TestStatusReadOnlySession(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.Postgres)
+	iso := dbtest.New(t, store.Postgres)
 	u, err := url.Parse(iso.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -1183,7 +1183,7 @@ func readOnlyRole(t *testing.T, iso *dbtest.Isolated) string {
 	var stmts, drop []string
 	var dsn string
 	switch iso.Kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		u, err := url.Parse(iso.DSN)
 		if err != nil {
 			t.Fatal(err)
@@ -1194,11 +1194,11 @@ func readOnlyRole(t *testing.T, iso *dbtest.Isolated) string {
 		drop = []string{"DROP OWNED BY " + role, "DROP ROLE " + role}
 		u.User = url.UserPassword(role, password)
 		dsn = u.String()
-	case dialect.MySQL:
+	case store.MySQL:
 		rest := strings.TrimPrefix(iso.DSN, "mysql://")
 		at, slash := strings.Index(rest, "@"), strings.LastIndex(rest, "/")
 		if at < 0 || slash < at {
-			t.Fatalf("unexpected MySQL DSN %q", dialect.Redact(iso.DSN))
+			t.Fatalf("unexpected MySQL DSN %q", store.Redact(iso.DSN))
 		}
 		database := rest[slash+1:]
 		if i := strings.IndexByte(database, '?'); i >= 0 {
@@ -1210,13 +1210,13 @@ func readOnlyRole(t *testing.T, iso *dbtest.Isolated) string {
 	}
 	t.Cleanup(func() {
 		for _, q := range drop {
-			if _, err := admin.ExecContext(context.WithoutCancel(ctx), q); err != nil {
+			if _, err := admin.SQL().ExecContext(context.WithoutCancel(ctx), q); err != nil {
 				t.Errorf("%s: %v", q, err)
 			}
 		}
 	})
 	for _, q := range stmts {
-		if _, err := admin.ExecContext(ctx, q); err != nil {
+		if _, err := admin.SQL().ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
@@ -1228,7 +1228,7 @@ func readOnlyRole(t *testing.T, iso *dbtest.Isolated) string {
 // arguments (they can hold secrets).
 func TestCLISurface(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.SQLite)
+	iso := dbtest.New(t, store.SQLite)
 	c := cli{}
 	r := c.expect(t, 0, "--version")
 	if !strings.HasPrefix(r.stdout, "dblock ") || !strings.Contains(r.stdout, "go1.") {

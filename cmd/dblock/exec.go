@@ -19,6 +19,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	lockmode "github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 const execHelp = `Usage: dblock [--dsn DSN] exec --lock NAME [--mode optimistic|pessimistic] [--fair]
@@ -361,10 +362,10 @@ func holderOf(ctx context.Context, db *dialect.DB, name string, err error) holde
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holderTimeout)
 	defer cancel()
 	var h holder
-	lh, herr := db.LeaseHolder(ctx, nil, name)
+	lh, herr := store.Of(db).LeaseHolder(ctx, nil, name)
 	if herr == nil && lh.Exists {
 		h.now = lh.Now
-	} else if now, err := db.ClockNow(ctx); err == nil {
+	} else if now, err := store.Of(db).ClockNow(ctx); err == nil {
 		h.now = now
 	}
 	switch {
@@ -375,7 +376,7 @@ func holderOf(ctx context.Context, db *dialect.DB, name string, err error) holde
 		h.held = held
 		return h
 	}
-	if tx, perr := db.ProbeTxHolds(ctx, []string{name}, 0); perr == nil && tx.Held(name) {
+	if tx, perr := store.Of(db).ProbeTxHolds(ctx, []string{name}, 0); perr == nil && tx.Held(name) {
 		h.held = &dblock.HeldError{Name: name, Mode: dblock.ModePessimistic}
 		h.writeLocked = tx.WriteLocked
 		return h

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 func TestHuman(t *testing.T) {
@@ -108,13 +108,13 @@ func TestLostReason(t *testing.T) {
 func TestStatusUnchecked(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
-	rows := []dialect.LockRow{
+	rows := []store.LockRow{
 		{Name: "live", Owner: "o", Token: 3, Reentry: 1, Mode: dblock.ModeOptimistic, ExpiresAt: now.Add(time.Minute), Now: now},
 		{Name: "expired", Owner: "o", Token: 2, Reentry: 1, Mode: dblock.ModeOptimistic, ExpiresAt: now.Add(-time.Minute), Now: now},
 	}
 	names := []string{"live", "expired", "none", "none", "queued"}
-	waiters := []dialect.WaiterRow{{Name: "queued", Owner: "w", Position: 1, CreatedAt: now, Now: now}}
-	st := statusData{now: now, locks: mergeTxHolds(now, rows, dialect.TxHolds{}), waiters: waiters, unchecked: uncheckedDenied}
+	waiters := []store.WaiterRow{{Name: "queued", Owner: "w", Position: 1, CreatedAt: now, Now: now}}
+	st := statusData{now: now, locks: mergeTxHolds(now, rows, store.TxHolds{}), waiters: waiters, unchecked: uncheckedDenied}
 	st.unknown = uncheckedNames(names, rows)
 	st.free = freeNames(names, st.locks, waiters, st.unknown)
 	if got := strings.Join(st.unknown, ","); got != "expired,none,queued" {

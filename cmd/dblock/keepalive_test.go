@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
 )
 
@@ -36,7 +36,7 @@ func holdFor(t *testing.T, iso *dbtest.Isolated, name string, ttl time.Duration)
 // connection, so the release that follows commits.
 func TestKeepAliveStopSparesStatement(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)
@@ -45,7 +45,7 @@ func TestKeepAliveStopSparesStatement(t *testing.T) {
 			marker := fmt.Sprintf("ka-%d", time.Now().UnixNano())
 			stmt := "SELECT pg_sleep(2), '" + marker + "'"
 			running := `SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND query LIKE '%` + marker + `%'`
-			if kind == dialect.MySQL {
+			if kind == store.MySQL {
 				stmt = "SELECT SLEEP(2), '" + marker + "'"
 				running = `SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query' AND ID <> CONNECTION_ID() AND INFO LIKE '%` + marker + `%'`
 			}
@@ -59,7 +59,7 @@ func TestKeepAliveStopSparesStatement(t *testing.T) {
 				}}.start()
 			eventually(t, "the keep-alive statement to run on the server", func() bool {
 				var n int
-				return iso.DB.QueryRowxContext(ctx, running).Scan(&n) == nil && n == 1
+				return iso.Store.QueryRowxContext(ctx, running).Scan(&n) == nil && n == 1
 			})
 			stop()
 			if err := <-errs; err != nil {
@@ -77,13 +77,13 @@ func TestKeepAliveStopSparesStatement(t *testing.T) {
 // server's idle bound (the TTL rounded up) never ends the live hold.
 func TestKeepAliveLate(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)
 			const ttl = 1500 * time.Millisecond
 			lease := holdFor(t, iso, "late", ttl)
-			every := keepAliveEvery(iso.DB.HoldBound(ttl))
+			every := keepAliveEvery(iso.Store.HoldBound(ttl))
 			var ran, failed atomic.Int64
 			stop := keepAlive{tx: lease.Tx(), stmt: "SELECT 1", every: every, lost: lease.Done(),
 				before: func() { time.Sleep(every / 2) },
@@ -121,8 +121,8 @@ func TestKeepAliveLate(t *testing.T) {
 // keep-alive may run three quarters of it late before the hold ends.
 func TestKeepAliveEvery(t *testing.T) {
 	t.Parallel()
-	for _, d := range []dialect.Dialect{dialect.PostgresDialect(), dialect.MySQLDialect(true), dialect.MySQLDialect(false)} {
-		db := &dialect.DB{Dialect: d}
+	for _, d := range []store.Dialect{store.PostgresDialect(), store.MySQLDialect(true), store.MySQLDialect(false)} {
+		db := &store.DB{Dialect: d}
 		for _, ttl := range []time.Duration{dblock.TTLMin, 100*time.Millisecond + time.Microsecond, time.Second, 1500 * time.Millisecond,
 			2*time.Second + time.Nanosecond, dblock.TTLDefault, time.Hour} {
 			bound := db.HoldBound(ttl)
@@ -131,16 +131,16 @@ func TestKeepAliveEvery(t *testing.T) {
 			switch {
 			case bound < ttl:
 				t.Errorf("%s ttl %v: server bound %v below the TTL", d.Kind(), ttl, bound)
-			case d.Kind() == dialect.MySQL && (bound < 2*time.Second || bound%time.Second != 0):
+			case d.Kind() == store.MySQL && (bound < 2*time.Second || bound%time.Second != 0):
 				t.Errorf("%s ttl %v: server bound %v, want whole seconds, at least 2 s", d.Kind(), ttl, bound)
 			case 4*late < 3*bound:
 				t.Errorf("%s ttl %v: keep-alive every %v may be only %v late within the bound %v", d.Kind(), ttl, every, late, bound)
-			case d.Kind() == dialect.MySQL && late < 1500*time.Millisecond:
+			case d.Kind() == store.MySQL && late < 1500*time.Millisecond:
 				t.Errorf("%s ttl %v: keep-alive may be only %v late", d.Kind(), ttl, late)
 			}
 		}
 	}
-	if b := (&dialect.DB{Dialect: dialect.SQLiteDialect()}).HoldBound(time.Second); b != 0 {
+	if b := (&store.DB{Dialect: store.SQLiteDialect()}).HoldBound(time.Second); b != 0 {
 		t.Errorf("SQLite bound %v, want none", b)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -55,7 +56,7 @@ type leaseLocker struct{ dblock.Locker }
 func (leaseLocker) keepAlive(*dblock.Lease, time.Duration) func() { return func() {} }
 
 // txLocker is the pessimistic mode. The server ends a holding transaction
-// left idle past its bound (the TTL rounded up, see dialect.HoldBound; so
+// left idle past its bound (the TTL rounded up, see store.HoldBound; so
 // that a frozen client cannot keep a name forever), and the transaction is
 // idle while CMD runs; keepAlive therefore runs a trivial statement on it
 // every quarter of that bound, which stops when dblock stops.
@@ -95,7 +96,7 @@ func (t *txLocker) keepAlive(lease *dblock.Lease, ttl time.Duration) func() {
 	if ttl <= 0 {
 		ttl = dblock.TTLDefault
 	}
-	bound := t.db.HoldBound(ttl)
+	bound := store.Of(t.db).HoldBound(ttl)
 	if pl == nil || bound == 0 { // SQLite has no idle bound.
 		return func() {}
 	}

@@ -46,7 +46,10 @@ import (
 	"strings"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
+	_ "github.com/dblock-go/dblock/dialect/mysql" // The CLI serves every database.
+	_ "github.com/dblock-go/dblock/dialect/postgres"
+	_ "github.com/dblock-go/dblock/dialect/sqlite"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // Exit codes; see the package documentation. 64, 69, 75, 76 and 78 are the
@@ -323,13 +326,13 @@ var commandHelp = map[string]string{
 // the MySQL driver's own log lines there (or nowhere).
 func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 	if level == "" {
-		dialect.SetDriverLog(io.Discard)
+		store.SetDriverLog(io.Discard)
 		return slog.New(slog.DiscardHandler), nil
 	}
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, usageErrorf("bad %s %q: want debug, info, warn or error", envLog, level)
 	}
-	dialect.SetDriverLog(w)
+	store.SetDriverLog(w)
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
 )
 
@@ -65,7 +66,7 @@ func (a *app) migrate(ctx context.Context, args []string) error {
 	case "status":
 		st, err := migrations.Status(ctx, db)
 		if err != nil {
-			return fmt.Errorf("migrate status: %w", db.Classify(err))
+			return fmt.Errorf("migrate status: %w", store.Of(db).Classify(err))
 		}
 		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tFILE")
@@ -89,11 +90,11 @@ func (a *app) migrateUp(ctx context.Context, db *dialect.DB) error {
 		fmt.Fprintf(a.stdout, "applied %s\n", path.Base(r.Source.Path))
 	}
 	if err != nil {
-		return fmt.Errorf("migrate up: %w", db.Classify(err))
+		return fmt.Errorf("migrate up: %w", store.Of(db).Classify(err))
 	}
 	st, err := migrations.Status(ctx, db)
 	if err != nil {
-		return fmt.Errorf("migrate up: %w", db.Classify(err))
+		return fmt.Errorf("migrate up: %w", store.Of(db).Classify(err))
 	}
 	var v int64
 	for _, s := range st {
@@ -113,7 +114,7 @@ func (a *app) migrateUp(ctx context.Context, db *dialect.DB) error {
 func (a *app) migrateDown(ctx context.Context, db *dialect.DB) error {
 	before, err := migrations.Status(ctx, db)
 	if err != nil {
-		return fmt.Errorf("migrate down: %w", db.Classify(err))
+		return fmt.Errorf("migrate down: %w", store.Of(db).Classify(err))
 	}
 	var newest *goose.MigrationStatus
 	for _, s := range before {
@@ -126,7 +127,7 @@ func (a *app) migrateDown(ctx context.Context, db *dialect.DB) error {
 		return nil
 	}
 	if err := migrations.Down(ctx, db); err != nil {
-		return fmt.Errorf("migrate down: %w", db.Classify(err))
+		return fmt.Errorf("migrate down: %w", store.Of(db).Classify(err))
 	}
 	fmt.Fprintf(a.stdout, "rolled back %s\n", path.Base(newest.Source.Path))
 	return nil

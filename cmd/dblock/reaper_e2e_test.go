@@ -12,6 +12,7 @@ import (
 
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/reaper"
 )
 
@@ -22,13 +23,13 @@ func seedExpiredLeases(t *testing.T, db *dialect.DB, prefix string, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var err error
-	switch db.Dialect.Kind() {
-	case dialect.Postgres:
-		_, err = db.ExecContext(ctx, `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at)
+	switch store.Of(db).Dialect.Kind() {
+	case store.Postgres:
+		_, err = db.SQL().ExecContext(ctx, `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at)
 SELECT $1 || ':' || g, 'gone', 1, nextval('dblock_token_seq'), 'optimistic', now() - interval '2 hours', now() - interval '1 hour', now() - interval '2 hours'
 FROM generate_series(1, $2::int) AS g`, prefix, n)
-	case dialect.MySQL:
-		c, cerr := db.Conn(ctx)
+	case store.MySQL:
+		c, cerr := db.SQL().Conn(ctx)
 		if cerr != nil {
 			t.Fatal(cerr)
 		}
@@ -41,8 +42,8 @@ WITH RECURSIVE s (g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ?)
 SELECT CONCAT(?, ':', g), 'gone', 1, g, 'optimistic', UTC_TIMESTAMP(6) - INTERVAL 2 HOUR, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL 2 HOUR
 FROM s`, n, prefix)
 	default:
-		now := db.Dialect.Now()
-		_, err = db.ExecContext(ctx, `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at)
+		now := store.Of(db).Dialect.Now()
+		_, err = db.SQL().ExecContext(ctx, `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at)
 WITH RECURSIVE s (g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ?1)
 SELECT ?2 || ':' || g, 'gone', 1, g, 'optimistic', `+now+` - 7200000000, `+now+` - 3600000000, `+now+` - 7200000000
 FROM s`, n, prefix)
@@ -56,7 +57,7 @@ FROM s`, n, prefix)
 func countHeld(t *testing.T, db *dialect.DB) int {
 	t.Helper()
 	var n int
-	if err := db.GetContext(context.Background(), &n, "SELECT count(*) FROM dblock_locks WHERE owner IS NOT NULL"); err != nil {
+	if err := store.Of(db).GetContext(context.Background(), &n, "SELECT count(*) FROM dblock_locks WHERE owner IS NOT NULL"); err != nil {
 		t.Fatalf("count: %v", err)
 	}
 	return n
@@ -86,7 +87,7 @@ func TestReaperOnceSIGTERM(t *testing.T) {
 		if left == 0 || left >= rows {
 			t.Fatalf("%d of %d expired leases left after the stopped pass, want some freed and some left", left, rows)
 		}
-		locks, err := iso.DB.ListLocks(context.Background(), []string{reaper.LeaseName})
+		locks, err := iso.Store.ListLocks(context.Background(), []string{reaper.LeaseName})
 		if err != nil || len(locks) != 0 {
 			t.Fatalf("reaper lock after the stop: %+v %v, want released", locks, err)
 		}

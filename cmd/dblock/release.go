@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 const releaseHelp = `Usage: dblock [--dsn DSN] release --lock NAME --force
@@ -67,15 +67,15 @@ func (a *app) release(ctx context.Context, args []string) error {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
-	before, err := db.LeaseHolder(ctx, nil, *name)
+	before, err := store.Of(db).LeaseHolder(ctx, nil, *name)
 	if err != nil {
 		return fmt.Errorf("release %q: %w", *name, a.schemaError(err))
 	}
 	// A live lease is the hold (pessimistic acquirers wait for it), except
 	// on SQLite, where a transaction holding the write lock would make the
 	// release wait and fail.
-	if !before.Held() || db.Dialect.Kind() == dialect.SQLite {
-		tx, err := db.ProbeTxHolds(ctx, []string{*name}, 0)
+	if !before.Held() || store.Of(db).Dialect.Kind() == store.SQLite {
+		tx, err := store.Of(db).ProbeTxHolds(ctx, []string{*name}, 0)
 		if err != nil {
 			return fmt.Errorf("release %q: probe for a transaction hold: %w", *name, a.schemaError(err))
 		}
@@ -88,7 +88,7 @@ func (a *app) release(ctx context.Context, args []string) error {
 				"that transaction or its database session can free; nothing released", *name))
 		}
 	}
-	freed, err := db.ForceRelease(ctx, nil, *name)
+	freed, err := store.Of(db).ForceRelease(ctx, nil, *name)
 	if err != nil {
 		return fmt.Errorf("release %q: %w", *name, a.schemaError(err))
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 const statusHelp = `Usage: dblock [--dsn DSN] status [--json] [NAME...]
@@ -165,11 +166,11 @@ func (a *app) status(ctx context.Context, args []string) error {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	rows, err := db.ListLocks(ctx, names)
+	rows, err := store.Of(db).ListLocks(ctx, names)
 	if err != nil {
 		return fmt.Errorf("status: %w", a.schemaError(err))
 	}
-	waiters, err := db.ListWaiters(ctx, names)
+	waiters, err := store.Of(db).ListWaiters(ctx, names)
 	if err != nil {
 		return fmt.Errorf("status: %w", a.schemaError(err))
 	}
@@ -184,7 +185,7 @@ func (a *app) status(ctx context.Context, args []string) error {
 	case len(waiters) > 0:
 		now = waiters[0].Now
 	default:
-		if now, err = db.ClockNow(ctx); err != nil {
+		if now, err = store.Of(db).ClockNow(ctx); err != nil {
 			return fmt.Errorf("status: read the database clock: %w", err)
 		}
 	}
@@ -218,24 +219,24 @@ var uncheckedText = map[string]string{
 	uncheckedDenied:      "this role may not lock rows of dblock_locks (PostgreSQL: grant it UPDATE)",
 	uncheckedReadOnly:    "the session is read-only (a standby?), and a read-only transaction takes no row locks",
 	uncheckedWriteLocked: "the database is write-locked by a transaction, which does not say which name it holds",
-	uncheckedLimit:       fmt.Sprintf("probed the first %d rows without a live lease for transaction holds; name a lock to probe it", dialect.TxProbeLimitDefault),
+	uncheckedLimit:       fmt.Sprintf("probed the first %d rows without a live lease for transaction holds; name a lock to probe it", store.TxProbeLimitDefault),
 }
 
 // probeTxHolds probes names (or, without names, the rows no live lease
 // names) for transaction holds, and says why when it could not check them
 // all. A probe the server refuses for want of a privilege or in a read-only
 // session leaves every name unchecked, with one line on stderr.
-func (a *app) probeTxHolds(ctx context.Context, db *dialect.DB, names []string) (dialect.TxHolds, string, error) {
-	tx, err := db.ProbeTxHolds(ctx, names, dialect.TxProbeLimitDefault)
+func (a *app) probeTxHolds(ctx context.Context, db *dialect.DB, names []string) (store.TxHolds, string, error) {
+	tx, err := store.Of(db).ProbeTxHolds(ctx, names, store.TxProbeLimitDefault)
 	switch {
-	case dialect.PermissionDenied(err):
+	case store.PermissionDenied(err):
 		a.errorLine(fmt.Errorf("status: transaction (pessimistic) holds not shown: this role may not lock rows of dblock_locks (PostgreSQL: grant it UPDATE): %w", err))
-		return dialect.TxHolds{}, uncheckedDenied, nil
-	case dialect.ReadOnlyRefused(err):
+		return store.TxHolds{}, uncheckedDenied, nil
+	case store.ReadOnlyRefused(err):
 		a.errorLine(fmt.Errorf("status: transaction (pessimistic) holds not shown: the session is read-only: %w", err))
-		return dialect.TxHolds{}, uncheckedReadOnly, nil
+		return store.TxHolds{}, uncheckedReadOnly, nil
 	case err != nil:
-		return dialect.TxHolds{}, "", fmt.Errorf("status: probe for transaction holds: %w", a.schemaError(err))
+		return store.TxHolds{}, "", fmt.Errorf("status: probe for transaction holds: %w", a.schemaError(err))
 	case tx.WriteLocked:
 		return tx, uncheckedWriteLocked, nil
 	case tx.Limited:
@@ -248,7 +249,7 @@ func (a *app) probeTxHolds(ctx context.Context, db *dialect.DB, names []string) 
 type statusData struct {
 	now         time.Time // The database clock.
 	locks       []lockEntry
-	waiters     []dialect.WaiterRow
+	waiters     []store.WaiterRow
 	free        []string
 	unknown     []string // Names asked for that could not be checked.
 	writeLocked bool     // SQLite: a transaction holds the write lock.
@@ -260,14 +261,14 @@ type statusData struct {
 // lockEntry is a held lock: a lease row, or a transaction hold (tx), which
 // has a name and nothing else.
 type lockEntry struct {
-	dialect.LockRow
+	store.LockRow
 	tx bool
 }
 
 // mergeTxHolds returns the held locks: the lease rows, with the transaction
 // holds the probe found in place of any expired lease row of the same name,
 // in name order.
-func mergeTxHolds(now time.Time, rows []dialect.LockRow, tx dialect.TxHolds) []lockEntry {
+func mergeTxHolds(now time.Time, rows []store.LockRow, tx store.TxHolds) []lockEntry {
 	held := map[string]bool{}
 	for _, n := range tx.Names {
 		held[n] = true
@@ -281,7 +282,7 @@ func mergeTxHolds(now time.Time, rows []dialect.LockRow, tx dialect.TxHolds) []l
 		out = append(out, lockEntry{LockRow: r})
 	}
 	for n := range held {
-		out = append(out, lockEntry{LockRow: dialect.LockRow{Name: n, Mode: dblock.ModePessimistic, Now: now}, tx: true})
+		out = append(out, lockEntry{LockRow: store.LockRow{Name: n, Mode: dblock.ModePessimistic, Now: now}, tx: true})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -290,7 +291,7 @@ func mergeTxHolds(now time.Time, rows []dialect.LockRow, tx dialect.TxHolds) []l
 // uncheckedNames returns the asked-for names that no live lease holds, in
 // the order given, without duplicates: when transaction holds could not be
 // checked, each of them may be held by one.
-func uncheckedNames(names []string, rows []dialect.LockRow) []string {
+func uncheckedNames(names []string, rows []store.LockRow) []string {
 	seen := map[string]bool{}
 	for _, r := range rows {
 		if !r.Expired() {
@@ -310,7 +311,7 @@ func uncheckedNames(names []string, rows []dialect.LockRow) []string {
 // freeNames returns the asked-for names that nobody holds or waits for and
 // that were checked (not in unknown), in the order given, without
 // duplicates.
-func freeNames(names []string, locks []lockEntry, waiters []dialect.WaiterRow, unknown []string) []string {
+func freeNames(names []string, locks []lockEntry, waiters []store.WaiterRow, unknown []string) []string {
 	busy := map[string]bool{}
 	for _, l := range locks {
 		busy[l.Name] = true

@@ -21,6 +21,10 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock/dialect"
+	_ "github.com/dblock-go/dblock/dialect/mysql" // The drivers of every kind the tests run.
+	_ "github.com/dblock-go/dblock/dialect/postgres"
+	_ "github.com/dblock-go/dblock/dialect/sqlite"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
 )
 
@@ -31,17 +35,17 @@ const (
 )
 
 // Kinds lists every dialect, in the order tests run them.
-var Kinds = []dialect.Kind{dialect.Postgres, dialect.MySQL, dialect.SQLite}
+var Kinds = []store.Kind{store.Postgres, store.MySQL, store.SQLite}
 
 // ServerDSN returns the configured server DSN for kind ("" for SQLite).
-func ServerDSN(kind dialect.Kind) string {
+func ServerDSN(kind store.Kind) string {
 	switch kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		if v := os.Getenv("DBLOCK_TEST_POSTGRES"); v != "" {
 			return v
 		}
 		return DefaultPostgres
-	case dialect.MySQL:
+	case store.MySQL:
 		if v := os.Getenv("DBLOCK_TEST_MYSQL"); v != "" {
 			return v
 		}
@@ -52,24 +56,24 @@ func ServerDSN(kind dialect.Kind) string {
 
 type server struct {
 	once sync.Once
-	db   *dialect.DB
+	db   *store.DB
 	err  error
 }
 
-var servers sync.Map // dialect.Kind -> *server
+var servers sync.Map // store.Kind -> *server
 
 // admin returns a shared connection to kind's server, or fails/skips t.
-func admin(t testing.TB, kind dialect.Kind) *dialect.DB {
+func admin(t testing.TB, kind store.Kind) *store.DB {
 	t.Helper()
 	v, _ := servers.LoadOrStore(kind, &server{})
 	s := v.(*server)
 	s.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		s.db, s.err = dialect.Open(ctx, ServerDSN(kind))
+		s.db, s.err = store.Open(ctx, ServerDSN(kind))
 	})
 	if s.err != nil {
-		Unavailable(t, fmt.Sprintf("%s server at %s unreachable: %v", kind, dialect.Redact(ServerDSN(kind)), s.err))
+		Unavailable(t, fmt.Sprintf("%s server at %s unreachable: %v", kind, store.Redact(ServerDSN(kind)), s.err))
 	}
 	return s.db
 }
@@ -85,11 +89,14 @@ func Unavailable(t testing.TB, reason string) {
 
 // Isolated is one test's database.
 type Isolated struct {
-	Kind dialect.Kind
+	Kind store.Kind
 	// DSN opens the isolated database from another process (dblock DSN syntax).
 	DSN string
-	// DB is a pool on it, closed at cleanup.
+	// DB is a pool on it, closed at cleanup, as users hold it.
 	DB *dialect.DB
+	// Store is the store behind DB, for the tests' own statements and
+	// the administrators' calls.
+	Store *store.DB
 }
 
 func randomSuffix() string {
@@ -99,7 +106,7 @@ func randomSuffix() string {
 }
 
 // New returns a fresh, migrated database of kind for t, dropped at cleanup.
-func New(t testing.TB, kind dialect.Kind) *Isolated {
+func New(t testing.TB, kind store.Kind) *Isolated {
 	t.Helper()
 	iso := NewEmpty(t, kind)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -111,14 +118,14 @@ func New(t testing.TB, kind dialect.Kind) *Isolated {
 }
 
 // NewEmpty is New without migrations.
-func NewEmpty(t testing.TB, kind dialect.Kind) *Isolated {
+func NewEmpty(t testing.TB, kind store.Kind) *Isolated {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	name := "dbt_" + randomSuffix()
 	var dsn string
 	switch kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		adm := admin(t, kind)
 		if _, err := adm.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
 			t.Fatalf("dbtest: create schema: %v", err)
@@ -134,7 +141,7 @@ func NewEmpty(t testing.TB, kind dialect.Kind) *Isolated {
 		// is also the sessions' application_name, so that a test can find
 		// (and kill) its own sessions only.
 		dsn = withQuery(withQuery(ServerDSN(kind), "search_path", name), "application_name", name)
-	case dialect.MySQL:
+	case store.MySQL:
 		adm := admin(t, kind)
 		if _, err := adm.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 			t.Fatalf("dbtest: create database: %v", err)
@@ -147,17 +154,17 @@ func NewEmpty(t testing.TB, kind dialect.Kind) *Isolated {
 			}
 		})
 		dsn = mysqlWithDB(ServerDSN(kind), name)
-	case dialect.SQLite:
+	case store.SQLite:
 		dsn = "sqlite://" + filepath.Join(t.TempDir(), name+".db")
 	default:
 		t.Fatalf("dbtest: unknown kind %q", kind)
 	}
 	db, err := dialect.Open(ctx, dsn)
 	if err != nil {
-		t.Fatalf("dbtest: open %s: %v", dialect.Redact(dsn), err)
+		t.Fatalf("dbtest: open %s: %v", store.Redact(dsn), err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	return &Isolated{Kind: kind, DSN: dsn, DB: db}
+	return &Isolated{Kind: kind, DSN: dsn, DB: db, Store: store.Of(db)}
 }
 
 // Open opens another pool on iso's database (closed at cleanup), as a second
@@ -168,7 +175,7 @@ func (iso *Isolated) Open(t testing.TB) *dialect.DB {
 	defer cancel()
 	db, err := dialect.Open(ctx, iso.DSN)
 	if err != nil {
-		t.Fatalf("dbtest: open %s: %v", dialect.Redact(iso.DSN), err)
+		t.Fatalf("dbtest: open %s: %v", store.Redact(iso.DSN), err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	return db
@@ -212,17 +219,18 @@ func mysqlWithDB(dsn, db string) string {
 // AddWaiter inserts a fair-queue waiter row for name whose heartbeat
 // deadline is ttl from the database's now (negative: already stale), as a
 // waiter of another process would have left it.
-func AddWaiter(t testing.TB, db *dialect.DB, name, owner string, ttl time.Duration) {
+func AddWaiter(t testing.TB, handle *dialect.DB, name, owner string, ttl time.Duration) {
 	t.Helper()
+	db := store.Of(handle)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	us := ttl.Microseconds()
 	var err error
 	switch db.Dialect.Kind() {
-	case dialect.Postgres:
+	case store.Postgres:
 		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, expires_at)
 VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')`, name, owner, us)
-	case dialect.MySQL:
+	case store.MySQL:
 		_, err = db.ExecContext(ctx, `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
 VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`, name, owner, us)
 	default:

@@ -15,6 +15,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -27,7 +28,7 @@ func randHex(n int) string {
 
 // killer ends a client's connections server-side.
 type killer struct {
-	kind dialect.Kind
+	kind store.Kind
 	adm  *dialect.DB
 	// tag identifies the victim's sessions, and only them: its
 	// application_name on PostgreSQL, its own account on MariaDB.
@@ -41,7 +42,7 @@ type killer struct {
 func holderDB(t *testing.T, iso *dbtest.Isolated) (*dialect.DB, *killer) {
 	t.Helper()
 	switch iso.Kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		tag := "faults_" + randHex(6)
 		u, err := url.Parse(iso.DSN)
 		if err != nil {
@@ -58,9 +59,9 @@ func holderDB(t *testing.T, iso *dbtest.Isolated) (*dialect.DB, *killer) {
 		}
 		t.Cleanup(func() { _ = db.Close() })
 		return db, &killer{kind: iso.Kind, adm: iso.DB, tag: tag}
-	case dialect.MySQL:
+	case store.MySQL:
 		if !strings.HasPrefix(iso.DSN, "mysql://root@tcp(127.0.0.1:") {
-			ciRequired(t, "the MariaDB test server's DSN %s is not root over tcp(127.0.0.1:...): cannot log in as a victim account", dialect.Redact(iso.DSN))
+			ciRequired(t, "the MariaDB test server's DSN %s is not root over tcp(127.0.0.1:...): cannot log in as a victim account", store.Redact(iso.DSN))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
@@ -70,14 +71,14 @@ func holderDB(t *testing.T, iso *dbtest.Isolated) (*dialect.DB, *killer) {
 			fmt.Sprintf("CREATE USER %s IDENTIFIED BY '%s'", account, pass),
 			fmt.Sprintf("GRANT ALL PRIVILEGES ON `%s`.* TO %s", dbNameOf(iso.DSN), account),
 		} {
-			if _, err := iso.DB.ExecContext(ctx, q); err != nil {
+			if _, err := iso.Store.ExecContext(ctx, q); err != nil {
 				t.Fatalf("victim account: %v", err)
 			}
 		}
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, _ = iso.DB.ExecContext(ctx, "DROP USER "+account)
+			_, _ = iso.Store.ExecContext(ctx, "DROP USER "+account)
 		})
 		dsn := strings.Replace(iso.DSN, "mysql://root@", fmt.Sprintf("mysql://%s:%s@", user, pass), 1)
 		db := openPG(t, dsn) // openPG opens any dblock DSN
@@ -90,14 +91,14 @@ func holderDB(t *testing.T, iso *dbtest.Isolated) (*dialect.DB, *killer) {
 // kill ends every session of the victim and returns how many it ended.
 func (k *killer) kill(ctx context.Context) (int, error) {
 	switch k.kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		var n int
-		err := k.adm.GetContext(ctx, &n, `SELECT count(*) FROM (
+		err := store.Of(k.adm).GetContext(ctx, &n, `SELECT count(*) FROM (
     SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()
 ) t`, k.tag)
 		return n, err
-	case dialect.MySQL:
-		conn, err := k.adm.Connx(ctx)
+	case store.MySQL:
+		conn, err := store.Of(k.adm).Connx(ctx)
 		if err != nil {
 			return 0, err
 		}
@@ -137,7 +138,7 @@ var leaseModes = []struct {
 // fresh connections before the deadline: the lease is never reported lost,
 // nobody else can take the name meanwhile, and Release succeeds.
 func TestFaultConnectionDeathLease(t *testing.T) {
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		for _, mode := range leaseModes {
 			t.Run(string(kind)+"/"+mode.name, func(t *testing.T) {
 				t.Parallel()
@@ -147,7 +148,7 @@ func TestFaultConnectionDeathLease(t *testing.T) {
 	}
 }
 
-func connDeathLease(t *testing.T, kind dialect.Kind, newLocker func(db *dialect.DB) (dblock.Locker, error)) {
+func connDeathLease(t *testing.T, kind store.Kind, newLocker func(db *dialect.DB) (dblock.Locker, error)) {
 	iso := dbtest.New(t, kind)
 	hdb, k := holderDB(t, iso)
 	holder, err := newLocker(hdb)
@@ -212,7 +213,7 @@ func connDeathLease(t *testing.T, kind dialect.Kind, newLocker func(db *dialect.
 // dblock.ErrConnLost (within 10 s: the watch interval is 500 ms), and a
 // rival must then get the name.
 func TestFaultConnectionDeathPessimistic(t *testing.T) {
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)
@@ -278,7 +279,7 @@ func TestFaultConnectionDeathPessimistic(t *testing.T) {
 // lets go, a rival gets the name within 3 s of the expiry: no blocked
 // renewal extended the lease behind the holder's back.
 func TestFaultRenewalImpossible(t *testing.T) {
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		for _, mode := range leaseModes {
 			t.Run(string(kind)+"/"+mode.name, func(t *testing.T) {
 				t.Parallel()
@@ -303,16 +304,16 @@ func TestFaultRenewalImpossible(t *testing.T) {
 				}()
 				// Let one renewal succeed first (at TTL/3).
 				time.Sleep(ttl/3 + 100*time.Millisecond)
-				tx, err := iso.DB.BeginTxx(ctx, nil)
+				tx, err := iso.Store.BeginTxx(ctx, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer func() { _ = tx.Rollback() }()
 				var one int
-				if err := tx.GetContext(ctx, &one, iso.DB.Rebind("SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE"), "no-renewal"); err != nil {
+				if err := tx.GetContext(ctx, &one, iso.Store.Rebind("SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE"), "no-renewal"); err != nil {
 					t.Fatalf("lock the lease row: %v", err)
 				}
-				h, err := iso.DB.LeaseHolder(ctx, tx, "no-renewal")
+				h, err := iso.Store.LeaseHolder(ctx, tx, "no-renewal")
 				if err != nil || h.Owner != lease.Owner() {
 					t.Fatalf("lease row under the blocker's lock: owner %q (%v), want %q", h.Owner, err, lease.Owner())
 				}
@@ -368,7 +369,7 @@ func TestFaultRenewalImpossible(t *testing.T) {
 				defer rival.Close()
 				got, at := pollAcquire(t, rival, "no-renewal", time.Until(expiry.Add(3*time.Second)))
 				if got == nil {
-					h, _ := iso.DB.LeaseHolder(ctx, nil, "no-renewal")
+					h, _ := iso.Store.LeaseHolder(ctx, nil, "no-renewal")
 					t.Fatalf("a rival did not get the name within 3 s of its expiry: owner %q until %v", h.Owner, h.ExpiresAt)
 				}
 				_ = got.Release(ctx)

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/faults/history"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // deathModes are the Locker modes registered in lockerFactories.
@@ -44,7 +44,7 @@ func deathModes() []string {
 //     calls as unknown outcomes, a share of acquires cut by short timeouts)
 //     passes the token, overlap and porcupine checks.
 func TestFaultProcessDeath(t *testing.T) {
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL, dialect.SQLite} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL, store.SQLite} {
 		for _, mode := range deathModes() {
 			// Sequential: each subtest already runs several processes.
 			t.Run(string(kind)+"/"+mode, func(t *testing.T) {
@@ -125,7 +125,7 @@ func processDeath(t *testing.T, iso *dbtest.Isolated, mode string) {
 	// No lease outlives its TTL by the database clock.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h, err := iso.DB.LeaseHolder(ctx, nil, name)
+	h, err := iso.Store.LeaseHolder(ctx, nil, name)
 	if err != nil {
 		t.Fatalf("read holder: %v", err)
 	}
@@ -140,7 +140,7 @@ func processDeath(t *testing.T, iso *dbtest.Isolated, mode string) {
 	var got bool
 	for time.Since(lastKill) < bound+2*time.Second {
 		actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
-		res, err := iso.DB.AcquireLease(actx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Minute})
+		res, err := iso.Store.AcquireLease(actx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Minute})
 		acancel()
 		if err != nil {
 			t.Fatalf("acquire after the kills: %v", err)
@@ -249,7 +249,7 @@ func pickHolder(iso *dbtest.Isolated, name, mode string, procs []*proc, files []
 			}
 		} else {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			h, err := iso.DB.LeaseHolder(ctx, nil, name)
+			h, err := iso.Store.LeaseHolder(ctx, nil, name)
 			cancel()
 			if err == nil && h.Held() {
 				if pid := ownerPID(h.Owner); pid != 0 {

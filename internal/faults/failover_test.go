@@ -13,6 +13,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/faults/history"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // ack is an acknowledged acquisition: call is when it was sent, at when
@@ -97,7 +98,7 @@ func failoverTrial(t *testing.T, syncRep, partition bool) failoverResult {
 				owner := dblock.NewOwner()
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				call := time.Now()
-				res, err := client.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Hour})
+				res, err := store.Of(client).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Hour})
 				cancel()
 				switch {
 				case err != nil:
@@ -131,9 +132,9 @@ func failoverTrial(t *testing.T, syncRep, partition bool) failoverResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	// The promoted standby inherited synchronous_standby_names: without this
 	// its first write would wait for a standby that does not exist.
-	_, err := newPrimary.ExecContext(ctx, "ALTER SYSTEM SET synchronous_standby_names = ''")
+	_, err := newPrimary.SQL().ExecContext(ctx, "ALTER SYSTEM SET synchronous_standby_names = ''")
 	if err == nil {
-		_, err = newPrimary.ExecContext(ctx, "SELECT pg_reload_conf()")
+		_, err = newPrimary.SQL().ExecContext(ctx, "SELECT pg_reload_conf()")
 	}
 	cancel()
 	if err != nil {
@@ -144,7 +145,7 @@ func failoverTrial(t *testing.T, syncRep, partition bool) failoverResult {
 	// The shared name as the promoted standby has it, before clients write
 	// there.
 	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	hotAtPromotion, err := newPrimary.LeaseHolder(hctx, nil, "hot")
+	hotAtPromotion, err := store.Of(newPrimary).LeaseHolder(hctx, nil, "hot")
 	hcancel()
 	if err != nil {
 		close(stop)
@@ -169,7 +170,7 @@ func failoverTrial(t *testing.T, syncRep, partition bool) failoverResult {
 			r.ackedAfter++
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		h, err := newPrimary.LeaseHolder(ctx, nil, a.name)
+		h, err := store.Of(newPrimary).LeaseHolder(ctx, nil, a.name)
 		cancel()
 		if err != nil {
 			t.Fatalf("read %s on the new primary: %v", a.name, err)
@@ -248,7 +249,7 @@ func hotCycle(db *dialect.DB, rec *history.Recorder) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	id := rec.Call(history.Acquire, "hot", ttl, 0)
-	res, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: "hot", Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
+	res, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{Name: "hot", Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
 	switch {
 	case err != nil:
 		rec.Return(id, history.Acquire, "hot", 0, history.Unknown, err)
@@ -264,7 +265,7 @@ func hotCycle(db *dialect.DB, rec *history.Recorder) {
 	}
 	rec.Return(id, history.Acquire, "hot", int64(res.Token), history.OK, nil)
 	id = rec.Call(history.Release, "hot", 0, int64(res.Token))
-	ok, err := db.ReleaseLease(ctx, nil, "hot", owner, res.Token)
+	ok, err := store.Of(db).ReleaseLease(ctx, nil, "hot", owner, res.Token)
 	switch {
 	case err != nil:
 		rec.Return(id, history.Release, "hot", int64(res.Token), history.Unknown, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/faults/history"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -181,7 +182,7 @@ func galeraStatus(n *galeraNode, size int) bool {
 	defer db.Close()
 	var state, status string
 	var got int
-	err = db.QueryRowxContext(ctx, `SELECT
+	err = store.Of(db).QueryRowxContext(ctx, `SELECT
   (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'WSREP_LOCAL_STATE_COMMENT'),
   (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'WSREP_CLUSTER_STATUS'),
   (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'WSREP_CLUSTER_SIZE')`).Scan(&state, &status, &got)
@@ -191,7 +192,7 @@ func galeraStatus(n *galeraNode, size int) bool {
 // galeraCounters reads a node's certification failure and brute-force
 // abort counters (wsrep_local_cert_failures, wsrep_local_bf_aborts).
 func galeraCounters(ctx context.Context, db *dialect.DB) (cert, bf int64) {
-	rows, err := db.QueryxContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')")
+	rows, err := store.Of(db).QueryxContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')")
 	if err != nil {
 		return 0, 0
 	}
@@ -334,7 +335,7 @@ func TestFaultGalera(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := boot.ExecContext(ctx, "CREATE DATABASE dblock"); err != nil {
+		if _, err := boot.SQL().ExecContext(ctx, "CREATE DATABASE dblock"); err != nil {
 			t.Fatal(err)
 		}
 		_ = boot.Close()
@@ -374,11 +375,11 @@ func TestFaultGalera(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p1.Close()
-		if l, err := p1.Acquire(ctx, "galera-tx"); !errors.Is(err, dialect.ErrMultiPrimary) {
+		if l, err := p1.Acquire(ctx, "galera-tx"); !errors.Is(err, pessimistic.ErrMultiPrimary) {
 			if l != nil {
 				_ = l.Release(ctx)
 			}
-			t.Fatalf("pessimistic Acquire on a Galera node = %v, want an error wrapping dialect.ErrMultiPrimary", err)
+			t.Fatalf("pessimistic Acquire on a Galera node = %v, want an error wrapping pessimistic.ErrMultiPrimary", err)
 		}
 		// With AllowMultiPrimary it runs, and is exclusive on one node only:
 		// what the refusal protects against, recorded.

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -193,10 +193,10 @@ func TestFaultPgBouncer(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pl.Close()
-		if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS bouncer_work (id int PRIMARY KEY, n int NOT NULL)"); err != nil {
+		if _, err := db.SQL().ExecContext(ctx, "CREATE TABLE IF NOT EXISTS bouncer_work (id int PRIMARY KEY, n int NOT NULL)"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.ExecContext(ctx, "INSERT INTO bouncer_work VALUES (1, 0) ON CONFLICT DO NOTHING"); err != nil {
+		if _, err := db.SQL().ExecContext(ctx, "INSERT INTO bouncer_work VALUES (1, 0) ON CONFLICT DO NOTHING"); err != nil {
 			t.Fatal(err)
 		}
 		for range 5 {
@@ -209,7 +209,7 @@ func TestFaultPgBouncer(t *testing.T) {
 			}
 		}
 		var n int
-		if err := db.GetContext(ctx, &n, "SELECT n FROM bouncer_work WHERE id = 1"); err != nil {
+		if err := store.Of(db).GetContext(ctx, &n, "SELECT n FROM bouncer_work WHERE id = 1"); err != nil {
 			t.Fatal(err)
 		}
 		if n != 5 {
@@ -245,13 +245,13 @@ func TestFaultPgBouncerConformance(t *testing.T) {
 		name := fmt.Sprintf("conf_%d", seq.Add(1))
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		if _, err := admin.SQL().ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 			t.Fatalf("create database %s: %v", name, err)
 		}
 		direct := strings.Replace(pg.DSN(), "/postgres?", "/"+name+"?", 1)
 		migrate(t, openPG(t, direct))
 		dsn := strings.Replace(bouncer, "/postgres?", "/"+name+"?", 1) + "&default_query_exec_mode=exec"
-		return &dbtest.Isolated{Kind: dialect.Postgres, DSN: dsn, DB: openPG(t, dsn)}
+		return &dbtest.Isolated{Kind: store.Postgres, DSN: dsn, DB: openPG(t, dsn)}
 	}
 	t.Run("optimistic", func(t *testing.T) {
 		locktest.RunOn(t, newIso, func(t *testing.T, iso *dbtest.Isolated) dblock.Locker {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
 )
 
@@ -343,7 +344,7 @@ func openPG(t *testing.T, dsn string) *dialect.DB {
 	defer cancel()
 	db, err := dialect.Open(ctx, dsn)
 	if err != nil {
-		t.Fatalf("open %s: %v", dialect.Redact(dsn), err)
+		t.Fatalf("open %s: %v", store.Redact(dsn), err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	return db
@@ -367,7 +368,7 @@ func waitReplication(t *testing.T, primary *dialect.DB, app, state string) {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var n int
-		err := primary.GetContext(ctx, &n, `SELECT count(*) FROM pg_stat_replication
+		err := store.Of(primary).GetContext(ctx, &n, `SELECT count(*) FROM pg_stat_replication
 WHERE application_name = $1 AND state = 'streaming' AND sync_state = $2`, app, state)
 		cancel()
 		if err == nil && n == 1 {
@@ -376,7 +377,7 @@ WHERE application_name = $1 AND state = 'streaming' AND sync_state = $2`, app, s
 		if time.Now().After(end) {
 			var rows []string
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = primary.SelectContext(ctx, &rows, `SELECT application_name || ' ' || state || ' ' || sync_state FROM pg_stat_replication`)
+			_ = store.Of(primary).SelectContext(ctx, &rows, `SELECT application_name || ' ' || state || ' ' || sync_state FROM pg_stat_replication`)
 			cancel()
 			t.Fatalf("standby %s not streaming (%s) after 30 s: %v; pg_stat_replication: %q", app, state, err, rows)
 		}

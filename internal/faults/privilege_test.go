@@ -12,6 +12,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
@@ -58,7 +59,7 @@ func TestFaultLeastPrivilege(t *testing.T) {
 		// take that away, so "no DDL" holds on every version.
 		stmts := append([]string{"REVOKE CREATE ON SCHEMA public FROM PUBLIC", "CREATE ROLE " + role + " LOGIN"}, PostgresGrants...)
 		for _, s := range stmts {
-			if _, err := adm.ExecContext(ctx, strings.ReplaceAll(s, "%s", role)); err != nil {
+			if _, err := adm.SQL().ExecContext(ctx, strings.ReplaceAll(s, "%s", role)); err != nil {
 				t.Fatalf("%s: %v", s, err)
 			}
 		}
@@ -66,30 +67,30 @@ func TestFaultLeastPrivilege(t *testing.T) {
 		leastPrivilege(t, adm, openPG(t, dsn), strings.ReplaceAll(PostgresVersionGrant, "%s", role))
 	})
 	t.Run("mysql", func(t *testing.T) {
-		iso := dbtest.New(t, dialect.MySQL)
+		iso := dbtest.New(t, store.MySQL)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		dbName := dbNameOf(iso.DSN)
 		user := "dblock_app_" + randHex(4)
 		account := fmt.Sprintf("'%s'@'127.0.0.1'", user)
 		pass := randHex(8)
-		if _, err := iso.DB.ExecContext(ctx, fmt.Sprintf("CREATE USER %s IDENTIFIED BY '%s'", account, pass)); err != nil {
+		if _, err := iso.Store.ExecContext(ctx, fmt.Sprintf("CREATE USER %s IDENTIFIED BY '%s'", account, pass)); err != nil {
 			t.Fatalf("create user: %v", err)
 		}
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, _ = iso.DB.ExecContext(ctx, "DROP USER "+account)
+			_, _ = iso.Store.ExecContext(ctx, "DROP USER "+account)
 		})
 		for _, g := range MySQLGrants {
 			s := fmt.Sprintf(g, dbName, account)
-			if _, err := iso.DB.ExecContext(ctx, s); err != nil {
+			if _, err := iso.Store.ExecContext(ctx, s); err != nil {
 				t.Fatalf("%s: %v", s, err)
 			}
 		}
 		dsn := strings.Replace(iso.DSN, "mysql://root@", fmt.Sprintf("mysql://%s:%s@", user, pass), 1)
 		if dsn == iso.DSN || !strings.Contains(iso.DSN, "@tcp(127.0.0.1:") {
-			ciRequired(t, "the MariaDB test server's DSN %s is not root over tcp(127.0.0.1:...): cannot log in as a restricted account", dialect.Redact(iso.DSN))
+			ciRequired(t, "the MariaDB test server's DSN %s is not root over tcp(127.0.0.1:...): cannot log in as a restricted account", store.Redact(iso.DSN))
 		}
 		db := openPG(t, dsn) // openPG opens any dblock DSN
 		leastPrivilege(t, iso.DB, db, fmt.Sprintf(MySQLVersionGrant, dbName, account))
@@ -113,7 +114,7 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 	defer cancel()
 
 	// DDL is refused: the role really is restricted.
-	if _, err := db.ExecContext(ctx, "CREATE TABLE dblock_priv_probe (id int)"); err == nil {
+	if _, err := db.SQL().ExecContext(ctx, "CREATE TABLE dblock_priv_probe (id int)"); err == nil {
 		t.Fatal("the restricted role could create a table: the test is not testing least privilege")
 	}
 
@@ -193,14 +194,14 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 		`UPDATE dblock_waiters SET heartbeat_at = now() - interval '1 hour', expires_at = now() - interval '1 hour' WHERE name = 'priv-deadwaiter'`,
 		`UPDATE dblock_locks SET updated_at = now() - interval '48 hours' WHERE name = 'priv-idle' AND owner IS NULL`,
 	}
-	if adm.Dialect.Kind() == dialect.MySQL {
+	if store.Of(adm).Dialect.Kind() == store.MySQL {
 		backdate = []string{
 			`UPDATE dblock_waiters SET heartbeat_at = UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 HOUR WHERE name = 'priv-deadwaiter'`,
 			`UPDATE dblock_locks SET updated_at = UTC_TIMESTAMP(6) - INTERVAL 48 HOUR WHERE name = 'priv-idle' AND owner IS NULL`,
 		}
 	}
 	for _, q := range backdate {
-		res, err := adm.ExecContext(ctx, q)
+		res, err := adm.SQL().ExecContext(ctx, q)
 		if err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -221,7 +222,7 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 		t.Fatalf("reaper pass: %+v, want it to work, free the expired lease, delete the dead waiter and the idle row", st)
 	}
 	var left int
-	if err := adm.GetContext(ctx, &left, "SELECT count(*) FROM dblock_locks WHERE name = 'priv-idle'"); err != nil {
+	if err := store.Of(adm).GetContext(ctx, &left, "SELECT count(*) FROM dblock_locks WHERE name = 'priv-idle'"); err != nil {
 		t.Fatal(err)
 	}
 	if left != 0 {
@@ -243,7 +244,7 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 	if err := migrations.Check(ctx, db); err != nil {
 		t.Errorf("migrations.Check as the restricted role, without access to the version table: %v", err)
 	}
-	if _, err := adm.ExecContext(ctx, versionGrant); err != nil {
+	if _, err := adm.SQL().ExecContext(ctx, versionGrant); err != nil {
 		t.Fatalf("%s: %v", versionGrant, err)
 	}
 	if err := migrations.Check(ctx, db); err != nil {

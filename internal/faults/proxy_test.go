@@ -15,6 +15,7 @@ import (
 
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // netProxy is an in-process toxiproxy on a loopback port in front of a database.
@@ -32,7 +33,7 @@ func upstreamOf(t *testing.T, dsn string) string {
 	if strings.HasPrefix(dsn, "mysql://") {
 		m := mysqlAddr.FindStringSubmatch(dsn)
 		if m == nil {
-			t.Fatalf("no tcp(host:port) in %s", dialect.Redact(dsn))
+			t.Fatalf("no tcp(host:port) in %s", store.Redact(dsn))
 		}
 		return m[1]
 	}

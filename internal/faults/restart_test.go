@@ -17,6 +17,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/faults/history"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 	"github.com/dblock-go/dblock/reaper"
@@ -24,7 +25,7 @@ import (
 
 // restartTarget is a private database server a test may restart.
 type restartTarget struct {
-	kind dialect.Kind
+	kind store.Kind
 	// admin is a pool for checks, not used by the clients under test.
 	admin *dialect.DB
 	// clientDSN is the DSN of the clients under test; their sessions are
@@ -50,11 +51,11 @@ func pgRestartTarget(t *testing.T) *restartTarget {
 	q.Set("application_name", tag)
 	u.RawQuery = q.Encode()
 	return &restartTarget{
-		kind: dialect.Postgres, admin: admin, clientDSN: u.String(),
+		kind: store.Postgres, admin: admin, clientDSN: u.String(),
 		restart: func() error { return pg.ctl("-l", pg.log, "-m", "fast", "-w", "-t", "60", "restart") },
 		sessions: func(ctx context.Context) (int, error) {
 			var n int
-			err := admin.GetContext(ctx, &n, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", tag)
+			err := store.Of(admin).GetContext(ctx, &n, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", tag)
 			return n, err
 		},
 	}
@@ -79,14 +80,14 @@ func mariaRestartTarget(t *testing.T) *restartTarget {
 		fmt.Sprintf("CREATE USER '%s'@'127.0.0.1' IDENTIFIED BY '%s'", user, pass),
 		fmt.Sprintf("GRANT ALL PRIVILEGES ON dblock.* TO '%s'@'127.0.0.1'", user),
 	} {
-		if _, err := root.ExecContext(ctx, q); err != nil {
+		if _, err := root.SQL().ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
 	admin := openPG(t, m.dsn("dblock"))
 	migrate(t, admin)
 	return &restartTarget{
-		kind: dialect.MySQL, admin: admin,
+		kind: store.MySQL, admin: admin,
 		clientDSN: fmt.Sprintf("mysql://%s:%s@tcp(127.0.0.1:%d)/dblock", user, pass, m.port),
 		restart: func() error {
 			if err := m.shutdown(); err != nil {
@@ -97,7 +98,7 @@ func mariaRestartTarget(t *testing.T) *restartTarget {
 		},
 		sessions: func(ctx context.Context) (int, error) {
 			var n int
-			err := admin.GetContext(ctx, &n, "SELECT count(*) FROM information_schema.PROCESSLIST WHERE USER = ?", user)
+			err := store.Of(admin).GetContext(ctx, &n, "SELECT count(*) FROM information_schema.PROCESSLIST WHERE USER = ?", user)
 			return n, err
 		},
 	}
@@ -239,7 +240,7 @@ func restartUnderLoad(t *testing.T, tg *restartTarget) {
 			t.Errorf("durable lease: Err() = %v, want nil or ErrLost", err)
 		}
 	} else {
-		h, err := tg.admin.LeaseHolder(ctx, nil, "durable")
+		h, err := store.Of(tg.admin).LeaseHolder(ctx, nil, "durable")
 		if err != nil || h.Owner != durable.Owner() || !h.Held() {
 			t.Errorf("the durable lease believes it holds the name, the database says owner %q held=%v (%v)", h.Owner, h.Held(), err)
 		}
@@ -306,7 +307,7 @@ func restartUnderLoad(t *testing.T, tg *restartTarget) {
 		}
 	}
 	_ = db.Close()
-	if n := db.Stats().OpenConnections; n != 0 {
+	if n := db.SQL().Stats().OpenConnections; n != 0 {
 		t.Errorf("%d connections of the clients' pool still open after Close: a connection was not returned", n)
 	}
 	end := time.Now().Add(10 * time.Second)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // mariaInstance is a private MariaDB server on loopback.
@@ -158,7 +159,7 @@ func semiSyncTrial(t *testing.T, timeout time.Duration, partition bool) (r semiS
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	pdb := openPG(t, primary.dsn("mysql"))
-	conn, err := pdb.Connx(ctx)
+	conn, err := store.Of(pdb).Connx(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func semiSyncTrial(t *testing.T, timeout time.Duration, partition bool) (r semiS
 		fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%s, MASTER_USER='repl', MASTER_PASSWORD='repl', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1", host, port),
 		"START SLAVE",
 	} {
-		if _, err := rdb.ExecContext(ctx, s); err != nil {
+		if _, err := rdb.SQL().ExecContext(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
@@ -187,7 +188,7 @@ func semiSyncTrial(t *testing.T, timeout time.Duration, partition bool) (r semiS
 	end := time.Now().Add(30 * time.Second)
 	for {
 		var name, v string
-		err := pdb.QueryRowxContext(ctx, "SHOW STATUS LIKE 'Rpl_semi_sync_master_clients'").Scan(&name, &v)
+		err := store.Of(pdb).QueryRowxContext(ctx, "SHOW STATUS LIKE 'Rpl_semi_sync_master_clients'").Scan(&name, &v)
 		if err == nil && v == "1" {
 			break
 		}
@@ -197,7 +198,7 @@ func semiSyncTrial(t *testing.T, timeout time.Duration, partition bool) (r semiS
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if _, err := pdb.ExecContext(ctx, "CREATE DATABASE dblock"); err != nil {
+	if _, err := pdb.SQL().ExecContext(ctx, "CREATE DATABASE dblock"); err != nil {
 		t.Fatal(err)
 	}
 	client := openPG(t, primary.dsn("dblock"))
@@ -223,7 +224,7 @@ func semiSyncTrial(t *testing.T, timeout time.Duration, partition bool) (r semiS
 				owner := dblock.NewOwner()
 				actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
 				call := time.Now()
-				res, err := client.AcquireLease(actx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Hour})
+				res, err := store.Of(client).AcquireLease(actx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Hour})
 				acancel()
 				if err != nil {
 					time.Sleep(20 * time.Millisecond)
@@ -245,10 +246,10 @@ func semiSyncTrial(t *testing.T, timeout time.Duration, partition bool) (r semiS
 	}
 	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
 	var name string
-	if err := pdb.QueryRowxContext(sctx, "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_status'").Scan(&name, &r.status); err != nil {
+	if err := store.Of(pdb).QueryRowxContext(sctx, "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_status'").Scan(&name, &r.status); err != nil {
 		t.Errorf("read Rpl_semi_sync_master_status: %v", err)
 	}
-	if err := pdb.QueryRowxContext(sctx, "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_no_tx'").Scan(&name, &r.noTx); err != nil {
+	if err := store.Of(pdb).QueryRowxContext(sctx, "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_no_tx'").Scan(&name, &r.noTx); err != nil {
 		t.Errorf("read Rpl_semi_sync_master_no_tx: %v", err)
 	}
 	scancel()
@@ -261,7 +262,7 @@ func semiSyncTrial(t *testing.T, timeout time.Duration, partition bool) (r semiS
 	end = time.Now().Add(30 * time.Second)
 	for {
 		var state string
-		rows, err := rdb.QueryxContext(ctx, "SHOW SLAVE STATUS")
+		rows, err := store.Of(rdb).QueryxContext(ctx, "SHOW SLAVE STATUS")
 		if err == nil {
 			for rows.Next() {
 				m := map[string]any{}
@@ -281,7 +282,7 @@ func semiSyncTrial(t *testing.T, timeout time.Duration, partition bool) (r semiS
 	mu.Lock()
 	defer mu.Unlock()
 	for _, a := range acks {
-		h, err := rdbx.LeaseHolder(ctx, nil, a.name)
+		h, err := store.Of(rdbx).LeaseHolder(ctx, nil, a.name)
 		if err != nil {
 			t.Fatalf("read %s on the replica: %v", a.name, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -40,7 +41,7 @@ func stopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.Durat
 		return 2
 	}
 	fmt.Printf("held %d\n", lease.Token())
-	q := "INSERT INTO fenced_writes (token) VALUES (" + db.Dialect.Placeholder(1) + ")"
+	q := "INSERT INTO fenced_writes (token) VALUES (" + store.Of(db).Dialect.Placeholder(1) + ")"
 	reportedLoss := false
 	for ctx.Err() == nil {
 		if !reportedLoss {
@@ -52,7 +53,7 @@ func stopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.Durat
 			}
 		}
 		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
-		tx, err := db.BeginTxx(wctx, nil)
+		tx, err := store.Of(db).BeginTxx(wctx, nil)
 		if err == nil {
 			if gerr := l.Guard(wctx, tx, lease); gerr != nil {
 				_ = tx.Rollback()
@@ -94,10 +95,10 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			ddl := "CREATE TABLE fenced_writes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, token bigint NOT NULL)"
-			if kind == dialect.MySQL {
+			if kind == store.MySQL {
 				ddl = "CREATE TABLE fenced_writes (id bigint AUTO_INCREMENT PRIMARY KEY, token bigint NOT NULL)"
 			}
-			if _, err := iso.DB.ExecContext(ctx, ddl); err != nil {
+			if _, err := iso.Store.ExecContext(ctx, ddl); err != nil {
 				t.Fatal(err)
 			}
 			const ttl = time.Second
@@ -123,9 +124,9 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 				t.Fatalf("rival token %d is not greater than the frozen holder's %d", got.Token(), oldTok)
 			}
 			var rivalFirst int64
-			if err := iso.DB.GetContext(ctx, &rivalFirst, iso.DB.Rebind("INSERT INTO fenced_writes (token) VALUES (?) RETURNING id"), int64(got.Token())); err != nil {
+			if err := iso.Store.GetContext(ctx, &rivalFirst, iso.Store.Rebind("INSERT INTO fenced_writes (token) VALUES (?) RETURNING id"), int64(got.Token())); err != nil {
 				// MySQL has no RETURNING on INSERT.
-				res, err := iso.DB.ExecContext(ctx, "INSERT INTO fenced_writes (token) VALUES (?)", int64(got.Token()))
+				res, err := iso.Store.ExecContext(ctx, "INSERT INTO fenced_writes (token) VALUES (?)", int64(got.Token()))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -157,7 +158,7 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 				t.Errorf("loss report %q does not say the lease was lost", lost)
 			}
 			var late int
-			if err := iso.DB.GetContext(ctx, &late, iso.DB.Rebind("SELECT count(*) FROM fenced_writes WHERE token = ? AND id > ?"), oldTok, rivalFirst); err != nil {
+			if err := iso.Store.GetContext(ctx, &late, iso.Store.Rebind("SELECT count(*) FROM fenced_writes WHERE token = ? AND id > ?"), oldTok, rivalFirst); err != nil {
 				t.Fatal(err)
 			}
 			if late != 0 {
@@ -278,21 +279,21 @@ func TestFaultSIGSTOPPessimisticHolder(t *testing.T) {
 // MariaDB has no per-session keepalive setting: there a frozen pessimistic
 // holder is bounded by idle_transaction_timeout (TestFaultSIGSTOPPessimisticHolder).
 func TestFaultTCPKeepalives(t *testing.T) {
-	iso := dbtest.New(t, dialect.Postgres)
+	iso := dbtest.New(t, store.Postgres)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	show := func(db *dialect.DB) [3]string {
 		t.Helper()
 		var v [3]string
 		for i, k := range []string{"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count"} {
-			if err := db.GetContext(ctx, &v[i], "SHOW "+k); err != nil {
+			if err := store.Of(db).GetContext(ctx, &v[i], "SHOW "+k); err != nil {
 				t.Fatalf("SHOW %s: %v", k, err)
 			}
 		}
 		return v
 	}
 	if !strings.Contains(iso.DSN, "@127.0.0.1:") && !strings.Contains(iso.DSN, "@localhost:") {
-		ciRequired(t, "the PostgreSQL test server is not reached over TCP (%s): keepalives do not apply", dialect.Redact(iso.DSN))
+		ciRequired(t, "the PostgreSQL test server is not reached over TCP (%s): keepalives do not apply", store.Redact(iso.DSN))
 	}
 	if got, want := show(iso.DB), [3]string{"10", "5", "3"}; got != want {
 		t.Errorf("a dblock session's keepalives (idle, interval, count) = %v, want the defaults %v", got, want)
@@ -348,7 +349,7 @@ func guardStopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	tx, err := db.BeginTxx(ctx, nil)
+	tx, err := store.Of(db).BeginTxx(ctx, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -357,7 +358,7 @@ func guardStopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.
 		fmt.Fprintln(os.Stderr, "guard:", err)
 		return 2
 	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO fenced_writes (token) VALUES ("+db.Dialect.Placeholder(1)+")", int64(lease.Token())); err != nil {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO fenced_writes (token) VALUES ("+store.Of(db).Dialect.Placeholder(1)+")", int64(lease.Token())); err != nil {
 		fmt.Fprintln(os.Stderr, "insert:", err)
 		return 2
 	}
@@ -392,7 +393,7 @@ func TestFaultSIGSTOPInsideGuard(t *testing.T) {
 			defer cancel()
 			ddl := "CREATE TABLE fenced_writes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, token bigint NOT NULL)"
 			dsn := iso.DSN
-			if kind == dialect.MySQL {
+			if kind == store.MySQL {
 				ddl = "CREATE TABLE fenced_writes (id bigint AUTO_INCREMENT PRIMARY KEY, token bigint NOT NULL)"
 				sep := "?"
 				if strings.Contains(dsn, "?") {
@@ -400,7 +401,7 @@ func TestFaultSIGSTOPInsideGuard(t *testing.T) {
 				}
 				dsn += sep + "idle_transaction_timeout=2"
 			}
-			if _, err := iso.DB.ExecContext(ctx, ddl); err != nil {
+			if _, err := iso.Store.ExecContext(ctx, ddl); err != nil {
 				t.Fatal(err)
 			}
 			const ttl = 2 * time.Second
@@ -448,7 +449,7 @@ func TestFaultSIGSTOPInsideGuard(t *testing.T) {
 				t.Errorf("loss report %q", lost)
 			}
 			var n int
-			if err := iso.DB.GetContext(ctx, &n, iso.DB.Rebind("SELECT count(*) FROM fenced_writes WHERE token = ?"), tok); err != nil {
+			if err := iso.Store.GetContext(ctx, &n, iso.Store.Rebind("SELECT count(*) FROM fenced_writes WHERE token = ?"), tok); err != nil {
 				t.Fatal(err)
 			}
 			if n != 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/faults/history"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // A worker is a process (the test binary re-executed with FAULTS_WORKER set)
@@ -64,7 +65,7 @@ func (c rawClient) acquire(ctx context.Context, name string, ttl, wait time.Dura
 	start := time.Now()
 	for {
 		t0 := time.Now()
-		res, err := c.db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
+		res, err := store.Of(c.db).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
 		if err != nil {
 			return nil, history.Unknown, err
 		}
@@ -93,7 +94,7 @@ func (rawClient) close() {}
 func (h *rawHeld) token() int64 { return int64(h.tok) }
 func (h *rawHeld) valid() bool  { return time.Now().Before(h.deadline) }
 func (h *rawHeld) release(ctx context.Context) (history.Outcome, error) {
-	ok, err := h.db.ReleaseLease(ctx, nil, h.name, h.owner, h.tok)
+	ok, err := store.Of(h.db).ReleaseLease(ctx, nil, h.name, h.owner, h.tok)
 	switch {
 	case err != nil:
 		return history.Unknown, err

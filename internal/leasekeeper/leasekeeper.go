@@ -25,13 +25,13 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // Config configures a Keeper.
 type Config struct {
-	DB *dialect.DB
+	DB *store.DB
 	// Prefix starts log messages ("fairqueue").
 	Prefix string
 	// Logger defaults to one that writes nothing.
@@ -556,7 +556,7 @@ func (e *pastDeadline) Error() string {
 // a lock not available, a deadlock or serialization failure, or a database
 // that is briefly unavailable.
 func Transient(err error) bool {
-	return errors.Is(err, dblock.ErrUnavailable) || dialect.IsRetryable(err) || errors.Is(err, driver.ErrBadConn)
+	return errors.Is(err, dblock.ErrUnavailable) || store.IsRetryable(err) || errors.Is(err, driver.ErrBadConn)
 }
 
 // jitter returns a duration in [d/2, d].

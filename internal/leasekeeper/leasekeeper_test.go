@@ -19,6 +19,7 @@ import (
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 func TestMain(m *testing.M) {
@@ -51,7 +52,7 @@ func start(t *testing.T, k *leasekeeper.Keeper, db *dialect.DB, name string, ttl
 	defer cancel()
 	owner := dblock.NewOwner()
 	reqStart := time.Now()
-	res, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
+	res, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: ttl})
 	if err != nil || !res.Acquired {
 		t.Fatalf("acquire %q: %+v %v", name, res, err)
 	}
@@ -80,13 +81,13 @@ func blockRow(t *testing.T, iso *dbtest.Isolated, name string) func() {
 	// The transaction outlives this call: database/sql rolls a transaction
 	// back when its context ends.
 	ctx := context.Background()
-	tx, err := iso.DB.BeginTxx(ctx, nil)
+	tx, err := iso.Store.BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin blocker: %v", err)
 	}
-	if iso.Kind != dialect.SQLite {
+	if iso.Kind != store.SQLite {
 		q := "SELECT name FROM dblock_locks WHERE name = ? FOR UPDATE"
-		if iso.Kind == dialect.Postgres {
+		if iso.Kind == store.Postgres {
 			q = "SELECT name FROM dblock_locks WHERE name = $1 FOR UPDATE"
 		}
 		var got string
@@ -142,7 +143,7 @@ func TestRenewalStopsWhenReleaseBegins(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		var renewals, others atomic.Int64
 		renewed := make(chan struct{}, 1)
-		k := newKeeper(t, leasekeeper.Config{DB: iso.DB, CountStatement: func() {
+		k := newKeeper(t, leasekeeper.Config{DB: iso.Store, CountStatement: func() {
 			if !fromRenewal() {
 				others.Add(1)
 				return
@@ -199,12 +200,12 @@ func TestLostStopsWatchdog(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 		defer cancel()
-		k := leasekeeper.New(leasekeeper.Config{DB: iso.DB, Logger: quiet})
+		k := leasekeeper.New(leasekeeper.Config{DB: iso.Store, Logger: quiet})
 		const ttl = time.Minute
 		for _, renew := range []bool{false, true} {
 			name := locktest.RandomName("lost")
 			lease := start(t, k, iso.DB, name, ttl, renew)
-			if ok, err := iso.DB.ForceRelease(ctx, nil, name); err != nil || !ok {
+			if ok, err := iso.Store.ForceRelease(ctx, nil, name); err != nil || !ok {
 				t.Fatalf("force release: %v %v", ok, err)
 			}
 			if reason := k.Lost(ctx, lease); !errors.Is(reason, dblock.ErrForceReleased) {
@@ -236,7 +237,7 @@ func TestCloseEndsLeasesAsLost(t *testing.T) {
 		defer cancel()
 		closedErr := dblock.ErrClosed
 		var released atomic.Int32
-		k := leasekeeper.New(leasekeeper.Config{DB: iso.DB, Logger: quiet, Hooks: dblock.Hooks{
+		k := leasekeeper.New(leasekeeper.Config{DB: iso.Store, Logger: quiet, Hooks: dblock.Hooks{
 			OnReleased: func(string, string, dblock.Token, time.Duration) { released.Add(1) },
 			OnLost:     func(string, string, dblock.Token, error) { t.Errorf("OnLost called for a lease ended by Close") },
 		}})
@@ -257,7 +258,7 @@ func TestCloseEndsLeasesAsLost(t *testing.T) {
 		if released.Load() != 1 {
 			t.Fatalf("OnReleased called %d times, want 1", released.Load())
 		}
-		h, err := iso.DB.LeaseHolder(ctx, nil, name)
+		h, err := iso.Store.LeaseHolder(ctx, nil, name)
 		if err != nil || h.Owner != "" {
 			t.Fatalf("row after Close: owner %q (%v), want free", h.Owner, err)
 		}
@@ -276,7 +277,7 @@ func TestOnLostMayRelease(t *testing.T) {
 		defer cancel()
 		leases := make(chan *dblock.Lease, 1)
 		hookReleased := make(chan error, 1)
-		k := newKeeper(t, leasekeeper.Config{DB: iso.DB, Hooks: dblock.Hooks{
+		k := newKeeper(t, leasekeeper.Config{DB: iso.Store, Hooks: dblock.Hooks{
 			OnLost: func(string, string, dblock.Token, error) {
 				hookReleased <- (<-leases).Release(context.Background())
 			},
@@ -284,7 +285,7 @@ func TestOnLostMayRelease(t *testing.T) {
 		name := locktest.RandomName("onlost")
 		lease := start(t, k, iso.DB, name, 600*time.Millisecond, true)
 		leases <- lease
-		if ok, err := iso.DB.ForceRelease(ctx, nil, name); err != nil || !ok {
+		if ok, err := iso.Store.ForceRelease(ctx, nil, name); err != nil || !ok {
 			t.Fatalf("force release: %v %v", ok, err)
 		}
 		err := receive(t, hookReleased, "Release called by OnLost")
@@ -300,7 +301,7 @@ func TestOnLostMayRelease(t *testing.T) {
 // freed. (SQLite runs in process: no connection to lose.)
 func TestReleaseGivesUpStalledConnection(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)
@@ -312,7 +313,7 @@ func TestReleaseGivesUpStalledConnection(t *testing.T) {
 				t.Fatalf("open via proxy: %v", err)
 			}
 			defer db.Close()
-			k := newKeeper(t, leasekeeper.Config{DB: db, ReleaseTimeout: time.Second})
+			k := newKeeper(t, leasekeeper.Config{DB: store.Of(db), ReleaseTimeout: time.Second})
 			name := locktest.RandomName("stalled")
 			lease := start(t, k, db, name, time.Minute, false)
 			p.Stall()
@@ -321,7 +322,7 @@ func TestReleaseGivesUpStalledConnection(t *testing.T) {
 			if err := receive(t, released, "Release on a stalled connection"); err != nil {
 				t.Fatalf("release: %v", err)
 			}
-			h, err := iso.DB.LeaseHolder(ctx, nil, name)
+			h, err := iso.Store.LeaseHolder(ctx, nil, name)
 			if err != nil || h.Owner != "" {
 				t.Fatalf("row after the release: owner %q (%v), want free", h.Owner, err)
 			}
@@ -335,7 +336,7 @@ func TestReleaseGivesUpStalledConnection(t *testing.T) {
 // ended that way) instead of retrying forever.
 func TestReleaseEndsAtDeadline(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)
@@ -347,7 +348,7 @@ func TestReleaseEndsAtDeadline(t *testing.T) {
 				t.Fatalf("open via proxy: %v", err)
 			}
 			defer db.Close()
-			k := newKeeper(t, leasekeeper.Config{DB: db, ReleaseTimeout: 500 * time.Millisecond})
+			k := newKeeper(t, leasekeeper.Config{DB: store.Of(db), ReleaseTimeout: 500 * time.Millisecond})
 			name := locktest.RandomName("vanished")
 			const ttl = 2 * time.Second
 			lease := start(t, k, db, name, ttl, false)

@@ -34,8 +34,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // Factory builds the Locker under test on iso (use iso.DB).
@@ -106,7 +106,7 @@ func RunOn(t *testing.T, newIso func(t *testing.T) *dbtest.Isolated, newLocker F
 				s := &suite{t: t, iso: iso, factory: newLocker, caps: caps}
 				// Registered first, so it runs after every Locker of the
 				// check on this pool is closed.
-				noConnsInUse(t, iso.DB, "the test database's pool")
+				noConnsInUse(t, iso.Store, "the test database's pool")
 				c.fn(t, s)
 			}
 			if newIso != nil {
@@ -151,7 +151,7 @@ func (s *suite) locker() dblock.Locker {
 
 // noConnsInUse fails t, at cleanup, if db has connections in use (a leak:
 // every Locker on db is closed by then).
-func noConnsInUse(t *testing.T, db *dialect.DB, what string) {
+func noConnsInUse(t *testing.T, db *store.DB, what string) {
 	t.Helper()
 	t.Cleanup(func() {
 		if n := db.Stats().InUse; n != 0 {
@@ -165,7 +165,7 @@ func noConnsInUse(t *testing.T, db *dialect.DB, what string) {
 func (s *suite) otherLocker() dblock.Locker {
 	s.t.Helper()
 	iso2 := &dbtest.Isolated{Kind: s.iso.Kind, DSN: s.iso.DSN, DB: s.iso.Open(s.t)}
-	noConnsInUse(s.t, iso2.DB, "the other Locker's pool")
+	noConnsInUse(s.t, store.Of(iso2.DB), "the other Locker's pool")
 	l := s.factory(s.t, iso2)
 	s.t.Cleanup(func() {
 		if err := l.Close(); err != nil {

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // Proxy forwards TCP connections to a database server. Stall makes every
@@ -38,7 +38,7 @@ var mysqlAddr = regexp.MustCompile(`tcp\(([^)]*)\)`)
 func StallProxy(t *testing.T, iso *dbtest.Isolated) (string, *Proxy) {
 	t.Helper()
 	switch iso.Kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		u, err := url.Parse(iso.DSN)
 		if err != nil {
 			t.Fatalf("proxy: dsn: %v", err)
@@ -46,10 +46,10 @@ func StallProxy(t *testing.T, iso *dbtest.Isolated) (string, *Proxy) {
 		p := newProxy(t, u.Host)
 		u.Host = p.ln.Addr().String()
 		return u.String(), p
-	case dialect.MySQL:
+	case store.MySQL:
 		m := mysqlAddr.FindStringSubmatchIndex(iso.DSN)
 		if m == nil {
-			t.Fatalf("proxy: dsn %q has no tcp(address)", dialect.Redact(iso.DSN))
+			t.Fatalf("proxy: dsn %q has no tcp(address)", store.Redact(iso.DSN))
 		}
 		p := newProxy(t, iso.DSN[m[2]:m[3]])
 		return iso.DSN[:m[2]] + p.ln.Addr().String() + iso.DSN[m[3]:], p

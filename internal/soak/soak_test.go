@@ -16,6 +16,7 @@ import (
 
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/reaper"
 )
 
@@ -117,7 +118,7 @@ func runHere(t *testing.T, ctx context.Context, iso *dbtest.Isolated, sd uint64,
 	if err := l.Close(); err != nil {
 		t.Errorf("close the lockers: %v", err)
 	}
-	if n := iso.DB.Stats().InUse; n != 0 {
+	if n := iso.Store.Stats().InUse; n != 0 {
 		t.Errorf("%d connections still in use after the lockers closed", n)
 	}
 }
@@ -141,9 +142,9 @@ func administer(t *testing.T, ctx context.Context, iso *dbtest.Isolated, rng *ra
 			_, err = r.RunOnce(actx)
 		case 1:
 			what = "idle deletion"
-			_, err = iso.DB.ReapIdle(actx, dialect.ReapParams{Age: time.Millisecond, Limit: 100})
+			_, err = iso.Store.ReapIdle(actx, store.ReapParams{Age: time.Millisecond, Limit: 100})
 		default:
-			_, err = iso.DB.ForceRelease(actx, nil, names[rng.IntN(len(names))])
+			_, err = iso.Store.ForceRelease(actx, nil, names[rng.IntN(len(names))])
 		}
 		if !documented(actx, err) && !documented(ctx, err) {
 			bad.add("admin %s: %v", what, err)
@@ -198,7 +199,7 @@ func workerMain(dsn string) int {
 	bad := &problems{}
 	var wg sync.WaitGroup
 	for g := range goroutines {
-		w := &worker{who: fmt.Sprintf("%s/%d", os.Getenv(envWho), g), l: l, kind: db.Dialect.Kind(),
+		w := &worker{who: fmt.Sprintf("%s/%d", os.Getenv(envWho), g), l: l, kind: store.Of(db).Dialect.Kind(),
 			rng: rand.New(rand.NewPCG(sd, uint64(g))), bad: bad}
 		wg.Go(func() { w.run(ctx) })
 	}
@@ -217,7 +218,7 @@ func workerMain(dsn string) int {
 
 func exec1(t *testing.T, db *dialect.DB, q string) {
 	t.Helper()
-	if _, err := db.ExecContext(context.Background(), q); err != nil {
+	if _, err := db.SQL().ExecContext(context.Background(), q); err != nil {
 		t.Fatal(err)
 	}
 }

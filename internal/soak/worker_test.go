@@ -13,6 +13,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -33,7 +34,7 @@ type lockers struct {
 const maxConns = 10
 
 func newLockers(db *dialect.DB) (*lockers, error) {
-	db.SetMaxOpenConns(maxConns)
+	db.SQL().SetMaxOpenConns(maxConns)
 	opt, err := optimistic.New(db, nil)
 	if err != nil {
 		return nil, err
@@ -95,7 +96,7 @@ func documented(ctx context.Context, err error) bool {
 type worker struct {
 	who  string
 	l    *lockers
-	kind dialect.Kind
+	kind store.Kind
 	rng  *rand.Rand
 	bad  *problems
 }
@@ -178,14 +179,14 @@ func (w *worker) guarded(ctx context.Context, leases []*dblock.Lease) error {
 	// its connection, and a lock's transaction with it).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sectionTimeout)
 	defer cancel()
-	begin, err := w.clock(ctx, w.l.db)
+	begin, err := w.clock(ctx, store.Of(w.l.db))
 	if err != nil {
 		return err
 	}
 	w.work()
-	tx, err := w.l.db.BeginTx(ctx, nil)
+	tx, err := w.l.db.SQL().BeginTx(ctx, nil)
 	if err != nil {
-		return w.l.db.Classify(err)
+		return store.Of(w.l.db).Classify(err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	for _, l := range leases {
@@ -203,7 +204,7 @@ func (w *worker) guarded(ctx context.Context, leases []*dblock.Lease) error {
 			// database/sql rolled the transaction back when ctx ended.
 			return fmt.Errorf("commit: %w: %w", ctx.Err(), err)
 		}
-		return w.l.db.Classify(err)
+		return store.Of(w.l.db).Classify(err)
 	}
 	return nil
 }
@@ -275,31 +276,31 @@ type querier interface {
 func (w *worker) clock(ctx context.Context, q querier) (int64, error) {
 	var us int64
 	err := q.QueryRowContext(ctx, "SELECT "+clockSQL(w.kind)).Scan(&us)
-	return us, w.l.db.Classify(err)
+	return us, store.Of(w.l.db).Classify(err)
 }
 
 // record writes one section, ending now by the database clock.
 func (w *worker) record(ctx context.Context, q querier, name string, token, begin int64, mode string) error {
 	query := "INSERT INTO soak_sections (name, token, begin_us, end_us, who) VALUES (?, ?, ?, " + clockSQL(w.kind) + ", ?)"
 	_, err := q.ExecContext(ctx, placeholders(w.kind, query), name, token, begin, w.who+" "+mode)
-	return w.l.db.Classify(err)
+	return store.Of(w.l.db).Classify(err)
 }
 
 // clockSQL is the database clock in microseconds, read when the statement
 // runs (PostgreSQL's now() is the transaction's start).
-func clockSQL(kind dialect.Kind) string {
+func clockSQL(kind store.Kind) string {
 	switch kind {
-	case dialect.Postgres:
+	case store.Postgres:
 		return "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
-	case dialect.MySQL:
+	case store.MySQL:
 		return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 	}
 	return "CAST(unixepoch('subsec') * 1000000 AS INTEGER)"
 }
 
 // placeholders turns ? into $1, $2, ... on PostgreSQL.
-func placeholders(kind dialect.Kind, q string) string {
-	if kind != dialect.Postgres {
+func placeholders(kind store.Kind, q string) string {
+	if kind != store.Postgres {
 		return q
 	}
 	var b strings.Builder

@@ -1,5 +1,5 @@
 // Package wake is the per-Locker wake-up hub of the lease modes. On PostgreSQL
-// one dedicated connection LISTENs on dialect.NotifyChannel and wakes the
+// one dedicated connection LISTENs on store.NotifyChannel and wakes the
 // waiters of a name when its release is announced. On other databases, or
 // where LISTEN cannot work (a pooler in transaction mode), the hub is a no-op
 // and waiters rely on their backoff and expiry timers; the hub is an
@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // Reconnect backoff bounds of the listening connection.
@@ -25,7 +25,7 @@ const (
 // Hub fans notifications out to the waiters of each name. It is safe for
 // concurrent use.
 type Hub struct {
-	db     *dialect.DB
+	db     *store.DB
 	logger *slog.Logger
 
 	ctx    context.Context
@@ -41,7 +41,7 @@ type Hub struct {
 type sub struct{ ch chan struct{} }
 
 // New returns a hub for db. Nothing is started until the first Subscribe.
-func New(db *dialect.DB, logger *slog.Logger) *Hub {
+func New(db *store.DB, logger *slog.Logger) *Hub {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -128,7 +128,7 @@ func (h *Hub) run() {
 	defer h.wg.Done()
 	backoff := reconnectMin
 	for attempt := 1; ; attempt++ {
-		l, err := h.db.Listen(h.ctx, dialect.NotifyChannel)
+		l, err := h.db.Listen(h.ctx, store.NotifyChannel)
 		if err != nil {
 			if h.ctx.Err() != nil {
 				return
@@ -160,7 +160,7 @@ func (h *Hub) run() {
 	}
 }
 
-func (h *Hub) listen(l dialect.Listener) error {
+func (h *Hub) listen(l store.Listener) error {
 	for {
 		payload, err := l.Wait(h.ctx)
 		if err != nil {

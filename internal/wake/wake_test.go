@@ -11,6 +11,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/internal/wake"
 )
 
@@ -34,19 +35,19 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 func release(t *testing.T, db *dialect.DB, name string) {
 	t.Helper()
 	ctx := context.Background()
-	r, err := db.AcquireLease(ctx, nil, dialect.AcquireParams{Name: name, Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+	r, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Minute})
 	if err != nil || !r.Acquired {
 		t.Fatalf("acquire %s: %+v %v", name, r, err)
 	}
-	if ok, err := db.ReleaseLease(ctx, nil, name, "o", r.Token); err != nil || !ok {
+	if ok, err := store.Of(db).ReleaseLease(ctx, nil, name, "o", r.Token); err != nil || !ok {
 		t.Fatalf("release %s: %v %v", name, ok, err)
 	}
 }
 
 func TestHubPostgres(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, dialect.Postgres)
-	hub := wake.New(iso.DB, nil)
+	iso := dbtest.New(t, store.Postgres)
+	hub := wake.New(iso.Store, nil)
 	name, other := locktest.RandomName("wake"), locktest.RandomName("wake-other")
 	ch, cancel := hub.Subscribe(name)
 	defer cancel()
@@ -67,7 +68,7 @@ func TestHubPostgres(t *testing.T) {
 
 	// Kill the listening session: the hub reconnects and wakes everyone.
 	ctx := context.Background()
-	res, err := pool.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	res, err := pool.SQL().ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 WHERE application_name = current_setting('application_name') AND query = 'LISTEN "dblock"' AND pid <> pg_backend_pid()`)
 	if err != nil {
 		t.Fatalf("terminate listener: %v", err)
@@ -83,7 +84,7 @@ WHERE application_name = current_setting('application_name') AND query = 'LISTEN
 	if err := hub.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	if n := iso.DB.Stats().InUse; n != 0 {
+	if n := iso.Store.Stats().InUse; n != 0 {
 		t.Fatalf("%d connections in use after Close", n)
 	}
 	// Subscribing after Close is harmless.
@@ -93,11 +94,11 @@ WHERE application_name = current_setting('application_name') AND query = 'LISTEN
 
 func TestHubNoNotify(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []dialect.Kind{dialect.MySQL, dialect.SQLite} {
+	for _, kind := range []store.Kind{store.MySQL, store.SQLite} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)
-			hub := wake.New(iso.DB, nil)
+			hub := wake.New(iso.Store, nil)
 			ch, cancel := hub.Subscribe("x")
 			release(t, iso.DB, "x")
 			select {
@@ -109,7 +110,7 @@ func TestHubNoNotify(t *testing.T) {
 			if err := hub.Close(); err != nil {
 				t.Fatalf("close: %v", err)
 			}
-			if n := iso.DB.Stats().InUse; n != 0 {
+			if n := iso.Store.Stats().InUse; n != 0 {
 				t.Fatalf("%d connections in use after Close", n)
 			}
 		})

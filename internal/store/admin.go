@@ -1,0 +1,206 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/dblock-go/dblock"
+)
+
+// Administrative reads for `dblock status`. They take no row locks and never
+// wait for one, so they can run at any time without slowing lock traffic.
+
+// LockRow is a held lock as `dblock status` shows it: a dblock_locks row that
+// names an owner. Its lease may already have expired by the database clock
+// when the reaper has not freed it yet (see Expired).
+type LockRow struct {
+	Name       string
+	Owner      string
+	Token      int64 // The version column: the fencing token of the hold.
+	Reentry    int
+	Mode       string
+	AcquiredAt time.Time // Zero when unknown.
+	ExpiresAt  time.Time // Zero when the hold has no lease.
+	UpdatedAt  time.Time
+	Metadata   string
+	Now        time.Time // The database clock when the row was read.
+}
+
+// Expired reports whether the row's lease ran out by the database clock.
+func (r LockRow) Expired() bool { return !r.ExpiresAt.IsZero() && !r.ExpiresAt.After(r.Now) }
+
+// WaiterRow is a live fair-queue waiter (its heartbeat deadline not yet
+// passed by the database clock). Position is 1 for the oldest live waiter of
+// its name, ordered by created_at, then id, as the fair locker orders them.
+type WaiterRow struct {
+	ID          int64
+	Name        string
+	Owner       string
+	Position    int
+	CreatedAt   time.Time
+	HeartbeatAt time.Time
+	ExpiresAt   time.Time
+	Now         time.Time // The database clock when the row was read.
+}
+
+// ListLocks returns the held locks (rows naming an owner), ordered by name.
+// With names, only those names are considered; names that are not held are
+// simply absent; a bad name is refused (dblock.ErrInvalidName). Errors are
+// classified (a missing table is ErrSchemaMissing).
+func (db *DB) ListLocks(ctx context.Context, names []string) ([]LockRow, error) {
+	if err := validateNames(names); err != nil {
+		return nil, err
+	}
+	var query string
+	switch db.Dialect.Kind() {
+	case Postgres:
+		query = `SELECT name, owner, version, reentry, coalesce(mode, ''),
+    coalesce(` + pgUs("acquired_at") + `, 0), coalesce(` + pgUs("expires_at") + `, 0),
+    ` + pgUs("updated_at") + `, coalesce(metadata, ''), ` + pgUs("now()") + `
+FROM dblock_locks WHERE owner IS NOT NULL` + db.nameFilter("name", names, 1, " AND ") + `
+ORDER BY name`
+	case MySQL:
+		query = `SELECT name, owner, version, reentry, IFNULL(mode, ''),
+    IFNULL(` + myUs("acquired_at") + `, 0), IFNULL(` + myUs("expires_at") + `, 0),
+    ` + myUs("updated_at") + `, IFNULL(metadata, ''), ` + myUs("UTC_TIMESTAMP(6)") + `
+FROM dblock_locks WHERE owner IS NOT NULL` + db.nameFilter("name", names, 1, " AND ") + `
+ORDER BY name`
+	default:
+		query = `SELECT name, owner, version, reentry, IFNULL(mode, ''),
+    IFNULL(acquired_at, 0), IFNULL(expires_at, 0), updated_at, IFNULL(metadata, ''), ` + sqliteNow + `
+FROM dblock_locks WHERE owner IS NOT NULL` + db.nameFilter("name", names, 1, " AND ") + `
+ORDER BY name`
+	}
+	rows, err := db.QueryContext(ctx, query, nameArgs(names)...)
+	if err != nil {
+		return nil, db.Classify(err)
+	}
+	defer rows.Close()
+	var out []LockRow
+	for rows.Next() {
+		var (
+			r                           LockRow
+			acqUs, expUs, updUs, nowUs  int64
+			name, owner, mode, metadata []byte
+		)
+		if err := rows.Scan(&name, &owner, &r.Token, &r.Reentry, &mode, &acqUs, &expUs, &updUs, &metadata, &nowUs); err != nil {
+			return nil, db.Classify(err)
+		}
+		r.Name, r.Owner, r.Mode, r.Metadata = string(name), string(owner), string(mode), string(metadata)
+		r.AcquiredAt, r.ExpiresAt, r.UpdatedAt, r.Now = microsOrZero(acqUs), microsOrZero(expUs), microsOrZero(updUs), Micros(nowUs)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, db.Classify(err)
+	}
+	return out, nil
+}
+
+// ListWaiters returns the live fair-queue waiters (heartbeat deadline not yet
+// passed by the database clock), ordered by name and queue position. With
+// names, only those names are considered (a bad one is refused:
+// dblock.ErrInvalidName). Stale waiters, which the reaper removes, are not
+// listed and take no position.
+func (db *DB) ListWaiters(ctx context.Context, names []string) ([]WaiterRow, error) {
+	if err := validateNames(names); err != nil {
+		return nil, err
+	}
+	var query string
+	switch db.Dialect.Kind() {
+	case Postgres:
+		query = `SELECT id, name, owner, position, ` + pgUs("created_at") + `, ` + pgUs("heartbeat_at") + `,
+    ` + pgUs("expires_at") + `, ` + pgUs("now()") + `
+FROM (
+    SELECT w.*, row_number() OVER (PARTITION BY w.name ORDER BY w.created_at, w.id) AS position
+    FROM dblock_waiters w WHERE w.expires_at > now()` + db.nameFilter("w.name", names, 1, " AND ") + `
+) q
+ORDER BY name, position`
+	case MySQL:
+		query = `SELECT id, name, owner, position, ` + myUs("created_at") + `, ` + myUs("heartbeat_at") + `,
+    ` + myUs("expires_at") + `, ` + myUs("UTC_TIMESTAMP(6)") + `
+FROM (
+    SELECT w.*, ROW_NUMBER() OVER (PARTITION BY w.name ORDER BY w.created_at, w.id) AS position
+    FROM dblock_waiters w WHERE w.expires_at > UTC_TIMESTAMP(6)` + db.nameFilter("w.name", names, 1, " AND ") + `
+) q
+ORDER BY name, position`
+	default:
+		query = `SELECT id, name, owner, position, created_at, heartbeat_at, expires_at, ` + sqliteNow + `
+FROM (
+    SELECT w.*, row_number() OVER (PARTITION BY w.name ORDER BY w.created_at, w.id) AS position
+    FROM dblock_waiters w WHERE w.expires_at > ` + sqliteNow + db.nameFilter("w.name", names, 1, " AND ") + `
+) q
+ORDER BY name, position`
+	}
+	rows, err := db.QueryContext(ctx, query, nameArgs(names)...)
+	if err != nil {
+		return nil, db.Classify(err)
+	}
+	defer rows.Close()
+	var out []WaiterRow
+	for rows.Next() {
+		var (
+			w                        WaiterRow
+			crUs, hbUs, expUs, nowUs int64
+			name, owner              []byte
+		)
+		if err := rows.Scan(&w.ID, &name, &owner, &w.Position, &crUs, &hbUs, &expUs, &nowUs); err != nil {
+			return nil, db.Classify(err)
+		}
+		w.Name, w.Owner = string(name), string(owner)
+		w.CreatedAt, w.HeartbeatAt, w.ExpiresAt, w.Now = Micros(crUs), Micros(hbUs), Micros(expUs), Micros(nowUs)
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, db.Classify(err)
+	}
+	return out, nil
+}
+
+// nameFilter returns `<join><col> IN (<placeholders>)` for names, numbering
+// placeholders from first, or "" when names is empty. Only placeholders are
+// formatted into the statement; the names travel as bind parameters.
+func (db *DB) nameFilter(col string, names []string, first int, join string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(join)
+	b.WriteString(col)
+	b.WriteString(" IN (")
+	for i := range names {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(db.Dialect.Placeholder(first + i))
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// validateNames refuses the first bad name of names (dblock.ValidateName)
+// before it reaches the database, which would answer with an error of its
+// own, or none.
+func validateNames(names []string) error {
+	for _, n := range names {
+		if err := dblock.ValidateName(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func nameArgs(names []string) []any {
+	args := make([]any, len(names))
+	for i, n := range names {
+		args[i] = n
+	}
+	return args
+}
+
+func microsOrZero(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return Micros(us)
+}

@@ -1,0 +1,603 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+)
+
+// LeaseSQL holds the statements of lease locks (optimistic and fair modes).
+// No statement waits for a row lock: a name whose row a pessimistic
+// transaction holds is reported as not acquired at once.
+type LeaseSQL struct {
+	// Acquire takes a name for an owner when the row is missing, free,
+	// expired by the database clock, or already the owner's (reentry). One
+	// statement; a fresh hold gets a new fencing token, a reentry keeps it.
+	Acquire string
+	// Release decrements reentry, freeing the row at zero; a CAS on (name,
+	// owner, version). On PostgreSQL it commits asynchronously and notifies.
+	Release string
+	// Renew extends an unexpired lease; a CAS on (name, owner, version).
+	Renew string
+	// Holder reads a name's row and the database clock.
+	Holder string
+	// Guard, run in the caller's transaction, finds the row only while it
+	// still names (owner, version) unexpired, and keeps it so until commit.
+	Guard string
+	// ForceRelease frees a name whoever holds it (administrators only).
+	ForceRelease string
+	// Exists finds a name's row without locking it.
+	Exists string
+	// FloorInTx and AcquireInTx (MySQL/MariaDB) replace Acquire inside a
+	// transaction that runs other statements too (AcquireLeases, a fair
+	// waiter's take): FloorInTx reads the fencing floor with a skip-locked
+	// shared lock, which the transaction then keeps until it ends, and
+	// AcquireInTx is Acquire with that floor as its third parameter. One
+	// statement cannot do both there: on MariaDB a statement told not to
+	// wait (innodb_lock_wait_timeout=0) that skips a locked row fails inside
+	// a transaction with "Error 1180: Got error 1 during COMMIT" (in
+	// autocommit mode it does not).
+	FloorInTx, AcquireInTx string
+}
+
+// NotifyChannel is the PostgreSQL channel on which releases are announced;
+// the payload is the lock name.
+const NotifyChannel = "dblock"
+
+// ---- PostgreSQL ($1 name, $2 owner, $3 ttl µs | version, $4 mode, $5 metadata) ----
+
+const pgMicros = "(extract(epoch FROM %s) * 1000000)::bigint"
+
+func pgUs(col string) string { return fmt.Sprintf(pgMicros, col) }
+
+var pgLease = LeaseSQL{
+	// cur locks the row only when it can be taken. SKIP LOCKED: a row that a
+	// pessimistic transaction (or a racing acquire) has locked is passed
+	// over at once, as a normal result rather than a server error (NOWAIT's
+	// 55P03 costs an error round trip and a server log entry per lost race).
+	// A failed attempt locks and writes nothing, so it needs no WAL flush.
+	// ins covers a missing row. The last branch reports the row as it was
+	// when nothing was taken; a takeable row there means it was locked.
+	Acquire: `WITH cur AS (
+    SELECT name FROM dblock_locks
+    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+    FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE dblock_locks l SET
+        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
+        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
+        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
+        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
+        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
+                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
+                           ELSE now() + $3::bigint * interval '1 microsecond' END,
+        owner       = $2,
+        updated_at  = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING l.version, l.reentry
+), ins AS (
+    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING version, reentry
+)
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry FROM upd
+UNION ALL
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry FROM ins
+UNION ALL
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce(` + pgUs("h.expires_at") + `, 0), ` + pgUs("now()") + `, 0
+FROM dblock_locks h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
+LIMIT 1`,
+
+	// A release lost in a crash only delays the next owner until the lease
+	// expires, so it commits without waiting for the WAL flush.
+	Release: `UPDATE dblock_locks l SET
+    reentry    = l.reentry - 1,
+    owner      = CASE WHEN l.reentry > 1 THEN l.owner END,
+    expires_at = CASE WHEN l.reentry > 1 THEN l.expires_at END,
+    updated_at = now()
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
+RETURNING (CASE WHEN l.reentry = 0 THEN pg_notify('` + NotifyChannel + `', l.name)::text END) IS NOT NULL`,
+
+	Renew: `UPDATE dblock_locks SET
+    expires_at = greatest(expires_at, now() + $4::bigint * interval '1 microsecond'),
+    updated_at = now()
+WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()
+RETURNING true`,
+
+	Holder: `SELECT coalesce(owner, ''), version, coalesce(mode, ''), coalesce(` + pgUs("expires_at") + `, 0), ` + pgUs("now()") + `, reentry
+FROM dblock_locks WHERE name = $1`,
+
+	// FOR SHARE blocks every update of the row (a takeover, a release) until
+	// the caller's transaction ends; clock_timestamp() because now() is the
+	// transaction's start. So that a holder frozen inside that transaction
+	// cannot keep the name past its lease, the same statement bounds the
+	// transaction server-side: idle_in_transaction_session_timeout, local to
+	// the transaction (set_config's is_local), becomes the lease's time left
+	// by the database clock (at least 1 ms, since 0 turns it off), or the
+	// session's own value if that is shorter. The server then ends the
+	// session of a transaction left idle past the lease, and the rival
+	// acquires. The value goes back to the session's at commit or rollback.
+	Guard: `WITH g AS (
+    SELECT expires_at FROM dblock_locks
+    WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > clock_timestamp()
+    FOR SHARE
+)
+SELECT (set_config('idle_in_transaction_session_timeout', least(
+    greatest(1, ceil(extract(epoch FROM g.expires_at - clock_timestamp()) * 1000)),
+    coalesce(nullif(ceil(extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000), 0), 2147483647)
+)::bigint::text, true) IS NOT NULL)::int
+FROM g`,
+
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = now()
+WHERE name = $1 AND owner IS NOT NULL
+RETURNING pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL`,
+
+	Exists: `SELECT 1 FROM dblock_locks WHERE name = $1`,
+}
+
+// ---- SQLite (?1 name, ?2 owner, ?3 ttl µs | version, ?4 mode, ?5 metadata); times in µs ----
+
+var sqliteLease = LeaseSQL{
+	Acquire: strings.ReplaceAll(`INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+VALUES (?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, NOW, NOW + ?3, NOW, ?5)
+ON CONFLICT (name) DO UPDATE SET
+    reentry     = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN reentry + 1 ELSE 1 END,
+    version     = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN version ELSE max(version + 1, excluded.version) END,
+    mode        = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN mode ELSE excluded.mode END,
+    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN acquired_at ELSE excluded.acquired_at END,
+    metadata    = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN metadata ELSE excluded.metadata END,
+    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    owner       = excluded.owner,
+    updated_at  = excluded.updated_at
+WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= NOW
+RETURNING version, reentry`, "NOW", sqliteNow),
+
+	Release: `UPDATE dblock_locks SET
+    reentry    = reentry - 1,
+    owner      = CASE WHEN reentry > 1 THEN owner END,
+    expires_at = CASE WHEN reentry > 1 THEN expires_at END,
+    updated_at = ` + sqliteNow + `
+WHERE name = ?1 AND owner = ?2 AND version = ?3`,
+
+	Renew: `UPDATE dblock_locks SET
+    expires_at = max(expires_at, ` + sqliteNow + ` + ?4),
+    updated_at = ` + sqliteNow + `
+WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
+
+	Holder: `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, reentry
+FROM dblock_locks WHERE name = ?1`,
+
+	// SQLite has one writer: inside the caller's write transaction nobody
+	// else can change the row before commit.
+	Guard: `SELECT 1 FROM dblock_locks
+WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
+
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = ` + sqliteNow + `
+WHERE name = ?1 AND owner IS NOT NULL`,
+
+	Exists: `SELECT 1 FROM dblock_locks WHERE name = ?1`,
+}
+
+// ---- operations ----
+
+// AcquireParams are the inputs of AcquireLease.
+type AcquireParams struct {
+	Name     string
+	Owner    string
+	Mode     string // dblock.ModeOptimistic or dblock.ModeFair.
+	TTL      time.Duration
+	Metadata string // Empty stores NULL.
+	// QueueGuard refuses the acquisition while a live fair waiter queues for
+	// the name, unless the owner holds the name already (reentry): the fair
+	// mode's direct path, which must never jump a waiter whose row committed
+	// before the acquisition began. PostgreSQL and SQLite check the queue in
+	// the acquiring statement. MySQL reads the queue (without locking) and
+	// stops there if anyone waits or holds the name; else it acquires, then
+	// reads the waiters created no later than the lease was acquired and,
+	// finding any, releases at once (see QueueSQL.Jumped). Autocommit only
+	// (q nil).
+	QueueGuard bool
+}
+
+// AcquireResult is the outcome of AcquireLease.
+type AcquireResult struct {
+	Acquired bool
+	Token    dblock.Token // The fencing token when acquired.
+	// Reentry is the owner's acquisition count after this one (1 for a first
+	// acquisition); 0 when unknown (MySQL reports it only for a new row).
+	Reentry int
+	// Holder is the current holder when not acquired (Exists false if
+	// unknown); Holder.Now is the database clock, so ExpiresAt - Now is the
+	// time left on the holder's lease.
+	Holder Holder
+	// Waiters counts the live fair waiters that refused an acquisition with
+	// QueueGuard (zero otherwise).
+	Waiters int
+	// Statements counts the round trips the call sent (at least 1), for
+	// callers that report statements per acquisition.
+	Statements int
+}
+
+// Holder is a name's row as the database sees it.
+type Holder struct {
+	Exists    bool
+	Owner     string // Empty when free (or held by a pessimistic transaction, which writes no owner).
+	Version   int64
+	Mode      string
+	Reentry   int       // The owner's acquisition count (0 when free; as read by LeaseHolder only).
+	ExpiresAt time.Time // Zero when there is no lease.
+	Now       time.Time // The database clock when read.
+	// Reason says why an acquisition was refused when no lease holder or
+	// pessimistic transaction can be named: another transaction held the
+	// name's key (an insert of the same name in progress) or the fencing
+	// floor. Nil otherwise.
+	Reason error
+}
+
+// Reasons of a refusal without a known holder (Holder.Reason).
+var (
+	// ErrKeyLocked: the name has no committed row, yet another transaction
+	// holds its key (an acquisition or a pessimistic lock inserting the row).
+	ErrKeyLocked = errors.New("its key is locked by another transaction (an insert of the same name in progress)")
+	// ErrFenceBusy: the fencing floor's row (dblock_fence) stayed locked by
+	// another transaction for longer than an acquisition waits for it.
+	ErrFenceBusy = errors.New("the fencing floor (dblock_fence) is locked by another transaction")
+)
+
+// Held reports whether the row names an unexpired lease holder.
+func (h Holder) Held() bool { return h.Exists && h.Owner != "" && h.ExpiresAt.After(h.Now) }
+
+// HeldError returns the *dblock.HeldError describing h for name; h.Reason,
+// if any, joins cause.
+func (h Holder) HeldError(name string, cause error) *dblock.HeldError {
+	switch {
+	case h.Reason != nil && cause == nil:
+		cause = h.Reason
+	case h.Reason != nil:
+		cause = fmt.Errorf("%w (%w)", cause, h.Reason)
+	}
+	e := &dblock.HeldError{Name: name, Owner: h.Owner, Mode: h.Mode, ExpiresAt: h.ExpiresAt, Cause: cause}
+	return e
+}
+
+func (db *DB) q(q Querier) Querier {
+	if q == nil {
+		return db.DB
+	}
+	return q
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// AcquireLease runs the one-statement acquire on q (nil: the pool). A row held
+// by a pessimistic transaction comes back as not acquired (Holder.Mode
+// pessimistic), never as a wait. Errors are classified.
+func (db *DB) AcquireLease(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
+	res, err := db.acquireLease(ctx, q, p)
+	if res.Statements == 0 {
+		res.Statements = 1
+	}
+	return res, err
+}
+
+func (db *DB) acquireLease(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
+	if p.QueueGuard {
+		return db.acquireGuarded(ctx, p)
+	}
+	q = db.q(q)
+	ttl := p.TTL.Microseconds()
+	var res AcquireResult
+	switch db.Dialect.Kind() {
+	case Postgres:
+		return db.pgAcquire(ctx, q, db.Dialect.Lease().Acquire, p, false)
+	case MySQL:
+		return db.acquireMySQL(ctx, q, p)
+	default: // SQLite
+		var version int64
+		var err error
+		if pool, ok := q.(*sqlx.DB); ok && pool == db.DB {
+			err = db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error {
+				return c.QueryRowxContext(ctx, db.Dialect.Lease().Acquire, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
+					Scan(&version, &res.Reentry)
+			})
+		} else {
+			err = q.QueryRowxContext(ctx, db.Dialect.Lease().Acquire, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
+				Scan(&version, &res.Reentry)
+		}
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			h, err := db.LeaseHolder(ctx, q, p.Name)
+			return AcquireResult{Holder: h}, err
+		case err != nil:
+			err = db.Classify(err)
+			if errors.Is(err, dblock.ErrNotAcquired) {
+				return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
+			}
+			return AcquireResult{}, err
+		}
+		res.Acquired, res.Token = true, dblock.Token(version)
+		return res, nil
+	}
+}
+
+// sleepCtx waits d, or until ctx ends (returning its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// pgAcquire runs one of PostgreSQL's acquire statements, the lease's or,
+// with queued, the queue's direct one (which also returns the number of live
+// waiters and, when no row exists, a row of zeroes), and reads its answer.
+func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireParams, queued bool) (AcquireResult, error) {
+	var (
+		res                      AcquireResult
+		owner, mode              string
+		version, expUs, nowUs, n int64
+	)
+	dest := []any{&res.Acquired, &version, &owner, &mode, &expUs, &nowUs, &res.Reentry}
+	if queued {
+		dest = append(dest, &n)
+	}
+	err := q.QueryRowxContext(ctx, query, p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)).Scan(dest...)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return AcquireResult{}, nil // Nothing taken and no row visible: a concurrent insert of the name won.
+	case err != nil:
+		err = db.Classify(err)
+		if errors.Is(err, dblock.ErrNotAcquired) {
+			return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
+		}
+		return AcquireResult{}, err
+	}
+	if res.Acquired {
+		res.Token = dblock.Token(version)
+		return res, nil
+	}
+	res.Waiters = int(n)
+	h := Holder{Exists: !queued || version != 0, Owner: owner, Version: version, Mode: mode, Now: Micros(nowUs)}
+	if expUs != 0 {
+		h.ExpiresAt = Micros(expUs)
+	}
+	if h.Exists && n == 0 && (owner == "" || owner == p.Owner || expUs <= nowUs) {
+		// Takeable, nobody queued, yet skipped: a transaction holds the row locked.
+		h = Holder{Exists: true, Mode: dblock.ModePessimistic, Now: h.Now}
+	}
+	res.Holder = h
+	return res, nil
+}
+
+// acquireGuarded is AcquireLease with QueueGuard.
+func (db *DB) acquireGuarded(ctx context.Context, p AcquireParams) (AcquireResult, error) {
+	ttl := p.TTL.Microseconds()
+	switch db.Dialect.Kind() {
+	case Postgres:
+		return db.pgAcquire(ctx, db.DB, db.Dialect.Queue().Direct, p, true)
+	case SQLite:
+		var (
+			res     AcquireResult
+			version int64
+		)
+		err := db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error {
+			return c.QueryRowxContext(ctx, db.Dialect.Queue().Direct, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
+				Scan(&version, &res.Reentry)
+		})
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			// Queued for, or held by another: say which.
+			s, err := db.PeekQueue(ctx, nil, p.Name)
+			return AcquireResult{Holder: s.Holder, Waiters: s.Ahead, Statements: 2}, err
+		case err != nil:
+			err = db.Classify(err)
+			if errors.Is(err, dblock.ErrNotAcquired) {
+				return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
+			}
+			return AcquireResult{}, err
+		}
+		res.Acquired, res.Token = true, dblock.Token(version)
+		return res, nil
+	default:
+		// A lockless look first: under contention the answer is almost
+		// always "queued" or "held", for one statement.
+		s, err := db.PeekQueue(ctx, nil, p.Name)
+		if err != nil {
+			return AcquireResult{}, err
+		}
+		mine := s.Holder.Held() && s.Holder.Owner == p.Owner
+		if !mine && (s.Ahead > 0 || s.Holder.Held()) {
+			return AcquireResult{Holder: s.Holder, Waiters: s.Ahead}, nil
+		}
+		p.QueueGuard = false
+		res, err := db.acquireLease(ctx, nil, p)
+		res.Statements = max(res.Statements, 1) + 1
+		if err != nil || !res.Acquired {
+			return res, err
+		}
+		// Jumped: did a waiter queue before this acquisition began?
+		var reentry, queued int
+		res.Statements++
+		err = db.QueryRowxContext(ctx, db.Dialect.Queue().Jumped, p.Name, p.Owner, int64(res.Token)).Scan(&reentry, &queued)
+		if err != nil || reentry > 1 || queued == 0 {
+			// Unreadable (the lease stands: its keeper finds out whether it
+			// still holds), a reentry, or nobody jumped.
+			return res, nil
+		}
+		res.Statements++
+		released, rerr := db.ReleaseLease(ctx, nil, p.Name, p.Owner, res.Token)
+		if rerr != nil || !released {
+			// Keep the lease rather than leave it held by nobody who knows.
+			return res, nil
+		}
+		return AcquireResult{Waiters: queued, Statements: res.Statements}, nil
+	}
+}
+
+// ReleaseLease runs the release CAS; it reports whether the row named (owner,
+// token) and was released (or its reentry count decremented).
+func (db *DB) ReleaseLease(ctx context.Context, q Querier, name, owner string, token dblock.Token) (bool, error) {
+	q = db.q(q)
+	if db.Dialect.Kind() == Postgres {
+		var notified bool
+		err := q.QueryRowxContext(ctx, db.Dialect.Lease().Release, name, owner, int64(token)).Scan(&notified)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, db.Classify(err)
+	}
+	return db.execOne(ctx, q, db.Dialect.Lease().Release, name, owner, int64(token))
+}
+
+// RenewLease extends an unexpired lease by ttl from the database's now; it
+// reports whether the row still named (owner, token) unexpired.
+func (db *DB) RenewLease(ctx context.Context, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
+	q = db.q(q)
+	us := ttl.Microseconds()
+	switch db.Dialect.Kind() {
+	case Postgres:
+		var ok bool
+		err := q.QueryRowxContext(ctx, db.Dialect.Lease().Renew, name, owner, int64(token), us).Scan(&ok)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, db.Classify(err)
+	case MySQL:
+		return db.execOne(ctx, q, db.Dialect.Lease().Renew, us, name, owner, int64(token))
+	default:
+		return db.execOne(ctx, q, db.Dialect.Lease().Renew, name, owner, int64(token), us)
+	}
+}
+
+// LeaseHolder reads name's row and the database clock (Exists false when there is no row).
+func (db *DB) LeaseHolder(ctx context.Context, q Querier, name string) (Holder, error) {
+	q = db.q(q)
+	var h Holder
+	var expUs, nowUs int64
+	err := q.QueryRowxContext(ctx, db.Dialect.Lease().Holder, name).Scan(&h.Owner, &h.Version, &h.Mode, &expUs, &nowUs, &h.Reentry)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Holder{}, nil
+	}
+	if err != nil {
+		return Holder{}, db.Classify(err)
+	}
+	h.Exists = true
+	if expUs != 0 {
+		h.ExpiresAt = Micros(expUs)
+	}
+	h.Now = Micros(nowUs)
+	return h, nil
+}
+
+// GuardLease checks, inside the caller's transaction, that name is still held
+// by (owner, token) and unexpired by the database clock, and keeps it so until
+// the transaction ends. It reports false when the lease no longer holds.
+func (db *DB) GuardLease(ctx context.Context, tx Querier, name, owner string, token dblock.Token) (bool, error) {
+	var one int
+	err := tx.QueryRowxContext(ctx, db.Dialect.Lease().Guard, name, owner, int64(token)).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, db.Classify(err)
+}
+
+// ForceRelease frees name whoever holds its lease (administrators only). It
+// reports whether a holder was removed. A name held by a pessimistic
+// transaction cannot be freed this way: end that session instead. A bad name
+// is refused with an error wrapping dblock.ErrInvalidName.
+func (db *DB) ForceRelease(ctx context.Context, q Querier, name string) (bool, error) {
+	if err := dblock.ValidateName(name); err != nil {
+		return false, err
+	}
+	q = db.q(q)
+	if db.Dialect.Kind() == Postgres {
+		var ok bool
+		err := q.QueryRowxContext(ctx, db.Dialect.Lease().ForceRelease, name).Scan(&ok)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, db.Classify(err)
+	}
+	return db.execOne(ctx, q, db.Dialect.Lease().ForceRelease, name)
+}
+
+func (db *DB) execOne(ctx context.Context, q Querier, query string, args ...any) (bool, error) {
+	r, err := q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return false, db.Classify(err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	return n > 0, nil
+}
+
+// AcquireLeases takes every name of ps or none, in one transaction, in the
+// order given (callers sort the names, so that two callers asking for
+// overlapping sets meet in the same order). It returns the results, all
+// acquired, after the commit; or, after a rollback, blocked: the index of
+// the first name that could not be taken, whose result names its holder.
+// No statement waits for a row lock (as AcquireLease); on SQLite the
+// transaction's write lock is waited for sqliteLeaseBusyTimeout at most.
+// An error from the commit leaves the outcome unknown: every name or none
+// was taken.
+func (db *DB) AcquireLeases(ctx context.Context, ps []AcquireParams) (results []AcquireResult, blocked int, err error) {
+	run := func(tx *sqlx.Tx) error {
+		results = make([]AcquireResult, 0, len(ps))
+		for i, p := range ps {
+			res, err := db.AcquireLease(ctx, tx, p)
+			if err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			results = append(results, res)
+			if !res.Acquired {
+				blocked = i
+				return db.Classify(tx.Rollback())
+			}
+		}
+		return db.Classify(tx.Commit())
+	}
+	blocked = -1
+	if db.Dialect.Kind() == SQLite {
+		err = db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error {
+			tx, err := c.BeginTxx(ctx, nil)
+			if err != nil {
+				return db.Classify(err)
+			}
+			return run(tx)
+		})
+	} else {
+		var tx *sqlx.Tx
+		if tx, err = db.BeginTxx(ctx, nil); err != nil {
+			err = db.Classify(err)
+		} else {
+			err = run(tx)
+		}
+	}
+	if err != nil {
+		if blocked < 0 && errors.Is(err, dblock.ErrNotAcquired) {
+			// SQLite: another transaction holds the database's write lock
+			// (a pessimistic holder), as AcquireLease reports it.
+			return []AcquireResult{{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}}, 0, nil
+		}
+		return nil, -1, err
+	}
+	return results, blocked, nil
+}

@@ -1,0 +1,491 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+)
+
+// RowSQL holds the statements of transaction-held (pessimistic) locks. Every
+// statement runs inside the locking transaction on its pinned connection,
+// except Ensure, which runs in autocommit mode on the pool (PostgreSQL,
+// MySQL) so that no uncommitted insert makes other acquirers wait.
+type RowSQL struct {
+	// Lock locks a name's row and reads its lease columns, the database
+	// clock and the session id. It waits for the row per the transaction's
+	// lock timeout.
+	Lock string
+	// LockNoWait is Lock failing at once when the row is locked. It leaves
+	// the transaction's lock timeout alone (PostgreSQL sets only the idle
+	// bound), so the caller's later statements keep theirs.
+	LockNoWait string
+	// Ensure inserts a free row for a name unless one exists; the first
+	// token follows the same floor rule as lease rows.
+	Ensure string
+	// Token issues a fencing token durably, in autocommit mode, on a
+	// connection other than the holder's (PostgreSQL; MySQL and SQLite raise
+	// dblock_fence.floor instead, see IssueToken).
+	Token string
+	// LockMany locks several names' rows in name order; %s is the list of
+	// placeholders and %s the lock clause suffix.
+	LockMany string
+	// LockManyNoWait is LockMany with NOWAIT, leaving the lock timeout alone
+	// (PostgreSQL: its first placeholder is the idle bound, then the names).
+	LockManyNoWait string
+	// Alive lists which of the given session ids still exist (PostgreSQL:
+	// with their transaction's start and state); %s is the list of
+	// placeholders.
+	Alive string
+}
+
+// ---- PostgreSQL ----
+
+// pgLockCols are the columns every pessimistic lock statement returns: the
+// row's lease columns, the database clock, and what identifies the locking
+// session (see SessionRef): its backend pid and the start of its transaction
+// (now(), which pg_stat_activity shows as xact_start while it lasts).
+var pgLockCols = `coalesce(l.owner, ''), coalesce(l.mode, ''), coalesce(` + pgUs("l.expires_at") + `, 0), ` +
+	pgUs("clock_timestamp()") + `, pg_backend_pid(), ` + pgUs("now()") + `, 0::bigint`
+
+// pgRowLock sets the transaction's idle bound ($2, ms) and lock timeout ($3,
+// ms, '0' = none) in a FROM item: the row lock is taken above the join, after
+// set_config ran, so the wait is already bounded. Both settings are LOCAL.
+var pgRowLock = `SELECT ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $2, true),
+             set_config('lock_timeout', $3, true)) AS cfg
+WHERE l.name = $1
+FOR UPDATE OF l`
+
+// pgRowLockNoWait sets only the idle bound ($2): NOWAIT needs no lock
+// timeout, and a LOCAL lock_timeout would stay on the caller's transaction.
+var pgRowLockNoWait = `SELECT ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $2, true)) AS cfg
+WHERE l.name = $1
+FOR UPDATE OF l NOWAIT`
+
+// pgToken takes the next token from dblock_token_seq and makes it durable
+// before it is handed out. nextval alone is not enough: it writes WAL only
+// once per 32 values, and a transaction that wrote no WAL of its own commits
+// without flushing, so after a crash (or a failover to a standby that never
+// received the record) the sequence could start below a token already
+// given. A transactional logical message is a WAL record of this
+// transaction that needs no privilege (EXECUTE is granted to PUBLIC): it
+// assigns an xid, so the commit flushes the WAL up to its commit record,
+// which covers the sequence's record, and waits for synchronous standbys.
+// Logical decoding plugins that forward messages see them with the prefix
+// "dblock".
+const pgToken = `SELECT nextval('dblock_token_seq') FROM pg_logical_emit_message(true, 'dblock', 'token')`
+
+var pgRow = RowSQL{
+	Lock:       pgRowLock,
+	LockNoWait: pgRowLockNoWait,
+	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+VALUES ($1, 0, nextval('dblock_token_seq'), now())
+ON CONFLICT (name) DO NOTHING`,
+	Token: pgToken,
+	LockMany: `SELECT l.name, ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $1, true),
+             set_config('lock_timeout', $2, true)) AS cfg
+WHERE l.name IN (%s)
+ORDER BY l.name
+FOR UPDATE OF l%s`,
+	LockManyNoWait: `SELECT l.name, ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $1, true)) AS cfg
+WHERE l.name IN (%s)
+ORDER BY l.name
+FOR UPDATE OF l%s`,
+	Alive: `SELECT pid, coalesce(` + pgUs("xact_start") + `, 0), coalesce(state, '') FROM pg_stat_activity WHERE pid IN (%s)`,
+}
+
+// ---- MySQL / MariaDB ----
+
+// myLockCols: the row's lease columns, the database clock, what identifies
+// the locking session (see SessionRef): its connection id and the server's
+// @@server_id, and the session's current hold bound (bound: MySQL 8's
+// wait_timeout, MariaDB's idle_transaction_timeout; see SetHoldBound), so
+// that a session that has it already needs no statement to set it.
+func myLockCols(bound string) string {
+	return `IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` +
+		myUs("UTC_TIMESTAMP(6)") + `, CONNECTION_ID(), @@server_id, ` + bound
+}
+
+// myRow is the RowSQL of MySQL 8 (bound @@SESSION.wait_timeout, Ensure
+// reading the fence with FOR SHARE) or MariaDB.
+func myRow(bound, shareSkipLocked string) RowSQL {
+	cols := myLockCols(bound)
+	lock := `SELECT ` + cols + ` FROM dblock_locks WHERE name = ? FOR UPDATE`
+	return RowSQL{
+		Lock:           lock,
+		LockNoWait:     lock + " NOWAIT",
+		Ensure:         fmt.Sprintf(mysqlEnsureText, shareSkipLocked),
+		LockMany:       `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
+		LockManyNoWait: `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
+		Alive:          `SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s)`,
+	}
+}
+
+var mysqlRow = myRow("@@SESSION.wait_timeout", mysqlShareSkipLocked)
+
+var mariadbRow = myRow("@@SESSION.idle_transaction_timeout", mariadbShareSkipLocked)
+
+// ---- SQLite ----
+
+// SQLite has no row locks: the lock is the write transaction itself (BEGIN
+// IMMEDIATE, or the Ensure insert, which takes the write lock even when it
+// inserts nothing).
+var sqliteRow = RowSQL{
+	Lock:       `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name = ?1`,
+	LockNoWait: `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name = ?1`,
+	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+VALUES (?1, 0, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ` + sqliteNow + `)
+ON CONFLICT (name) DO NOTHING`,
+	LockMany:       `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
+	LockManyNoWait: `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
+}
+
+// ---- operations ----
+
+// RowLockParams are the inputs of LockRow and LockRows.
+type RowLockParams struct {
+	// NoWait fails at once (dblock.ErrNotAcquired) when the row is locked.
+	NoWait bool
+	// Wait bounds the wait for the row lock; zero or negative waits until
+	// ctx ends. Ignored with NoWait.
+	Wait time.Duration
+	// IdleTimeout asks the server to end the transaction when it stays idle
+	// this long (PostgreSQL, rounded up as HoldBound says; MariaDB and MySQL
+	// take it from SetHoldBound); zero leaves the server's setting.
+	IdleTimeout time.Duration
+}
+
+// RowLock is what LockRow found in the locked row.
+type RowLock struct {
+	// Found is false when the name has no row (nothing was locked; on
+	// PostgreSQL and MySQL call EnsureRow outside the transaction and retry).
+	Found bool
+	// Holder is the lease holder named in the row (Holder.Held() reports
+	// an unexpired lease that a pessimistic acquirer must honour).
+	Holder Holder
+	// Session identifies the locking session (its ID is zero on SQLite).
+	Session SessionRef
+}
+
+// SessionRef identifies the server session that holds a pessimistic lock,
+// for SessionsAlive. Its id alone does not: a restarted MariaDB or MySQL
+// hands out connection ids from 1 again, and PostgreSQL backend pids are
+// operating-system pids, which the system reuses; a session found under the
+// id may be a new one. So the reference also names the server and, on
+// PostgreSQL, the locking transaction.
+type SessionRef struct {
+	// ID is the session's id: PostgreSQL backend pid, MySQL
+	// CONNECTION_ID(); zero on SQLite.
+	ID int64
+	// Server is MySQL's @@server_id (zero elsewhere): a failover to
+	// another server behind the same address is a change of server.
+	Server int64
+	// TxStart is, on PostgreSQL, the start of the locking transaction
+	// (now()), which pg_stat_activity shows as xact_start for as long as
+	// the transaction lasts; zero elsewhere.
+	TxStart time.Time
+	// At is the database clock when the lock was taken: a session that
+	// locked before the server (re)started belongs to an earlier
+	// incarnation of it (see Incarnation).
+	At time.Time
+	// Bound is, on MySQL and MariaDB, the session's hold bound (seconds)
+	// when the lock was taken (see SetHoldBound); zero elsewhere.
+	Bound int64
+}
+
+// sessionRef builds the SessionRef of a lock statement's row: id, the
+// dialect's extra column (PostgreSQL: now() in µs; MySQL: @@server_id), the
+// database clock in µs and the session's hold bound (MySQL).
+func (db *DB) sessionRef(id, extra, nowUs, bound int64) SessionRef {
+	ref := SessionRef{ID: id, At: Micros(nowUs), Bound: bound}
+	switch db.Dialect.Kind() {
+	case Postgres:
+		ref.TxStart = Micros(extra)
+	case MySQL:
+		ref.Server = extra
+	}
+	return ref
+}
+
+// EnsureRow makes sure name has a row, inserting a free one if needed. On
+// PostgreSQL and MySQL run it on the pool (autocommit), never inside a
+// transaction that others would then wait on; on SQLite run it inside the
+// locking transaction, where it also takes the database's write lock. A
+// row locked by someone else is reported as existing.
+func (db *DB) EnsureRow(ctx context.Context, q Querier, name string) error {
+	query := db.Dialect.Row().Ensure
+	if mariaDB(db) {
+		query = mariadbNoWait + query
+	} else if db.Dialect.Kind() == MySQL {
+		// MySQL 8 cannot tell the upsert not to wait: its duplicate-key
+		// check waits for a holder's row lock (at least 1 s, the smallest
+		// innodb_lock_wait_timeout). A consistent read first, which waits
+		// for nothing, skips the insert when the row already exists (a
+		// racing first acquisition created it), so TryAcquire does not wait
+		// there; only a row created between the two statements can still
+		// make the insert wait.
+		var one int
+		err := db.q(q).QueryRowxContext(ctx, db.Dialect.Lease().Exists, name).Scan(&one)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return db.Classify(err)
+		}
+	}
+	var err error
+	if db.Dialect.Kind() == MySQL {
+		// Retries while a reaper raises the fencing floor (see mysqlAcquireText).
+		_, _, err = db.execFenced(ctx, db.q(q), query, name)
+	} else {
+		_, err = db.q(q).ExecContext(ctx, query, name)
+	}
+	err = db.Classify(err)
+	if errors.Is(err, dblock.ErrNotAcquired) {
+		// Either the row exists and a holder has it locked (nothing to
+		// insert), or — MySQL under REPEATABLE READ — another transaction's
+		// locking read of a missing neighbour holds a gap lock here. A
+		// consistent read, which waits for no lock, tells them apart; in the
+		// second case the caller retries.
+		var one int
+		rerr := db.q(q).QueryRowxContext(ctx, db.Dialect.Lease().Exists, name).Scan(&one)
+		if rerr == nil {
+			return nil
+		}
+		if !errors.Is(rerr, sql.ErrNoRows) {
+			return db.Classify(rerr)
+		}
+		return err
+	}
+	return err
+}
+
+func mariaDB(db *DB) bool {
+	m, ok := db.Dialect.(interface{ MariaDB() bool })
+	return ok && m.MariaDB()
+}
+
+// MariaDB reports whether db is a MariaDB server.
+func (db *DB) MariaDB() bool { return mariaDB(db) }
+
+// LockRow locks name's row in tx (a transaction on a pinned connection) and
+// reads it. A lock that could not be had in time is an error wrapping
+// dblock.ErrNotAcquired; a deadlock wraps dblock.ErrDeadlock.
+//
+// Waiting: PostgreSQL sets lock_timeout for this transaction (and resets it
+// after the wait, so the caller's later statements keep the server's
+// setting); MariaDB bounds only this statement (SET STATEMENT); MySQL 8
+// sets the session's innodb_lock_wait_timeout for the statement and restores
+// it. On SQLite the transaction's write lock is the lock: this only reads.
+func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockParams) (RowLock, error) {
+	rs := db.Dialect.Row()
+	var (
+		rl           RowLock
+		expUs, nowUs int64
+		id, extra    int64
+		bound        int64
+	)
+	scan := func(row *sqlx.Row) error {
+		return row.Scan(&rl.Holder.Owner, &rl.Holder.Mode, &expUs, &nowUs, &id, &extra, &bound)
+	}
+	var err error
+	switch db.Dialect.Kind() {
+	case Postgres:
+		idle := pgMillis(db.HoldBound(p.IdleTimeout))
+		if p.NoWait {
+			err = scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name, idle))
+		} else {
+			err = scan(tx.QueryRowxContext(ctx, rs.Lock, name, idle, pgMillis(waitFor(ctx, p.Wait))))
+			if err == nil {
+				_, err = tx.ExecContext(ctx, "SET LOCAL lock_timeout TO DEFAULT")
+			}
+		}
+	case MySQL:
+		switch {
+		case p.NoWait:
+			err = scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name))
+		case mariaDB(db):
+			q := fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout=%d FOR ", mysqlSeconds(waitFor(ctx, p.Wait))) + rs.Lock
+			err = scan(tx.QueryRowxContext(ctx, q, name))
+		default:
+			err = db.mysqlSessionWait(ctx, tx, waitFor(ctx, p.Wait), func() error {
+				return scan(tx.QueryRowxContext(ctx, rs.Lock, name))
+			})
+		}
+	default:
+		err = scan(tx.QueryRowxContext(ctx, rs.Lock, name))
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return RowLock{}, nil
+	}
+	if err != nil {
+		return RowLock{}, db.Classify(err)
+	}
+	rl.Found = true
+	rl.Holder.Exists = true
+	if expUs != 0 {
+		rl.Holder.ExpiresAt = Micros(expUs)
+	}
+	rl.Holder.Now = Micros(nowUs)
+	rl.Session = db.sessionRef(id, extra, nowUs, bound)
+	return rl, nil
+}
+
+// LockedName is one row locked by LockRows.
+type LockedName struct {
+	Name   string
+	Holder Holder
+}
+
+// LockRows locks the rows of names in tx in name order (the database sorts,
+// so two callers locking overlapping sets lock them in the same order), and
+// returns what it found, in that order, with the locking session. Names
+// without a row are absent from the result.
+func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLockParams) ([]LockedName, SessionRef, error) {
+	if len(names) == 0 {
+		return nil, SessionRef{}, nil
+	}
+	rs := db.Dialect.Row()
+	kind := db.Dialect.Kind()
+	var args []any
+	first := 1
+	text := rs.LockMany
+	if p.NoWait {
+		text = rs.LockManyNoWait
+	}
+	if kind == Postgres {
+		args = append(args, pgMillis(db.HoldBound(p.IdleTimeout)))
+		if !p.NoWait {
+			args = append(args, pgMillis(waitFor(ctx, p.Wait)))
+		}
+		first = len(args) + 1
+	}
+	ph := make([]string, len(names))
+	for i, n := range names {
+		ph[i] = db.Dialect.Placeholder(first + i)
+		args = append(args, n)
+	}
+	suffix := ""
+	if p.NoWait && kind != SQLite {
+		suffix = " NOWAIT"
+	}
+	query := fmt.Sprintf(text, strings.Join(ph, ", "), suffix)
+	if kind == MySQL && !p.NoWait && mariaDB(db) {
+		query = fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout=%d FOR ", mysqlSeconds(waitFor(ctx, p.Wait))) + query
+	}
+	var (
+		out     []LockedName
+		session SessionRef
+	)
+	run := func() error {
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				ln           LockedName
+				expUs, nowUs int64
+				id, extra    int64
+				bound        int64
+			)
+			if err := rows.Scan(&ln.Name, &ln.Holder.Owner, &ln.Holder.Mode, &expUs, &nowUs, &id, &extra, &bound); err != nil {
+				return err
+			}
+			session = db.sessionRef(id, extra, nowUs, bound)
+			ln.Holder.Exists = true
+			if expUs != 0 {
+				ln.Holder.ExpiresAt = Micros(expUs)
+			}
+			ln.Holder.Now = Micros(nowUs)
+			out = append(out, ln)
+		}
+		return rows.Err()
+	}
+	var err error
+	if kind == MySQL && !p.NoWait && !mariaDB(db) {
+		err = db.mysqlSessionWait(ctx, tx, waitFor(ctx, p.Wait), run)
+	} else {
+		err = run()
+	}
+	if err == nil && kind == Postgres && !p.NoWait {
+		_, err = tx.ExecContext(ctx, "SET LOCAL lock_timeout TO DEFAULT")
+	}
+	if err != nil {
+		return nil, SessionRef{}, db.Classify(err)
+	}
+	return out, session, nil
+}
+
+// mysqlSessionWait runs fn with the session's innodb_lock_wait_timeout set to
+// wait, and restores the previous value (MySQL 8 cannot bound one statement).
+func (db *DB) mysqlSessionWait(ctx context.Context, tx Querier, wait time.Duration, fn func() error) error {
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(
+		"SET @dblock_saved_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = %d", mysqlSeconds(wait))); err != nil {
+		return err
+	}
+	err := fn()
+	if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), "SET SESSION innodb_lock_wait_timeout = @dblock_saved_lwt"); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// waitFor returns the wait bound: the smaller of wait (when positive) and
+// the time left before ctx's deadline; zero means unbounded.
+func waitFor(ctx context.Context, wait time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left <= 0 {
+			left = time.Millisecond
+		}
+		if wait <= 0 || left < wait {
+			wait = left
+		}
+	}
+	return wait
+}
+
+// pgMillis renders d as a PostgreSQL milliseconds setting; "0" disables.
+func pgMillis(d time.Duration) string {
+	if d <= 0 {
+		return "0"
+	}
+	ms := d.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	if ms > math.MaxInt32 {
+		ms = math.MaxInt32
+	}
+	return fmt.Sprintf("%d", ms)
+}
+
+// mysqlSeconds renders a lock-wait bound in whole seconds (rounded up, at
+// least 1; zero means unbounded, which is the server's maximum).
+func mysqlSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 100000000
+	}
+	s := int64(math.Ceil(d.Seconds()))
+	if s < 1 {
+		s = 1
+	}
+	return s
+}

@@ -1,0 +1,181 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/sqlident"
+)
+
+// mysqlHoldBoundMin is the smallest hold bound set on MySQL and MariaDB,
+// whose settings take whole seconds: with a bound of one second, a holder
+// that keeps its transaction busy every quarter of it (dblock exec) would
+// lose the hold to one statement 750 ms late; with two, 1.5 s late.
+const mysqlHoldBoundMin = 2 * time.Second
+
+// HoldBound returns how long the server lets a pessimistic hold of TTL d
+// stay idle before it ends the transaction (SetHoldBound, and the idle
+// bound of the PostgreSQL lock statements): d rounded up, never down, to
+// what the setting can say. PostgreSQL: the millisecond. MySQL and MariaDB:
+// the whole second, and at least mysqlHoldBoundMin. Zero on SQLite, which
+// has no such bound, and for d <= 0.
+func (db *DB) HoldBound(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	switch db.Dialect.Kind() {
+	case Postgres:
+		return ceilTo(d, time.Millisecond)
+	case MySQL:
+		return max(ceilTo(d, time.Second), mysqlHoldBoundMin)
+	}
+	return 0
+}
+
+// ceilTo rounds d > 0 up to a multiple of unit.
+func ceilTo(d, unit time.Duration) time.Duration {
+	return (d + unit - 1) / unit * unit
+}
+
+// SetHoldBound asks the server to end the holding session if it stays idle
+// longer than HoldBound(d) while it holds a pessimistic lock, so that a
+// frozen or partitioned holder cannot keep the lock forever. It runs in the
+// locking transaction once the lock is held; current is the session's
+// setting the lock statement read (SessionRef.Bound).
+//   - MariaDB: idle_transaction_timeout (whole seconds, at least 2). On a
+//     pool Open opened, the setting stays on the session after the hold
+//     (it only ends transactions left idle), so the next hold with the same
+//     bound on that session sends nothing; on a pool the caller passed to
+//     New, the session's value is saved here and restored by EndHold.
+//   - MySQL 8, which has no idle-transaction bound: wait_timeout, the bound
+//     on an idle session (whole seconds, at least 2), which ends the session
+//     and so the transaction; always saved and restored, since it also ends
+//     sessions idle in the pool.
+//   - PostgreSQL sets idle_in_transaction_session_timeout inside the lock
+//     statement (local to the transaction), and SQLite has no sessions: nil.
+func (db *DB) SetHoldBound(ctx context.Context, tx Querier, d time.Duration, current int64) error {
+	if db.Dialect.Kind() != MySQL {
+		return nil
+	}
+	secs := int64(max(db.HoldBound(d), mysqlHoldBoundMin) / time.Second)
+	var stmt string
+	switch {
+	case db.stickyHoldBound() && current == secs:
+		return nil
+	case db.stickyHoldBound():
+		stmt = fmt.Sprintf("SET SESSION idle_transaction_timeout = %d", secs)
+	case mariaDB(db):
+		stmt = fmt.Sprintf("SET @dblock_saved_itt = @@SESSION.idle_transaction_timeout, SESSION idle_transaction_timeout = %d", secs)
+	default:
+		stmt = fmt.Sprintf("SET @dblock_saved_wt = @@SESSION.wait_timeout, SESSION wait_timeout = %d", secs)
+	}
+	_, err := tx.ExecContext(ctx, stmt)
+	return db.Classify(err)
+}
+
+// stickyHoldBound reports whether the hold bound stays on the session after
+// a hold (see SetHoldBound): MariaDB, on a pool Open opened.
+func (db *DB) stickyHoldBound() bool { return db.owned && mariaDB(db) }
+
+// mariadbEndHoldRestore restores the idle bound saved by SetHoldBound and,
+// in the same round trip, checks that the transaction is still open: when it
+// is not (the server rolled it back as a deadlock victim, or a statement
+// committed it implicitly), IF evaluates the subquery, which fails with
+// error 1242. The restore is then not applied either; the caller destroys
+// the connection. mariadbTxOpen is the check alone, as a SET (an OK packet,
+// no result set to read).
+const (
+	mariadbEndHoldRestore = `SET SESSION idle_transaction_timeout = IF(@@in_transaction = 1, @dblock_saved_itt,
+    (SELECT 1 UNION SELECT 2))`
+	mariadbTxOpen = `SET @dblock_tx_open = IF(@@in_transaction = 1, 1, (SELECT 1 UNION SELECT 2))`
+)
+
+// mariadbEndHold runs stmt (mariadbEndHoldRestore or mariadbTxOpen) and
+// reports whether the transaction was open.
+func (db *DB) mariadbEndHold(ctx context.Context, tx Querier, stmt string) (bool, error) {
+	_, err := tx.ExecContext(ctx, stmt)
+	if mysqlError(err, 1242) {
+		return false, nil
+	}
+	return err == nil, db.Classify(err)
+}
+
+// EndHold runs on the locking transaction tx just before its COMMIT
+// (commit) or ROLLBACK. On MySQL and MariaDB it restores what SetHoldBound
+// saved and, before a COMMIT, reports whether tx is still open on the
+// server: a deadlock victim's transaction is rolled back by the server while
+// the client's *sql.Tx believes it open, and statements run after that run
+// in autocommit mode. A COMMIT then would commit nothing and report success.
+// Elsewhere it reports true: PostgreSQL keeps a failed transaction open (and
+// aborted) until its end, and its COMMIT then reports the rollback (see
+// CommitRolledBack).
+func (db *DB) EndHold(ctx context.Context, tx Querier, commit bool) (open bool, err error) {
+	if db.Dialect.Kind() != MySQL {
+		return true, nil
+	}
+	if db.stickyHoldBound() {
+		if !commit {
+			return true, nil // Nothing to restore, and a rollback needs no check.
+		}
+		return db.mariadbEndHold(ctx, tx, mariadbTxOpen)
+	}
+	if mariaDB(db) {
+		return db.mariadbEndHold(ctx, tx, mariadbEndHoldRestore)
+	}
+	// MySQL 8 has no @@in_transaction; SET TRANSACTION (the next
+	// transaction's characteristics) is refused with error 1568 exactly
+	// when a transaction is in progress, and needs no privilege.
+	if _, err := tx.ExecContext(ctx, "SET SESSION wait_timeout = @dblock_saved_wt"); err != nil {
+		return false, db.Classify(err)
+	}
+	_, err = tx.ExecContext(ctx, "SET TRANSACTION READ WRITE")
+	switch {
+	case mysqlError(err, 1568):
+		return true, nil
+	case err == nil:
+		return false, nil
+	}
+	return false, db.Classify(err)
+}
+
+// CommitRolledBack reports whether a COMMIT's error says the server rolled
+// the transaction back instead (PostgreSQL answers COMMIT of a failed
+// transaction so).
+func CommitRolledBack(err error) bool {
+	return driverSays(err, func(d *Driver) func(error) bool { return d.CommitRolledBack })
+}
+
+// Savepoint, RollbackToSavepoint and ReleaseSavepoint run the statements of
+// the same names in tx (the same on every dialect). name is one of the
+// caller's own identifiers, validated here. On MySQL a savepoint missing
+// because the server rolled the whole transaction back fails with an error
+// for which SavepointGone reports true.
+func (db *DB) Savepoint(ctx context.Context, tx Querier, name string) error {
+	return db.savepointStmt(ctx, tx, "SAVEPOINT ", name)
+}
+
+// RollbackToSavepoint undoes what tx did since the savepoint name (see Savepoint).
+func (db *DB) RollbackToSavepoint(ctx context.Context, tx Querier, name string) error {
+	return db.savepointStmt(ctx, tx, "ROLLBACK TO SAVEPOINT ", name)
+}
+
+// ReleaseSavepoint forgets the savepoint name, keeping what tx did (see Savepoint).
+func (db *DB) ReleaseSavepoint(ctx context.Context, tx Querier, name string) error {
+	return db.savepointStmt(ctx, tx, "RELEASE SAVEPOINT ", name)
+}
+
+func (db *DB) savepointStmt(ctx context.Context, tx Querier, verb, name string) error {
+	if !sqlident.Valid(name) {
+		return fmt.Errorf("%w: savepoint name %q", dblock.ErrInvalidOption, name)
+	}
+	_, err := tx.ExecContext(ctx, verb+name)
+	return db.Classify(err)
+}
+
+// SavepointGone reports whether err says a savepoint does not exist (MySQL
+// 1305), which on MySQL means the server ended the whole transaction.
+func SavepointGone(err error) bool {
+	return mysqlError(err, 1305)
+}
