@@ -110,7 +110,7 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 	if o.TTLSet {
 		ttl = o.TTL
 	}
-	if o.Token && l.db.Dialect.Kind() != store.SQLite && !l.sideWanted() {
+	if o.Token && l.caps.RowLocks && !l.sideWanted() {
 		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, errNoSide)
 	}
 	start := time.Now()
@@ -167,7 +167,7 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 	// connection per name (per database on SQLite) waits there at a time,
 	// and a name held by this process is handed over without a round trip.
 	keys := sorted
-	if l.db.Dialect.Kind() == store.SQLite {
+	if !l.caps.RowLocks {
 		keys = []string{""}
 	}
 	for i, k := range keys {

@@ -90,7 +90,7 @@ func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, n
 			if try {
 				return nil, notAcquired(nil, err)
 			}
-			if l.db.Dialect.Kind() != store.SQLite && !l.db.MariaDB() {
+			if !l.caps.LockWaitResumes {
 				// The database's own wait ended at the bound.
 				return nil, notAcquired(nil, err)
 			}
@@ -171,161 +171,212 @@ func settle(ctx context.Context) {
 // ctx is the caller's context with Close's cancellation, waitCtx adds the
 // wait bound; statements that do not wait run on callCtx.
 func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, o mode.Options, ttl time.Duration, try bool) (*hold, *store.Holder, error) {
-	db := l.db
-	kind := db.Dialect.Kind()
 	conn, err := l.poolConn(waitCtx, try)
 	if err != nil {
 		return nil, nil, err
 	}
-	h := &hold{l: l, names: names, owner: o.Owner, conn: conn, ttl: ttl, prevBusy: -1, start: time.Now()}
-	// release gives the connection back after an attempt that ended cleanly
-	// outside a transaction, destroying it if its state cannot be restored.
-	release := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		closeConn(conn, !h.restoreBusy(rctx))
+	a := &attemptRun{l: l, callCtx: callCtx, ctx: ctx, waitCtx: waitCtx, names: names, o: o, try: try,
+		h: &hold{l: l, names: names, owner: o.Owner, conn: conn, ttl: ttl, prevBusy: -1, start: time.Now()}}
+	if err := a.setBusy(); err != nil {
+		closeConn(conn, true)
+		return nil, nil, err
 	}
-	if kind == store.SQLite {
-		// An unbounded wait keeps the pool's busy timeout and retries;
-		// a try or a bounded wait sets it for this transaction.
-		dl, bounded := waitCtx.Deadline()
-		if try || bounded {
-			busy := time.Duration(0)
-			if !try {
-				busy = max(min(SQLiteWaitChunk, time.Until(dl)), time.Millisecond)
-			}
-			if h.prevBusy, err = db.SQLiteBusyTimeout(callCtx, conn, busy); err != nil {
-				closeConn(conn, true)
-				return nil, nil, err
-			}
-		}
-	}
-	// On SQLite the lock is the database's write transaction, so nothing can
-	// make a token durable while it is held: issue the tokens first, each
-	// committed on its own on this connection (whose busy timeout is the
-	// attempt's: a try fails at once when another writer holds the
-	// database), and check under the lock that no one got past them: the
-	// row's version is below them and no token was issued after them
-	// (SetIssuedToken). The second check matters: a process that issued a
-	// later token while this one waited may have got the lock first and
-	// died holding it, its transaction (and the row's version) rolled back,
-	// yet it had been handed its token; this one's smaller token would come
-	// after it. Then the attempt gives the lock up and starts again with new
-	// tokens (errTokenStale), so that every token handed out was committed
-	// first. A token taken inside the write transaction instead would be
-	// rolled back with a holder that died, and could be handed out again,
-	// or come after an earlier-issued smaller one.
-	var preIssued map[string]dblock.Token
-	var lastIssued dblock.Token
-	if kind == store.SQLite && o.Token {
-		preIssued = make(map[string]dblock.Token, len(names))
-		for _, n := range names {
-			t, err := db.IssueToken(waitCtx, conn, n)
-			if err != nil {
-				if errors.Is(err, dblock.ErrNotAcquired) {
-					release()
-				} else {
-					closeConn(conn, true)
-				}
-				return nil, nil, err
-			}
-			preIssued[n] = t
-			lastIssued = max(lastIssued, t)
-		}
+	if err := a.preIssue(); err != nil {
+		return nil, nil, a.giveUp(err)
 	}
 	if l.hooks4test.beforeBegin != nil {
 		l.hooks4test.beforeBegin(names)
 	}
-	var txCtx context.Context
-	begin := func() error {
-		// The transaction outlives the call; its context is cancelled only
-		// to poison a lost hold (see hold.txCancel).
-		txCtx, h.txCancel = context.WithCancel(context.WithoutCancel(callCtx))
-		tx, err := conn.BeginTxx(txCtx, nil)
-		if err != nil {
-			h.txCancel()
-			return db.Classify(err)
-		}
-		h.tx = tx
-		return nil
+	if err := a.begin(); err != nil {
+		return nil, nil, a.giveUp(err)
 	}
-	// fail rolls back and releases the connection, destroying it unless
-	// everything ended cleanly.
-	fail := func(cause error) error {
-		rerr := h.tx.Rollback()
-		h.txCancel()
-		if rerr != nil {
-			closeConn(conn, true)
-		} else {
-			release()
-		}
-		return cause
-	}
-	if err := begin(); err != nil {
-		if errors.Is(err, dblock.ErrNotAcquired) {
-			release()
-		} else {
-			closeConn(conn, true)
-		}
-		return nil, nil, err
-	}
-	if kind == store.SQLite {
+	if !l.caps.RowLocks {
 		// A write takes the database's write lock, so the lock holds
 		// whatever mode the pool begins transactions in.
-		if err := db.SQLiteWriteLock(callCtx, h.tx); err != nil {
-			return nil, nil, fail(err)
+		if err := l.db.SQLiteWriteLock(callCtx, a.h.tx); err != nil {
+			return nil, nil, a.fail(err)
 		}
 	}
-
-	found, session, err := l.lockRows(callCtx, ctx, waitCtx, h, names, ttl, try, begin)
+	found, session, err := l.lockRows(callCtx, ctx, waitCtx, a.h, names, ttl, try, a.begin)
 	if err != nil {
-		return nil, nil, fail(err)
+		return nil, nil, a.fail(err)
 	}
-	if len(found) < len(names) {
-		_ = fail(nil)
-		for _, n := range names {
+	if holder, err := a.check(found); holder != nil || err != nil {
+		return nil, holder, err
+	}
+	a.h.session = session
+	if err := a.seal(); err != nil {
+		return nil, nil, a.fail(err)
+	}
+	return a.h, nil, nil
+}
+
+// attemptRun is one attempt's state. Its steps run in this order: setBusy,
+// preIssue, begin, (the row locks), check, seal. A step that fails before
+// the transaction gives the connection back (giveUp); after, the
+// transaction is rolled back first (fail).
+type attemptRun struct {
+	l                     *Locker
+	callCtx, ctx, waitCtx context.Context
+	names                 []string
+	o                     mode.Options
+	try                   bool
+	h                     *hold
+
+	// On SQLite, the tokens issued before the lock (see preIssue).
+	preIssued  map[string]dblock.Token
+	lastIssued dblock.Token
+}
+
+// setBusy bounds, on SQLite, how long the attempt's statements wait for the
+// database's write lock: an unbounded wait keeps the pool's busy timeout and
+// retries; a try or a bounded wait sets it for this transaction.
+func (a *attemptRun) setBusy() error {
+	if a.l.caps.RowLocks {
+		return nil
+	}
+	dl, bounded := a.waitCtx.Deadline()
+	if !a.try && !bounded {
+		return nil
+	}
+	busy := time.Duration(0)
+	if !a.try {
+		busy = max(min(SQLiteWaitChunk, time.Until(dl)), time.Millisecond)
+	}
+	var err error
+	a.h.prevBusy, err = a.l.db.SQLiteBusyTimeout(a.callCtx, a.h.conn, busy)
+	return err
+}
+
+// preIssue issues the tokens first on SQLite, where the lock is the
+// database's write transaction and nothing can make a token durable while it
+// is held: each is committed on its own on this connection (whose busy
+// timeout is the attempt's: a try fails at once when another writer holds
+// the database). seal then checks under the lock that no one got past them:
+// the row's version is below them and no token was issued after them
+// (SetIssuedToken). The second check matters: a process that issued a later
+// token while this one waited may have got the lock first and died holding
+// it, its transaction (and the row's version) rolled back, yet it had been
+// handed its token; this one's smaller token would come after it. Then the
+// attempt gives the lock up and starts again with new tokens
+// (errTokenStale), so that every token handed out was committed first. A
+// token taken inside the write transaction instead would be rolled back
+// with a holder that died, and could be handed out again, or come after an
+// earlier-issued smaller one.
+func (a *attemptRun) preIssue() error {
+	if a.l.caps.RowLocks || !a.o.Token {
+		return nil
+	}
+	a.preIssued = make(map[string]dblock.Token, len(a.names))
+	for _, n := range a.names {
+		t, err := a.l.db.IssueToken(a.waitCtx, a.h.conn, n)
+		if err != nil {
+			return err
+		}
+		a.preIssued[n] = t
+		a.lastIssued = max(a.lastIssued, t)
+	}
+	return nil
+}
+
+// begin starts the locking transaction. It outlives the call; its context
+// is cancelled only to poison a lost hold (see hold.txCancel).
+func (a *attemptRun) begin() error {
+	var txCtx context.Context
+	txCtx, a.h.txCancel = context.WithCancel(context.WithoutCancel(a.callCtx))
+	tx, err := a.h.conn.BeginTxx(txCtx, nil)
+	if err != nil {
+		a.h.txCancel()
+		return a.l.db.Classify(err)
+	}
+	a.h.tx = tx
+	return nil
+}
+
+// release gives the connection back after an attempt that ended cleanly
+// outside a transaction, destroying it if its state cannot be restored.
+func (a *attemptRun) release() {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), cleanupTimeout)
+	defer cancel()
+	closeConn(a.h.conn, !a.h.restoreBusy(rctx))
+}
+
+// giveUp ends an attempt outside a transaction: the connection goes back
+// to the pool after a refusal, and is destroyed after anything else.
+func (a *attemptRun) giveUp(err error) error {
+	if errors.Is(err, dblock.ErrNotAcquired) {
+		a.release()
+	} else {
+		closeConn(a.h.conn, true)
+	}
+	return err
+}
+
+// fail rolls back and releases the connection, destroying it unless
+// everything ended cleanly; it returns cause.
+func (a *attemptRun) fail(cause error) error {
+	rerr := a.h.tx.Rollback()
+	a.h.txCancel()
+	if rerr != nil {
+		closeConn(a.h.conn, true)
+	} else {
+		a.release()
+	}
+	return cause
+}
+
+// check looks at the locked rows: a missing row is created (the attempt
+// ends with errRetry), and a live lease holder ends the attempt with that
+// holder. Both roll back first.
+func (a *attemptRun) check(found map[string]store.Holder) (*store.Holder, error) {
+	if len(found) < len(a.names) {
+		_ = a.fail(nil)
+		for _, n := range a.names {
 			if _, ok := found[n]; ok {
 				continue
 			}
-			if err := l.ensureRow(callCtx, n); err != nil {
-				return nil, nil, err
+			if err := a.l.ensureRow(a.callCtx, n); err != nil {
+				return nil, err
 			}
 		}
-		return nil, nil, errRetry
+		return nil, errRetry
 	}
-	for _, n := range names {
+	for _, n := range a.names {
 		if holder := found[n]; holder.Held() {
-			_ = fail(nil)
-			return nil, &holder, nil
+			_ = a.fail(nil)
+			return &holder, nil
 		}
 	}
-	h.session = session
-	if preIssued != nil {
-		for _, n := range names {
-			ok, err := db.SetIssuedToken(callCtx, h.tx, n, preIssued[n], lastIssued)
+	return nil, nil
+}
+
+// seal finishes a held attempt: the fencing tokens (checked, on SQLite,
+// as preIssue says; errTokenStale when overtaken), then the server-side
+// bound on a frozen holder (MySQL and MariaDB; set inside the lock
+// statement on PostgreSQL), set once the lock is held so that a failed
+// attempt leaves nothing to restore.
+func (a *attemptRun) seal() error {
+	h, db := a.h, a.l.db
+	switch {
+	case a.preIssued != nil:
+		for _, n := range a.names {
+			ok, err := db.SetIssuedToken(a.callCtx, h.tx, n, a.preIssued[n], a.lastIssued)
 			if err != nil {
-				return nil, nil, fail(err)
+				return err
 			}
 			if !ok {
-				_ = fail(nil)
-				return nil, nil, errTokenStale
+				return errTokenStale
 			}
 		}
-		h.tokens = preIssued
-	} else if o.Token {
-		tokens, err := l.bumpTokens(callCtx, h, names)
+		h.tokens = a.preIssued
+	case a.o.Token:
+		tokens, err := a.l.bumpTokens(a.callCtx, h, a.names)
 		if err != nil {
-			return nil, nil, fail(err)
+			return err
 		}
 		h.tokens = tokens
 	}
-	// The server-side bound on a frozen holder (MySQL and MariaDB; set
-	// inside the lock statement on PostgreSQL). Set once the lock is held,
-	// so a failed attempt leaves nothing to restore.
-	if err := db.SetHoldBound(callCtx, h.tx, ttl, h.session.Bound); err != nil {
-		return nil, nil, fail(err)
-	}
-	return h, nil, nil
+	return db.SetHoldBound(a.callCtx, h.tx, h.ttl, h.session.Bound)
 }
 
 // ensureRow creates name's row (autocommit, outside any lock's transaction)
@@ -351,15 +402,14 @@ func (l *Locker) ensureRow(ctx context.Context, name string) error {
 // transaction, so the wait starts a new one (begin).
 func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names []string, ttl time.Duration, try bool, begin func() error) (map[string]store.Holder, store.SessionRef, error) {
 	db := l.db
-	kind := db.Dialect.Kind()
-	if kind == store.SQLite {
+	if !l.caps.RowLocks {
 		return l.lockStmt(callCtx, h, names, store.RowLockParams{IdleTimeout: ttl})
 	}
 	found, session, err := l.lockStmt(callCtx, h, names, store.RowLockParams{NoWait: true, IdleTimeout: ttl})
 	if try || !errors.Is(err, dblock.ErrNotAcquired) {
 		return found, session, err
 	}
-	if kind == store.Postgres {
+	if l.caps.ErrorAbortsTx {
 		rerr := h.tx.Rollback()
 		h.txCancel()
 		if rerr != nil {
@@ -373,7 +423,7 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 	// the query keeps the caller's ctx; MariaDB and MySQL bound in whole
 	// seconds, so the client also stops at the exact wait bound.
 	qctx := ctx
-	if kind == store.MySQL {
+	if l.caps.LockWaitInSeconds {
 		qctx = waitCtx
 	}
 	var wait time.Duration
@@ -381,7 +431,7 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 		wait = max(time.Until(dl), time.Millisecond)
 	}
 	p := store.RowLockParams{Wait: wait, IdleTimeout: ttl}
-	if kind != store.MySQL {
+	if !l.caps.LockWaitInSeconds {
 		return l.lockStmt(qctx, h, names, p)
 	}
 	// On MySQL the driver gives up a wait by closing the connection, which
@@ -449,7 +499,7 @@ func (l *Locker) lockStmt(ctx context.Context, h *hold, names []string, p store.
 // bumpTokens gives each of names a fencing token, committed on the Locker's
 // own connection before it is written into the row in h's transaction.
 func (l *Locker) bumpTokens(ctx context.Context, h *hold, names []string) (map[string]dblock.Token, error) {
-	if l.db.Dialect.Kind() == store.SQLite {
+	if !l.caps.RowLocks {
 		return nil, fmt.Errorf("%w: on SQLite a token can only be asked for by the first acquisition of a lock (it is issued before the database is locked)", dblock.ErrInvalidOption)
 	}
 	tokens := make(map[string]dblock.Token, len(names))

@@ -51,8 +51,6 @@ func (l *Lease) TryLock(ctx context.Context, names ...string) error {
 func (l *Lease) lockMore(ctx context.Context, op string, names []string, try bool) error {
 	h := l.h
 	lk := h.l
-	db := lk.db
-	kind := db.Dialect.Kind()
 	label := labelOf(names)
 	if len(names) == 0 {
 		return fmt.Errorf("pessimistic: %s: %w: no names", op, dblock.ErrInvalidName)
@@ -91,11 +89,11 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 		return nil
 	}
 	slices.Sort(add)
-	if withTokens && kind == store.SQLite {
+	if withTokens && !lk.caps.RowLocks {
 		return fmt.Errorf("pessimistic: %s %q: %w: on SQLite a lock that asked for tokens cannot take more names; take them all at once (AcquireMany)",
 			op, label, dblock.ErrInvalidOption)
 	}
-	if kind != store.SQLite && !lk.sideWanted() {
+	if lk.caps.RowLocks && !lk.sideWanted() {
 		return fmt.Errorf("pessimistic: %s %q: %w", op, label, errNoSide)
 	}
 	wait := lk.lockWait
@@ -138,127 +136,189 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 // (zero: none), and cancelled from the Locker's own connection when ctx ends
 // first: a statement cut short by its context would close the connection,
 // and with it the whole hold.
+//
+// Where a failed statement aborts the transaction (PostgreSQL) a savepoint
+// keeps the hold through a refusal or a deadlock. Where a savepoint keeps
+// the row locks taken after it and a locking read of a missing key locks
+// its gap (MySQL, which keeps the transaction after a refused lock; only a
+// deadlock rolls it back, savepoint or not), the rows are first created and
+// checked for lease holders without locking (precheck).
 func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool, wait time.Duration) error {
-	db := l.db
-	kind := db.Dialect.Kind()
-	sctx := context.WithoutCancel(ctx)
-	ensure := func(missing []string) error {
-		for _, n := range missing {
-			var err error
-			if kind == store.SQLite {
-				err = db.EnsureRow(sctx, h.tx, n)
-			} else {
-				err = l.withSide(ctx, true, func(q store.Querier) error { return db.EnsureRow(ctx, q, n) })
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	// PostgreSQL aborts the transaction on any failed statement (a NOWAIT
-	// or lock timeout refusal, a deadlock): a savepoint keeps the hold.
-	// MySQL keeps the transaction after a refused lock (only a deadlock
-	// rolls it back, savepoint or not), and keeps row locks taken after a
-	// savepoint even when rolled back to it: so it checks first, without
-	// locking, that the rows exist (a locking read of a missing key would
-	// lock its gap, which the insert from another connection would wait
-	// for) and that no lease holds them.
-	const sp = "dblock_lock"
-	if kind == store.MySQL {
-		if err := ensure(names); err != nil {
-			return err
-		}
-		for _, n := range names {
-			var holder store.Holder
-			err := l.withSide(ctx, true, func(q store.Querier) error {
-				var err error
-				holder, err = db.LeaseHolder(ctx, q, n)
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if holder.Held() {
-				return holder.HeldError(n, nil)
-			}
-		}
-	}
-	if kind == store.Postgres {
-		if err := db.Savepoint(sctx, h.tx, sp); err != nil {
-			l.txTrouble(h, err)
+	m := &moreRows{l: l, h: h, ctx: ctx, sctx: context.WithoutCancel(ctx), names: names, try: try, wait: wait}
+	if l.caps.SavepointKeepsLocks {
+		if err := m.precheck(); err != nil {
 			return err
 		}
 	}
-	undo := func(cause error) error {
-		if kind != store.Postgres {
-			return cause
-		}
-		if err := db.RollbackToSavepoint(sctx, h.tx, sp); err != nil {
-			l.txTrouble(h, err)
-			return errjoin.Join(cause, err)
-		}
-		if err := db.ReleaseSavepoint(sctx, h.tx, sp); err != nil {
-			l.txTrouble(h, err)
-			return errjoin.Join(cause, err)
-		}
-		return cause
+	if err := m.savepoint(); err != nil {
+		return err
 	}
 	for range 5 {
-		p := store.RowLockParams{NoWait: try, IdleTimeout: h.ttl, Wait: wait}
-		var cancelled chan struct{}
-		stop := func() bool { return true }
-		if !try && kind != store.SQLite && ctx.Done() != nil {
-			stop = l.cancelOnDone(ctx, h.session.ID, &cancelled, names)
-		}
-		found, _, err := l.lockStmtWait(sctx, ctx, h, names, p)
-		if !stop() {
-			<-cancelled
-			if err == nil {
-				err = fmt.Errorf("%w: %w", dblock.ErrNotAcquired, context.Cause(ctx))
-			}
-		}
+		missing, err := m.lockOnce()
 		if err != nil {
-			if ctx.Err() != nil && !errors.Is(err, dblock.ErrDeadlock) {
-				err = fmt.Errorf("%w: %w", dblock.ErrNotAcquired, errjoin.Join(context.Cause(ctx), err))
-			}
-			if kind == store.MySQL {
-				l.txTrouble(h, err)
-				if errors.Is(err, dblock.ErrDeadlock) {
-					err = fmt.Errorf("%w: %w", err, h.lostErr())
-				}
-			} else if isConnErr(err) {
-				l.txTrouble(h, err)
-			}
-			return undo(err)
-		}
-		var missing []string
-		for _, n := range names {
-			holder, ok := found[n]
-			if !ok {
-				missing = append(missing, n)
-				continue
-			}
-			if holder.Held() {
-				return undo(holder.HeldError(n, nil))
-			}
+			return m.undo(err)
 		}
 		if len(missing) == 0 {
-			if kind == store.Postgres {
-				if err := db.ReleaseSavepoint(sctx, h.tx, sp); err != nil {
-					l.txTrouble(h, err)
-					return err
-				}
-			}
-			return nil
+			return m.keep()
 		}
 		// Missing rows: PostgreSQL has no gap locks, so the rows locked
 		// so far stay locked while the others are created.
-		if err := ensure(missing); err != nil {
-			return undo(err)
+		if err := m.ensure(missing); err != nil {
+			return m.undo(err)
 		}
 	}
-	return undo(errors.New("lock rows keep disappearing"))
+	return m.undo(errors.New("lock rows keep disappearing"))
+}
+
+// moreRows is one lockInTx call's state; sctx is ctx without its
+// cancellation, for the statements that must not be cut short.
+type moreRows struct {
+	l         *Locker
+	h         *hold
+	ctx, sctx context.Context
+	names     []string
+	try       bool
+	wait      time.Duration
+}
+
+// lockSavepoint names the savepoint lockInTx takes.
+const lockSavepoint = "dblock_lock"
+
+// ensure creates the rows of missing: in the transaction on SQLite (whose
+// lock is the transaction's), else on the Locker's own connection.
+func (m *moreRows) ensure(missing []string) error {
+	db := m.l.db
+	for _, n := range missing {
+		var err error
+		if !m.l.caps.RowLocks {
+			err = db.EnsureRow(m.sctx, m.h.tx, n)
+		} else {
+			err = m.l.withSide(m.ctx, true, func(q store.Querier) error { return db.EnsureRow(m.ctx, q, n) })
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// precheck creates the rows and refuses a name a lease holds, without
+// locking anything.
+func (m *moreRows) precheck() error {
+	if err := m.ensure(m.names); err != nil {
+		return err
+	}
+	for _, n := range m.names {
+		var holder store.Holder
+		err := m.l.withSide(m.ctx, true, func(q store.Querier) error {
+			var err error
+			holder, err = m.l.db.LeaseHolder(m.ctx, q, n)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if holder.Held() {
+			return holder.HeldError(n, nil)
+		}
+	}
+	return nil
+}
+
+// savepoint marks where undo rolls back to, where a failed statement would
+// abort the transaction.
+func (m *moreRows) savepoint() error {
+	if !m.l.caps.ErrorAbortsTx {
+		return nil
+	}
+	if err := m.l.db.Savepoint(m.sctx, m.h.tx, lockSavepoint); err != nil {
+		m.l.txTrouble(m.h, err)
+		return err
+	}
+	return nil
+}
+
+// undo returns to the savepoint (where there is one) and returns cause.
+func (m *moreRows) undo(cause error) error {
+	if !m.l.caps.ErrorAbortsTx {
+		return cause
+	}
+	db := m.l.db
+	if err := db.RollbackToSavepoint(m.sctx, m.h.tx, lockSavepoint); err != nil {
+		m.l.txTrouble(m.h, err)
+		return errjoin.Join(cause, err)
+	}
+	if err := db.ReleaseSavepoint(m.sctx, m.h.tx, lockSavepoint); err != nil {
+		m.l.txTrouble(m.h, err)
+		return errjoin.Join(cause, err)
+	}
+	return cause
+}
+
+// keep forgets the savepoint, keeping the rows locked.
+func (m *moreRows) keep() error {
+	if !m.l.caps.ErrorAbortsTx {
+		return nil
+	}
+	if err := m.l.db.ReleaseSavepoint(m.sctx, m.h.tx, lockSavepoint); err != nil {
+		m.l.txTrouble(m.h, err)
+		return err
+	}
+	return nil
+}
+
+// lockOnce runs the lock statement once and returns the names whose rows
+// are missing, or an error (a lease holder's *dblock.HeldError among them).
+func (m *moreRows) lockOnce() ([]string, error) {
+	l, h, ctx := m.l, m.h, m.ctx
+	p := store.RowLockParams{NoWait: m.try, IdleTimeout: h.ttl, Wait: m.wait}
+	var cancelled chan struct{}
+	stop := func() bool { return true }
+	if !m.try && l.caps.RowLocks && ctx.Done() != nil {
+		stop = l.cancelOnDone(ctx, h.session.ID, &cancelled, m.names)
+	}
+	found, _, err := l.lockStmtWait(m.sctx, ctx, h, m.names, p)
+	if !stop() {
+		<-cancelled
+		if err == nil {
+			err = fmt.Errorf("%w: %w", dblock.ErrNotAcquired, context.Cause(ctx))
+		}
+	}
+	if err != nil {
+		return nil, m.lockErr(err)
+	}
+	var missing []string
+	for _, n := range m.names {
+		holder, ok := found[n]
+		if !ok {
+			missing = append(missing, n)
+			continue
+		}
+		if holder.Held() {
+			return nil, holder.HeldError(n, nil)
+		}
+	}
+	return missing, nil
+}
+
+// lockErr reads a failed lock statement: the end of ctx makes it a
+// refusal; a deadlock where it ends the transaction, or a broken
+// connection, loses the hold.
+func (m *moreRows) lockErr(err error) error {
+	l, h := m.l, m.h
+	if m.ctx.Err() != nil && !errors.Is(err, dblock.ErrDeadlock) {
+		err = fmt.Errorf("%w: %w", dblock.ErrNotAcquired, errjoin.Join(context.Cause(m.ctx), err))
+	}
+	switch {
+	case l.caps.TxEndsOnDeadlock:
+		l.txTrouble(h, err)
+		if errors.Is(err, dblock.ErrDeadlock) {
+			err = fmt.Errorf("%w: %w", err, h.lostErr())
+		}
+	case isConnErr(err):
+		l.txTrouble(h, err)
+	}
+	return err
 }
 
 // lockStmtWait is lockStmt with the server-side bound taken from waitCtx's

@@ -115,6 +115,7 @@ type Config struct {
 // the watcher is off and WithToken is refused.
 type Locker struct {
 	db       *store.DB
+	caps     store.Caps // What the database can do; the Locker never asks its kind.
 	log      *slog.Logger
 	hooks    dblock.Hooks
 	lockWait time.Duration
@@ -169,6 +170,7 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 	}
 	l := &Locker{
 		db:       db,
+		caps:     db.Dialect.Caps(),
 		log:      mode.Logger(cfg.Logger),
 		lockWait: cfg.LockTimeout,
 		ttl:      cfg.TTL,

@@ -88,7 +88,7 @@ func (l *Locker) LockRows(ctx context.Context, tx *sql.Tx, p LockRowsParams) ([]
 		Table: p.Table, KeyColumn: p.KeyColumn, Keys: p.Keys, NoWait: p.NoWait, SkipLocked: p.SkipLocked,
 	})
 	if err != nil {
-		if errors.Is(err, dblock.ErrDeadlock) && l.db.Dialect.Kind() == store.MySQL {
+		if errors.Is(err, dblock.ErrDeadlock) && l.caps.TxEndsOnDeadlock {
 			// MySQL rolled the victim's whole transaction back: if it was
 			// a lock's transaction, that lock is gone; either way tx must
 			// not run more statements outside a transaction.

@@ -76,7 +76,7 @@ var errNoSide = fmt.Errorf("%w: the pool allows a single connection (SetMaxOpenC
 // sideWanted reports whether the Locker keeps a connection of its own: on
 // the server databases, when the pool has room for one besides a holder.
 func (l *Locker) sideWanted() bool {
-	return l.db.Dialect.Kind() != store.SQLite && l.db.Stats().MaxOpenConnections != 1
+	return l.caps.RowLocks && l.db.Stats().MaxOpenConnections != 1
 }
 
 // reserveSide makes sure the Locker has its own connection before an

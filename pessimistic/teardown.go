@@ -21,7 +21,7 @@ import (
 // it everywhere.
 func (l *Locker) txTrouble(h *hold, err error) {
 	switch {
-	case l.db.Dialect.Kind() == store.MySQL && (errors.Is(err, dblock.ErrDeadlock) || store.SavepointGone(err)):
+	case l.caps.TxEndsOnDeadlock && (errors.Is(err, dblock.ErrDeadlock) || store.SavepointGone(err)):
 		l.abort(h, fmt.Errorf("%w: %w", ErrTxEnded, err))
 	case isConnErr(err):
 		l.abort(h, dblock.ErrConnLost)
@@ -78,7 +78,7 @@ func (l *Locker) endBounded(ctx context.Context, h *hold, rollback bool) error {
 	if ctx.Done() == nil {
 		return h.end(ctx, rollback)
 	}
-	if l.db.Dialect.Kind() == store.Postgres {
+	if l.caps.TxEndCancellable {
 		// pgx ends a COMMIT or ROLLBACK whose context (the transaction's)
 		// is cancelled at once, network or not: no goroutine is needed to
 		// give up on it.
@@ -139,7 +139,7 @@ const interruptGrace = 100 * time.Millisecond
 // session under that id would be someone else's).
 func (l *Locker) interrupt(h *hold) {
 	h.txCancel()
-	if l.db.Dialect.Kind() != store.MySQL || h.session.ID == 0 {
+	if !l.caps.LockWaitInSeconds || h.session.ID == 0 {
 		return
 	}
 	l.bg.Add(1)

@@ -179,16 +179,9 @@ func guardedUpdateSQL(d store.Dialect, tableName, keyColumn, ctlColumn, what str
 // quoteTable and quoteIdent quote a user's table (optionally schema.table)
 // and column for d (see sqlident.Quote).
 func quoteTable(d store.Dialect, table string) (string, error) {
-	return sqlident.Quote(table, quoteChar(d), true)
+	return sqlident.Quote(table, d.IdentQuote(), true)
 }
 
 func quoteIdent(d store.Dialect, id string) (string, error) {
-	return sqlident.Quote(id, quoteChar(d), false)
-}
-
-func quoteChar(d store.Dialect) string {
-	if d.Kind() == store.MySQL {
-		return "`"
-	}
-	return `"`
+	return sqlident.Quote(id, d.IdentQuote(), false)
 }

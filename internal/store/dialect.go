@@ -51,6 +51,35 @@ type Caps struct {
 	// per-transaction timeout (idle_in_transaction_session_timeout,
 	// idle_transaction_timeout).
 	IdleTxTimeout bool
+	// TxEndsOnDeadlock: a deadlock, or a savepoint found missing, means the
+	// server rolled the whole transaction back, not one statement (MySQL,
+	// MariaDB); statements after it run outside any transaction.
+	TxEndsOnDeadlock bool
+	// ErrorAbortsTx: any failed statement (a lock refused for NOWAIT or
+	// its timeout, a deadlock) aborts its transaction (PostgreSQL): a wait
+	// after a refusal needs a new transaction, and a hold that locks more
+	// rows keeps what it had through a savepoint.
+	ErrorAbortsTx bool
+	// SavepointKeepsLocks: rolling back to a savepoint keeps the row locks
+	// taken after it, and a locking read of a missing key locks its gap
+	// (MySQL, MariaDB): a hold that locks more rows checks them without
+	// locking first.
+	SavepointKeepsLocks bool
+	// LockWaitInSeconds: the server bounds a row-lock wait in whole seconds
+	// only, and the driver gives a statement up by closing its connection,
+	// which the server does not notice while the statement waits (MySQL,
+	// MariaDB): the client stops a wait at its exact bound and cancels the
+	// server's side of it, or a hold's statement, from another session.
+	LockWaitInSeconds bool
+	// LockWaitResumes: the database's own wait for a pessimistic lock can
+	// end before the caller's bound (SQLite waits in chunks of its busy
+	// timeout; MariaDB counts a statement's bound itself), and is resumed
+	// until that bound. Elsewhere the database's wait ends at the bound.
+	LockWaitResumes bool
+	// TxEndCancellable: the driver ends a COMMIT or ROLLBACK whose context
+	// is cancelled at once, network or not (pgx), so giving up on one
+	// needs no goroutine.
+	TxEndCancellable bool
 }
 
 // Dialect is one database's SQL, capabilities and error classification.
@@ -66,6 +95,8 @@ type Dialect interface {
 	Placeholder(n int) string
 	// Now is the SQL expression for the database clock.
 	Now() string
+	// IdentQuote is the character that quotes an identifier.
+	IdentQuote() string
 	// MigrateHint says how to apply the migrations for this dialect.
 	MigrateHint() string
 

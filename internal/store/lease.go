@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -149,19 +148,19 @@ RETURNING pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL`,
 // ---- SQLite (?1 name, ?2 owner, ?3 ttl µs | version, ?4 mode, ?5 metadata); times in µs ----
 
 var sqliteLease = LeaseSQL{
-	Acquire: strings.ReplaceAll(`INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
-VALUES (?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, NOW, NOW + ?3, NOW, ?5)
+	Acquire: `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+VALUES (?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?5)
 ON CONFLICT (name) DO UPDATE SET
-    reentry     = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN reentry + 1 ELSE 1 END,
-    version     = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN version ELSE max(version + 1, excluded.version) END,
-    mode        = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN mode ELSE excluded.mode END,
-    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN acquired_at ELSE excluded.acquired_at END,
-    metadata    = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN metadata ELSE excluded.metadata END,
-    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > NOW THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    reentry     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN reentry + 1 ELSE 1 END,
+    version     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN version ELSE max(version + 1, excluded.version) END,
+    mode        = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN mode ELSE excluded.mode END,
+    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
+    metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
+    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
     owner       = excluded.owner,
     updated_at  = excluded.updated_at
-WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= NOW
-RETURNING version, reentry`, "NOW", sqliteNow),
+WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+RETURNING version, reentry`,
 
 	Release: `UPDATE dblock_locks SET
     reentry    = reentry - 1,

@@ -30,10 +30,12 @@ func MySQLDialect(mariadb bool) Dialect {
 func (mysqlDialect) Kind() Kind { return MySQL }
 
 func (d mysqlDialect) Caps() Caps {
-	return Caps{SkipLocked: true, NoWait: true, RowLocks: true, StatementLockTimeout: d.mariadb, IdleTxTimeout: d.mariadb}
+	return Caps{SkipLocked: true, NoWait: true, RowLocks: true, StatementLockTimeout: d.mariadb, IdleTxTimeout: d.mariadb,
+		TxEndsOnDeadlock: true, SavepointKeepsLocks: true, LockWaitInSeconds: true, LockWaitResumes: d.mariadb}
 }
 
 func (mysqlDialect) Placeholder(int) string { return "?" }
+func (mysqlDialect) IdentQuote() string     { return "`" }
 func (mysqlDialect) Now() string            { return "UTC_TIMESTAMP(6)" }
 
 // MariaDB reports whether the server is MariaDB.

@@ -18,11 +18,13 @@ func (postgres) Kind() Kind { return Postgres }
 
 func (postgres) Caps() Caps {
 	return Caps{Notify: true, SkipLocked: true, NoWait: true, RowLocks: true, Returning: true,
-		AsyncCommit: true, StatementLockTimeout: true, IdleTxTimeout: true}
+		AsyncCommit: true, StatementLockTimeout: true, IdleTxTimeout: true,
+		ErrorAbortsTx: true, TxEndCancellable: true}
 }
 
 func (postgres) Placeholder(n int) string { return "$" + strconv.Itoa(n) }
 func (postgres) Now() string              { return "now()" }
+func (postgres) IdentQuote() string       { return `"` }
 
 func (postgres) MigrateHint() string {
 	return `dblock migrate up (or: goose -dir migrations/postgres -table dblock_db_version postgres "$DSN" up)`

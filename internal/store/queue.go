@@ -131,7 +131,7 @@ var (
 VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
 RETURNING id, `+pgUs("created_at"),
 		`DELETE FROM dblock_waiters WHERE id = $1
-RETURNING pg_notify('`+NotifyChannel+`', name)::text IS NOT NULL`), pgDirect(), "")
+RETURNING pg_notify('`+NotifyChannel+`', name)::text IS NOT NULL`), pgDirect, "")
 
 	mysqlQueue = withDirect(mysqlQueueText.build(
 		`INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
@@ -141,10 +141,10 @@ VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? 
 	mariadbQueue = mysqlQueue
 
 	sqliteQueue = withDirect(sqliteQueueText.build(
-		strings.ReplaceAll(`INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
-VALUES (?1, ?2, NOW, NOW, NOW + ?3)
-RETURNING id, created_at`, "NOW", sqliteNow),
-		`DELETE FROM dblock_waiters WHERE id = ?1`), sqliteDirect(), "")
+		`INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
+VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3)
+RETURNING id, created_at`,
+		`DELETE FROM dblock_waiters WHERE id = ?1`), sqliteDirect, "")
 )
 
 func withDirect(q QueueSQL, direct, jumped string) QueueSQL {
@@ -152,66 +152,68 @@ func withDirect(q QueueSQL, direct, jumped string) QueueSQL {
 	return q
 }
 
-// mustReplace replaces the one occurrence of old in s; it panics (at package
-// initialisation, so any test fails at once) if the text it builds on
-// changed.
-func mustReplace(s, old, new string) string {
-	if strings.Count(s, old) != 1 {
-		panic(fmt.Sprintf("dialect: building the fair direct acquisition: %q found %d times", old, strings.Count(s, old)))
-	}
-	return strings.Replace(s, old, new, 1)
-}
-
 // pgDirect is pgLease.Acquire guarded by the queue: the row is taken, or
 // inserted, only while no live waiter queues for the name (or the owner
 // holds it already), and an eighth column counts the live waiters. Its
 // snapshot is the statement's: a waiter whose insert committed before the
 // statement began is seen, so nobody jumps it.
-func pgDirect() string {
-	const live = `SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()`
-	a := pgLease.Acquire
-	a = mustReplace(a, `
+const pgDirect = `WITH cur AS (
+    SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
-    FOR UPDATE SKIP LOCKED`, `
-    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
-      AND (owner = $2 AND expires_at > now() OR NOT EXISTS (`+live+`))
-    FOR UPDATE SKIP LOCKED`)
-	a = mustReplace(a, `
-    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
-    ON CONFLICT (name) DO NOTHING`, `
-    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (`+live+`)
-    ON CONFLICT (name) DO NOTHING`)
-	i := strings.Index(a, "\nSELECT true, version")
-	if i < 0 {
-		panic("dialect: building the fair direct acquisition: no result branches")
-	}
-	return a[:i] + `, q AS (
+      AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()))
+    FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE dblock_locks l SET
+        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
+        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
+        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
+        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
+        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
+                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
+                           ELSE now() + $3::bigint * interval '1 microsecond' END,
+        owner       = $2,
+        updated_at  = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING l.version, l.reentry
+), ins AS (
+    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now())
+    ON CONFLICT (name) DO NOTHING
+    RETURNING version, reentry
+), q AS (
     SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()
 )
 SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM upd
 UNION ALL
 SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM ins
 UNION ALL
-SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce(` + pgUs("h.expires_at") + `, 0), ` + pgUs("now()") + `, 0, q.n
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
 FROM dblock_locks h, q WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
 UNION ALL
-SELECT false, 0::bigint, '', '', 0::bigint, ` + pgUs("now()") + `, 0, q.n
+SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
 FROM q WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
 LIMIT 1`
-}
 
 // sqliteDirect is sqliteLease.Acquire guarded by the queue: it inserts (or
 // upserts) nothing while a live waiter queues for the name, unless the owner
 // holds it. SQLite has one writer, so nothing can enqueue in between.
-func sqliteDirect() string {
-	return mustReplace(sqliteLease.Acquire, `
-VALUES (?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, `+sqliteNow+`, `+sqliteNow+` + ?3, `+sqliteNow+`, ?5)
-`, `
-SELECT ?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, `+sqliteNow+`, `+sqliteNow+` + ?3, `+sqliteNow+`, ?5
-WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > `+sqliteNow+`)
-   OR EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?1 AND l.owner = ?2 AND l.expires_at > `+sqliteNow+`)
-`)
-}
+const sqliteDirect = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+SELECT ?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?5
+WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+   OR EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?1 AND l.owner = ?2 AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+ON CONFLICT (name) DO UPDATE SET
+    reentry     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN reentry + 1 ELSE 1 END,
+    version     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN version ELSE max(version + 1, excluded.version) END,
+    mode        = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN mode ELSE excluded.mode END,
+    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
+    metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
+    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    owner       = excluded.owner,
+    updated_at  = excluded.updated_at
+WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+RETURNING version, reentry`
 
 const mysqlJumped = `SELECT l.reentry, (
     SELECT COUNT(*) FROM dblock_waiters w

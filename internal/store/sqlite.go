@@ -22,12 +22,14 @@ func SQLiteDialect() Dialect { return sqliteDialectV }
 
 func (sqliteDialect) Kind() Kind { return SQLite }
 
-func (sqliteDialect) Caps() Caps { return Caps{Returning: true} }
+func (sqliteDialect) Caps() Caps { return Caps{Returning: true, LockWaitResumes: true} }
 
 func (sqliteDialect) Placeholder(n int) string { return fmt.Sprintf("?%d", n) }
 
 // Now is the database clock in integer microseconds since the Unix epoch.
 func (sqliteDialect) Now() string { return sqliteNow }
+
+func (sqliteDialect) IdentQuote() string { return `"` }
 
 const sqliteNow = "CAST(unixepoch('subsec') * 1000000 AS INTEGER)"
 
