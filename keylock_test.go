@@ -26,7 +26,7 @@ func TestFreeNameBehindABriefKeyLock(t *testing.T) {
 	m := newModes(t, iso)
 	for mode, l := range map[string]dblock.Locker{"optimistic": m.opt, "fair": m.fair} {
 		name := locktest.RandomName("gap")
-		tx, err := iso.Store.DB.DB.BeginTx(ctx, nil) // REPEATABLE READ: the read locks the gap.
+		tx, err := iso.Store().DB.DB.BeginTx(ctx, nil) // REPEATABLE READ: the read locks the gap.
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -48,7 +48,7 @@ func TestEveryNameIsValidated(t *testing.T) {
 			}
 		}
 		var rows int
-		if err := iso.Store.GetContext(ctx, &rows,
+		if err := iso.Store().GetContext(ctx, &rows,
 			"SELECT (SELECT COUNT(*) FROM dblock_locks WHERE name <> 'held') + (SELECT COUNT(*) FROM dblock_waiters)"); err != nil {
 			t.Fatal(err)
 		}

@@ -78,7 +78,7 @@ func TestMetadataRefusedEverywhere(t *testing.T) {
 			}
 		}
 		var rows int
-		if err := iso.Store.GetContext(ctx, &rows,
+		if err := iso.Store().GetContext(ctx, &rows,
 			"SELECT (SELECT COUNT(*) FROM dblock_locks) + (SELECT COUNT(*) FROM dblock_waiters)"); err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestMetadataRefusedEverywhere(t *testing.T) {
 			q = "SELECT metadata FROM dblock_locks WHERE name = $1"
 		}
 		var stored string
-		if err := iso.Store.GetContext(ctx, &stored, q, "job"); err != nil {
+		if err := iso.Store().GetContext(ctx, &stored, q, "job"); err != nil {
 			t.Fatal(err)
 		}
 		if stored != good {

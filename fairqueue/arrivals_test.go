@@ -68,7 +68,7 @@ func TestFIFOArrivalsDuringHandoffs(t *testing.T) {
 				return nil, false
 			}
 			a.token = lease.Token()
-			rows, err := iso.Store.ListLocks(ctx, []string{name})
+			rows, err := iso.Store().ListLocks(ctx, []string{name})
 			if err != nil || len(rows) != 1 || rows[0].Token != int64(a.token) {
 				errs <- fmt.Errorf("%s: lock row while held: %+v %v", who, rows, err)
 			} else {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/backoff"
 	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/mode"
@@ -461,10 +461,5 @@ func (a *attempt) started(res store.AcquireResult, reqStart time.Time) (*dblock.
 // transient reports whether an error is worth retrying while waiting.
 func transient(err error) bool { return leasekeeper.Transient(err) }
 
-// jitter returns a duration in [d/2, d].
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
-}
+// jitter spreads a pause over [d/2, d] (backoff.Jitter).
+var jitter = backoff.Jitter

@@ -15,9 +15,9 @@ import (
 
 func countWaiters(t *testing.T, iso *dbtest.Isolated, name string) int {
 	t.Helper()
-	q := "SELECT COUNT(*) FROM dblock_waiters WHERE name = " + iso.Store.Dialect.Placeholder(1)
+	q := "SELECT COUNT(*) FROM dblock_waiters WHERE name = " + iso.Store().Dialect.Placeholder(1)
 	var n int
-	if err := iso.Store.GetContext(context.Background(), &n, q, name); err != nil {
+	if err := iso.Store().GetContext(context.Background(), &n, q, name); err != nil {
 		t.Fatalf("count waiters: %v", err)
 	}
 	return n
@@ -36,7 +36,7 @@ func TestQueueRules(t *testing.T) {
 		name := locktest.RandomName("rules")
 
 		// A live waiter of another process, the lock free.
-		ghost, err := iso.Store.Enqueue(ctx, nil, name, "ghost", time.Minute)
+		ghost, err := iso.Store().Enqueue(ctx, nil, name, "ghost", time.Minute)
 		if err != nil {
 			t.Fatalf("enqueue ghost: %v", err)
 		}
@@ -74,7 +74,7 @@ func TestQueueRules(t *testing.T) {
 		}
 
 		// Once the ghost leaves, the name is free for TryAcquire.
-		if ok, err := iso.Store.LeaveQueue(ctx, nil, ghost.ID); err != nil || !ok {
+		if ok, err := iso.Store().LeaveQueue(ctx, nil, ghost.ID); err != nil || !ok {
 			t.Fatalf("leave ghost: %v %v", ok, err)
 		}
 		lease, err := l.TryAcquire(ctx, name)
@@ -86,7 +86,7 @@ func TestQueueRules(t *testing.T) {
 		}
 
 		// A dead waiter (heartbeat deadline passed) is skipped by everyone.
-		if _, err := iso.Store.Enqueue(ctx, nil, name, "dead", time.Millisecond); err != nil {
+		if _, err := iso.Store().Enqueue(ctx, nil, name, "dead", time.Millisecond); err != nil {
 			t.Fatalf("enqueue dead: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)

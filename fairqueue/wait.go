@@ -43,139 +43,204 @@ type waiter struct {
 // waiter died.
 func (a *attempt) queue() (*dblock.Lease, error) {
 	l := a.l
-	sig := l.local.subscribe(a.name)
-	defer l.local.unsubscribe(a.name, sig)
-	var hubC <-chan struct{}
+	q := &queueWait{a: a, lastAhead: -1, observe: positionFunc(a.ctx)}
+	q.sig = l.local.subscribe(a.name)
+	defer l.local.unsubscribe(a.name, q.sig)
 	if l.hub != nil {
 		var unsubscribe func()
-		hubC, unsubscribe = l.hub.Subscribe(a.name)
+		q.hubC, unsubscribe = l.hub.Subscribe(a.name)
 		defer unsubscribe()
 	}
-	observe := positionFunc(a.ctx)
-
-	var w *waiter
 	defer func() {
-		if w != nil {
-			a.leave(w)
+		if q.w != nil {
+			a.leave(q.w)
 		}
 	}()
-	backoff := 0 // Backoff step, reset when the position changes.
-	lastAhead := -1
-	var last store.QueueState
 	for try := 1; ; try++ {
-		if serr := a.stopped(last.Holder); serr != nil {
+		if serr := a.stopped(q.last.Holder); serr != nil {
 			return nil, serr
 		}
-		if w == nil {
-			nw, err := a.enqueue()
-			if err != nil {
-				if serr := a.stopped(last.Holder); serr != nil {
-					return nil, serr
+		if q.w == nil {
+			if err := q.join(try); err != nil {
+				if errors.Is(err, errAgain) {
+					continue
 				}
-				if !a.retryable(err) {
-					return nil, a.errorf("%w", err)
-				}
-				l.logger.LogAttrs(a.ctx, slog.LevelWarn, "fairqueue: enqueue failed, retrying", a.attrs(
-					slog.Int("attempt", try), slog.String("error", err.Error()))...)
-				if serr := a.sleep(jitter(l.cfg.HeadPollMax)); serr != nil {
-					return nil, serr
-				}
+				return nil, err
+			}
+		}
+		mark := q.mark()
+		s, err := q.check(try)
+		if err != nil {
+			if errors.Is(err, errAgain) {
 				continue
 			}
-			w = nw
-			lastAhead = -1
+			return nil, err
 		}
-		seqEvents, seqReleases := sig.events.Load(), sig.releases.Load()
-		hubEvents := 0
-		l.count()
-		l.stats.checks.Add(1)
-		s, err := l.db.CheckWaiter(a.ctx, nil, a.name, w.id)
-		if err != nil {
-			if serr := a.stopped(last.Holder); serr != nil {
-				return nil, serr
-			}
-			if !a.retryable(err) {
-				return nil, a.errorf("%w", err)
-			}
-			l.logger.LogAttrs(a.ctx, slog.LevelWarn, "fairqueue: check failed, retrying", a.attrs(
-				slog.Int("attempt", try), slog.String("error", err.Error()))...)
-			if serr := a.sleep(jitter(l.cfg.HeadPollMax)); serr != nil {
-				return nil, serr
-			}
-			continue
-		}
-		last = s
-		if !s.Live {
-			a.requeue(w)
-			w = nil
-			continue
-		}
-		if s.Ahead != lastAhead {
-			backoff = 0 // Moved up: the head polls fast again, the others from their base.
-			if observe != nil {
-				observe(Position{Name: a.name, Owner: a.o.Owner, Position: s.Ahead + 1, Joined: s.CreatedAt,
-					Waited: max(s.Holder.Now.Sub(s.CreatedAt), 0)})
-			}
-		}
-		lastAhead = s.Ahead
 		held := !free(s.Holder, a.o.Owner)
 		if s.Ahead == 0 && !held {
-			lease, err := a.take(w)
+			lease, err := q.takeHead(try)
 			switch {
 			case err == nil:
-				w = nil // The row went with the take.
 				return lease, nil
-			case errors.Is(err, errDead):
-				a.requeue(w)
-				w = nil
+			case errors.Is(err, errAgain):
 				continue
 			case errors.Is(err, dblock.ErrNotAcquired):
-				// Another acquirer (another mode, TryAcquire, or a pessimistic
-				// transaction) got there first: stay at the head.
 				held = true
-			case a.retryable(err):
-				l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: take failed, retrying", a.attrs(
-					slog.Int("attempt", try), slog.String("error", err.Error()))...)
-			default:
-				return nil, a.errorf("%w", err)
+			case !errors.Is(err, errStay):
+				return nil, err
 			}
 		}
+		q.sleep(s, held, mark)
+	}
+}
 
-		// Events before this waiter may be next: one per waiter ahead, and
-		// one more if the lock is held (its release). At least one.
-		need := max(s.Ahead, 1)
-		if held && s.Ahead > 0 {
-			need++
+// errAgain asks the queue loop to go round again at once; errStay to sleep
+// and check again without having taken the lock.
+var (
+	errAgain = errors.New("again")
+	errStay  = errors.New("stay")
+)
+
+// queueWait is one waiter's state in the loop of queue: its row (nil
+// between leaving and joining again), the signals it listens to, and what
+// its last check saw.
+type queueWait struct {
+	a         *attempt
+	sig       *signal
+	hubC      <-chan struct{}
+	observe   func(Position)
+	w         *waiter
+	backoff   int // Backoff step, reset when the position changes.
+	lastAhead int
+	last      store.QueueState
+}
+
+// eventMark is where the signals' counts stood before a check.
+type eventMark struct{ events, releases uint64 }
+
+func (q *queueWait) mark() eventMark {
+	return eventMark{q.sig.events.Load(), q.sig.releases.Load()}
+}
+
+// retry decides after a failed statement: the end of the wait, or an error
+// not worth retrying, is returned; otherwise it logs, sleeps a little and
+// returns errAgain.
+func (q *queueWait) retry(what string, try int, err error) error {
+	a := q.a
+	if serr := a.stopped(q.last.Holder); serr != nil {
+		return serr
+	}
+	if !a.retryable(err) {
+		return a.errorf("%w", err)
+	}
+	a.l.logger.LogAttrs(a.ctx, slog.LevelWarn, "fairqueue: "+what+" failed, retrying", a.attrs(
+		slog.Int("attempt", try), slog.String("error", err.Error()))...)
+	if serr := a.sleep(jitter(a.l.cfg.HeadPollMax)); serr != nil {
+		return serr
+	}
+	return errAgain
+}
+
+// join enqueues the waiter.
+func (q *queueWait) join(try int) error {
+	w, err := q.a.enqueue()
+	if err != nil {
+		return q.retry("enqueue", try, err)
+	}
+	q.w, q.lastAhead = w, -1
+	return nil
+}
+
+// check reads the waiter's place and the lock row. A waiter found dead
+// joins again (errAgain); a move up resets the backoff and is reported to
+// the position observer.
+func (q *queueWait) check(try int) (store.QueueState, error) {
+	a := q.a
+	a.l.count()
+	a.l.stats.checks.Add(1)
+	s, err := a.l.db.CheckWaiter(a.ctx, nil, a.name, q.w.id)
+	if err != nil {
+		return s, q.retry("check", try, err)
+	}
+	q.last = s
+	if !s.Live {
+		a.requeue(q.w)
+		q.w = nil
+		return s, errAgain
+	}
+	if s.Ahead != q.lastAhead {
+		q.backoff = 0 // Moved up: the head polls fast again, the others from their base.
+		if q.observe != nil {
+			q.observe(Position{Name: a.name, Owner: a.o.Owner, Position: s.Ahead + 1, Joined: s.CreatedAt,
+				Waited: max(s.Holder.Now.Sub(s.CreatedAt), 0)})
 		}
-		d := a.delay(s, backoff)
-		backoff++
-		timer := time.NewTimer(d)
-	sleep:
-		for {
-			select {
-			case <-timer.C:
-				break sleep
-			case <-sig.ch:
-			case <-hubC:
-				hubEvents++
-			case <-a.ctx.Done():
-				break sleep
-			case <-l.closing:
-				break sleep
-			}
-			// This Locker's own events arrive first; on PostgreSQL the
-			// notifications follow and cover them and everyone else's, so
-			// the larger count never counts one event twice. The head waits
-			// for a release only.
-			local := int(sig.events.Load() - seqEvents)
-			if s.Ahead == 0 {
-				local = int(sig.releases.Load() - seqReleases)
-			}
-			if max(local, hubEvents) >= need {
-				break sleep
-			}
+	}
+	q.lastAhead = s.Ahead
+	return s, nil
+}
+
+// takeHead takes the lock at the head of the queue. ErrNotAcquired (another
+// acquirer, in another mode, a TryAcquire or a pessimistic transaction, got
+// there first) and errStay (a transient failure) keep the waiter at the
+// head; a waiter found dead joins again (errAgain).
+func (q *queueWait) takeHead(try int) (*dblock.Lease, error) {
+	a := q.a
+	lease, err := a.take(q.w)
+	switch {
+	case err == nil:
+		q.w = nil // The row went with the take.
+		return lease, nil
+	case errors.Is(err, errDead):
+		a.requeue(q.w)
+		q.w = nil
+		return nil, errAgain
+	case errors.Is(err, dblock.ErrNotAcquired):
+		return nil, err
+	case a.retryable(err):
+		a.l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: take failed, retrying", a.attrs(
+			slog.Int("attempt", try), slog.String("error", err.Error()))...)
+		return nil, errStay
+	}
+	return nil, a.errorf("%w", err)
+}
+
+// sleep waits until the waiter may be next, or its timer ends. Events
+// before this waiter may be next: one per waiter ahead, and one more if the
+// lock is held (its release); at least one.
+func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) {
+	a := q.a
+	need := max(s.Ahead, 1)
+	if held && s.Ahead > 0 {
+		need++
+	}
+	d := a.delay(s, q.backoff)
+	q.backoff++
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	hubEvents := 0
+	for {
+		select {
+		case <-timer.C:
+			return
+		case <-q.sig.ch:
+		case <-q.hubC:
+			hubEvents++
+		case <-a.ctx.Done():
+			return
+		case <-a.l.closing:
+			return
 		}
-		timer.Stop()
+		// This Locker's own events arrive first; on PostgreSQL the
+		// notifications follow and cover them and everyone else's, so the
+		// larger count never counts one event twice. The head waits for a
+		// release only.
+		local := int(q.sig.events.Load() - mark.events)
+		if s.Ahead == 0 {
+			local = int(q.sig.releases.Load() - mark.releases)
+		}
+		if max(local, hubEvents) >= need {
+			return
+		}
 	}
 }
 

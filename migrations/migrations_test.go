@@ -222,7 +222,7 @@ func appRole(t *testing.T, iso *dbtest.Isolated, withVersion bool) (*dialect.DB,
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := iso.Store.ExecContext(ctx, q); err != nil {
+		if _, err := iso.Store().ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
@@ -233,15 +233,15 @@ func appRole(t *testing.T, iso *dbtest.Isolated, withVersion bool) (*dialect.DB,
 	switch iso.Kind {
 	case store.Postgres:
 		var schema string
-		if err := iso.Store.GetContext(ctx, &schema, "SELECT current_schema()"); err != nil {
+		if err := iso.Store().GetContext(ctx, &schema, "SELECT current_schema()"); err != nil {
 			t.Fatal(err)
 		}
 		admin("CREATE ROLE " + role + " NOLOGIN")
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			_, _ = iso.Store.ExecContext(ctx, "DROP OWNED BY "+role)
-			if _, err := iso.Store.ExecContext(ctx, "DROP ROLE "+role); err != nil {
+			_, _ = iso.Store().ExecContext(ctx, "DROP OWNED BY "+role)
+			if _, err := iso.Store().ExecContext(ctx, "DROP ROLE "+role); err != nil {
 				t.Errorf("drop role %s: %v", role, err)
 			}
 		})
@@ -256,7 +256,7 @@ func appRole(t *testing.T, iso *dbtest.Isolated, withVersion bool) (*dialect.DB,
 		dsn = iso.DSN + "&role=" + role
 	case store.MySQL:
 		var db string
-		if err := iso.Store.GetContext(ctx, &db, "SELECT DATABASE()"); err != nil {
+		if err := iso.Store().GetContext(ctx, &db, "SELECT DATABASE()"); err != nil {
 			t.Fatal(err)
 		}
 		const password = "app-pw"
@@ -264,7 +264,7 @@ func appRole(t *testing.T, iso *dbtest.Isolated, withVersion bool) (*dialect.DB,
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if _, err := iso.Store.ExecContext(ctx, "DROP USER '"+role+"'@'%'"); err != nil {
+			if _, err := iso.Store().ExecContext(ctx, "DROP USER '"+role+"'@'%'"); err != nil {
 				t.Errorf("drop user %s: %v", role, err)
 			}
 		})

@@ -376,10 +376,10 @@ func TestStatementsPrepare(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		stmts := statements(t, iso.Store.Dialect)
+		stmts := statements(t, iso.Store().Dialect)
 		n := 0
 		for _, key := range slices.Sorted(maps.Keys(stmts)) {
-			st, err := iso.Store.DB.DB.PrepareContext(ctx, stmts[key])
+			st, err := iso.Store().DB.DB.PrepareContext(ctx, stmts[key])
 			if err != nil {
 				t.Errorf("%s does not prepare on the migrated schema: %v\n%s", key, err, stmts[key])
 				continue
@@ -500,7 +500,7 @@ func TestMySQLLatin1Database(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	iso := dbtest.NewEmpty(t, store.MySQL)
-	if _, err := iso.Store.ExecContext(ctx, "ALTER DATABASE CHARACTER SET latin1 COLLATE latin1_swedish_ci"); err != nil {
+	if _, err := iso.Store().ExecContext(ctx, "ALTER DATABASE CHARACTER SET latin1 COLLATE latin1_swedish_ci"); err != nil {
 		t.Fatal(err)
 	}
 	if err := migrations.Up(ctx, iso.DB); err != nil {
@@ -508,12 +508,12 @@ func TestMySQLLatin1Database(t *testing.T) {
 	}
 	checkSchema(t, iso.DB)
 	const md = "host ☃ pid 1 🔒"
-	r, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: "job", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Minute, Metadata: md})
+	r, err := iso.Store().AcquireLease(ctx, nil, store.AcquireParams{Name: "job", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Minute, Metadata: md})
 	if err != nil || !r.Acquired {
 		t.Fatalf("acquire with metadata %q: %+v, %v", md, r, err)
 	}
 	var got string
-	if err := iso.Store.GetContext(ctx, &got, "SELECT metadata FROM dblock_locks WHERE name = 'job'"); err != nil || got != md {
+	if err := iso.Store().GetContext(ctx, &got, "SELECT metadata FROM dblock_locks WHERE name = 'job'"); err != nil || got != md {
 		t.Fatalf("stored metadata %q, %v; want %q", got, err, md)
 	}
 }

@@ -176,7 +176,7 @@ func BenchmarkContended(b *testing.B) {
 func BenchmarkPostgresReleaseNotify(b *testing.B) {
 	iso := dbtest.New(b, store.Postgres)
 	ctx := context.Background()
-	withNotify := iso.Store.Dialect.Lease().Release
+	withNotify := iso.Store().Dialect.Lease().Release
 	i := strings.Index(withNotify, "RETURNING")
 	without := withNotify[:i] + "RETURNING true"
 	for _, c := range []struct{ name, release string }{{"notify", withNotify}, {"no-notify", without}} {
@@ -184,13 +184,13 @@ func BenchmarkPostgresReleaseNotify(b *testing.B) {
 			name, owner := locktest.RandomName("notify"), dblock.NewOwner()
 			for range b.N {
 				b.StopTimer()
-				r, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: dblock.TTLDefault})
+				r, err := iso.Store().AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: dblock.TTLDefault})
 				if err != nil || !r.Acquired {
 					b.Fatal(r, err)
 				}
 				b.StartTimer()
 				var ok bool
-				if err := iso.Store.QueryRowContext(ctx, c.release, name, owner, int64(r.Token)).Scan(&ok); err != nil {
+				if err := iso.Store().QueryRowContext(ctx, c.release, name, owner, int64(r.Token)).Scan(&ok); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -19,7 +19,7 @@ func TestGuard(t *testing.T) {
 		l := newOptimistic(t, iso.DB)
 		guard := func(lease *dblock.Lease) error {
 			t.Helper()
-			tx, err := iso.Store.BeginTxx(ctx, nil)
+			tx, err := iso.Store().BeginTxx(ctx, nil)
 			if err != nil {
 				t.Fatalf("begin: %v", err)
 			}
@@ -52,7 +52,7 @@ func TestGuard(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
-		if ok, err := iso.Store.ForceRelease(ctx, nil, lease.Name()); err != nil || !ok {
+		if ok, err := iso.Store().ForceRelease(ctx, nil, lease.Name()); err != nil || !ok {
 			t.Fatalf("force release: %v %v", ok, err)
 		}
 		err = guard(lease)
@@ -96,7 +96,7 @@ func TestGuardBoundsIdleTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
 	}
-	tx, err := iso.Store.BeginTxx(ctx, nil)
+	tx, err := iso.Store().BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
@@ -122,7 +122,7 @@ func TestGuardBoundsIdleTransaction(t *testing.T) {
 	}
 
 	// A guarded transaction that commits: the session's setting is back.
-	conn, err := iso.Store.Connx(ctx)
+	conn, err := iso.Store().Connx(ctx)
 	if err != nil {
 		t.Fatalf("conn: %v", err)
 	}

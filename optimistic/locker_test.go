@@ -110,7 +110,7 @@ func TestRowLockedByTransaction(t *testing.T) {
 		if _, err := l.TryAcquireMany(ctx, []string{free, name}); !errors.Is(err, dblock.ErrNotAcquired) || !errors.As(err, &held) {
 			t.Fatalf("TryAcquireMany with a row-locked name: %v, want a *HeldError", err)
 		}
-		if h, err := iso.Store.LeaseHolder(ctx, nil, free); err != nil || h.Held() {
+		if h, err := iso.Store().LeaseHolder(ctx, nil, free); err != nil || h.Held() {
 			t.Fatalf("%s after a refused set: %+v, %v; want free", free, h, err)
 		}
 		if err := tx.Rollback(); err != nil {

@@ -2,6 +2,7 @@ package optimistic
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -35,6 +36,61 @@ func (l *Locker) TryAcquireMany(ctx context.Context, names []string, opts ...dbl
 }
 
 func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opts []dblock.Option) ([]*dblock.Lease, error) {
+	m, err := l.prepareMany(ctx, names, wait, opts)
+	if err != nil {
+		return nil, err
+	}
+	waitCtx := ctx
+	if m.wait && m.o.HasWait {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, m.o.Wait)
+		defer cancel()
+	}
+	m.waitCtx = waitCtx
+	defer func() { m.unsubscribe() }()
+	for attempt := 1; ; attempt++ {
+		if waitCtx.Err() != nil {
+			return nil, l.manyWaitEnded(m.label, m.held, context.Cause(waitCtx))
+		}
+		leases, h, err := m.ask(attempt)
+		switch {
+		case leases != nil:
+			return leases, nil
+		case errors.Is(err, errAskAgain):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if err := m.sleep(h); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// errAskAgain: ask again at once (the set's blocker changed, and the
+// wake-ups now follow it).
+var errAskAgain = errors.New("ask again")
+
+// manyCall is one AcquireMany's state.
+type manyCall struct {
+	l            *Locker
+	ctx, waitCtx context.Context
+	names        []string // Sorted, without duplicates.
+	label        string
+	o            mode.Options
+	params       []store.AcquireParams
+	wait         bool
+	start        time.Time
+	backoff      time.Duration
+
+	held        *dblock.HeldError // The last holder that blocked the set.
+	wakeCh      <-chan struct{}
+	wakeName    string
+	unsubscribe func()
+}
+
+// prepareMany validates the names and options of an AcquireMany.
+func (l *Locker) prepareMany(ctx context.Context, names []string, wait bool, opts []dblock.Option) (*manyCall, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("optimistic: acquire many: %w: no names", dblock.ErrInvalidName)
 	}
@@ -43,9 +99,7 @@ func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opt
 			return nil, fmt.Errorf("optimistic: acquire many: %w", err)
 		}
 	}
-	sorted := slices.Clone(names)
-	slices.Sort(sorted)
-	sorted = slices.Compact(sorted)
+	sorted := slices.Compact(slices.Sorted(slices.Values(names)))
 	label := strings.Join(sorted, ",")
 	o, err := mode.Resolve(ctx, opts)
 	if err != nil {
@@ -57,92 +111,88 @@ func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opt
 	if l.isClosed() {
 		return nil, fmt.Errorf("optimistic: acquire many %q: %w: %w", label, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
-	waitCtx := ctx
-	if wait && o.HasWait {
-		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeout(ctx, o.Wait)
-		defer cancel()
-	}
 	params := make([]store.AcquireParams, len(sorted))
 	for i, name := range sorted {
 		params[i] = store.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.FirstTTL(), Metadata: o.Metadata}
 	}
+	return &manyCall{l: l, ctx: ctx, names: sorted, label: label, o: o, params: params, wait: wait,
+		start: time.Now(), backoff: l.cfg.PollMin, unsubscribe: func() {}}, nil
+}
 
-	start := time.Now()
-	backoff := l.cfg.PollMin
-	var held *dblock.HeldError // The last holder that blocked the set.
-	var wakeCh <-chan struct{}
-	wakeName := ""
-	unsubscribe := func() {}
-	defer func() { unsubscribe() }()
-	for attempt := 1; ; attempt++ {
-		if waitCtx.Err() != nil {
-			return nil, l.manyWaitEnded(label, held, context.Cause(waitCtx))
+// ask runs the acquisition's transaction once: the leases, or the holder
+// that blocked the set (with a nil error: sleep and ask again), or an
+// error that ends the call (errAskAgain: ask again at once).
+func (m *manyCall) ask(attempt int) ([]*dblock.Lease, store.Holder, error) {
+	l := m.l
+	reqStart := time.Now()
+	handles := make([]map[dblock.Token]int, len(m.names))
+	for i, name := range m.names {
+		handles[i] = l.handles(name, m.o.Owner)
+	}
+	stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), l.cfg.StatementTimeout)
+	results, blocked, err := l.db.AcquireLeases(stmtCtx, m.params)
+	cancel()
+	switch {
+	case err == nil && blocked < 0:
+		leases, err := l.newLeases(m.names, m.o, results, reqStart, time.Since(m.start))
+		return leases, store.Holder{}, err
+	case err == nil:
+		h := results[blocked].Holder
+		m.held = h.HeldError(m.names[blocked], nil)
+		if !m.wait {
+			return nil, h, fmt.Errorf("optimistic: acquire many %q: %w", m.label, m.held)
 		}
-		reqStart := time.Now()
-		handles := make([]map[dblock.Token]int, len(sorted))
-		for i, name := range sorted {
-			handles[i] = l.handles(name, o.Owner)
+		if l.hub != nil && m.wakeName != m.names[blocked] {
+			// Follow the name that blocks the set now; subscribe, then try
+			// again at once (a release in between would be missed).
+			m.unsubscribe()
+			m.wakeName = m.names[blocked]
+			m.wakeCh, m.unsubscribe = l.hub.Subscribe(m.wakeName)
+			return nil, h, errAskAgain
 		}
-		stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.StatementTimeout)
-		results, blocked, err := l.db.AcquireLeases(stmtCtx, params)
-		cancel()
-		var h store.Holder
-		switch {
-		case err == nil && blocked < 0:
-			return l.newLeases(sorted, o, results, reqStart, time.Since(start))
-		case err == nil:
-			h = results[blocked].Holder
-			held = h.HeldError(sorted[blocked], nil)
-			if !wait {
-				return nil, fmt.Errorf("optimistic: acquire many %q: %w", label, held)
-			}
-			if l.hub != nil && wakeName != sorted[blocked] {
-				// Follow the name that blocks the set now; subscribe, then
-				// try again at once (a release in between would be missed).
-				unsubscribe()
-				wakeName = sorted[blocked]
-				wakeCh, unsubscribe = l.hub.Subscribe(wakeName)
-				continue
-			}
-		default:
-			if outcomeUnknown(err) {
-				// The commit's answer may be lost: every name or none was taken.
-				leases, settled := l.settleMany(ctx, sorted, o, handles, reqStart, start)
-				if leases != nil {
-					return leases, nil
-				}
-				if !settled {
-					return nil, fmt.Errorf("optimistic: acquire many %q: outcome unknown, the names may be held by owner %q until their leases expire: %w",
-						label, o.Owner, err)
-				}
-			}
-			if !wait || !transient(err) || waitCtx.Err() != nil {
-				return nil, fmt.Errorf("optimistic: acquire many %q: %w", label, err)
-			}
-			l.logger.LogAttrs(ctx, slog.LevelWarn, "optimistic: acquire many failed, retrying",
-				slog.String("lock_keys", label), slog.String("owner", o.Owner), slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		return nil, h, nil
+	}
+	if outcomeUnknown(err) {
+		// The commit's answer may be lost: every name or none was taken.
+		leases, settled := l.settleMany(m.ctx, m.names, m.o, handles, reqStart, m.start)
+		if leases != nil {
+			return leases, store.Holder{}, nil
 		}
-		d := jitter(backoff)
-		backoff = min(backoff*2, l.cfg.PollMax)
-		if !h.ExpiresAt.IsZero() && !h.Now.IsZero() {
-			if rem := h.ExpiresAt.Sub(h.Now) + time.Millisecond; rem < d {
-				d = max(rem, 0)
-			}
-		}
-		timer := time.NewTimer(d)
-		select {
-		case <-timer.C:
-		case <-wakeCh:
-			timer.Stop()
-		case <-waitCtx.Done():
-			timer.Stop()
-			return nil, l.manyWaitEnded(label, held, context.Cause(waitCtx))
-		case <-l.closing:
-			timer.Stop()
-			return nil, l.manyWaitEnded(label, held, dblock.ErrClosed)
+		if !settled {
+			return nil, store.Holder{}, fmt.Errorf("optimistic: acquire many %q: outcome unknown, the names may be held by owner %q until their leases expire: %w",
+				m.label, m.o.Owner, err)
 		}
 	}
+	if !m.wait || !transient(err) || m.waitCtx.Err() != nil {
+		return nil, store.Holder{}, fmt.Errorf("optimistic: acquire many %q: %w", m.label, err)
+	}
+	l.logger.LogAttrs(m.ctx, slog.LevelWarn, "optimistic: acquire many failed, retrying",
+		slog.String("lock_keys", m.label), slog.String("owner", m.o.Owner), slog.Int("attempt", attempt), slog.String("error", err.Error()))
+	return nil, store.Holder{}, nil
+}
+
+// sleep waits the backoff (at most until the blocking lease h expires), a
+// wake-up of the blocking name, the end of the wait, or Close.
+func (m *manyCall) sleep(h store.Holder) error {
+	l := m.l
+	d := jitter(m.backoff)
+	m.backoff = min(m.backoff*2, l.cfg.PollMax)
+	if !h.ExpiresAt.IsZero() && !h.Now.IsZero() {
+		if rem := h.ExpiresAt.Sub(h.Now) + time.Millisecond; rem < d {
+			d = max(rem, 0)
+		}
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-m.wakeCh:
+	case <-m.waitCtx.Done():
+		return l.manyWaitEnded(m.label, m.held, context.Cause(m.waitCtx))
+	case <-l.closing:
+		return l.manyWaitEnded(m.label, m.held, dblock.ErrClosed)
+	}
+	return nil
 }
 
 // manyWaitEnded is the error of an AcquireMany whose wait ended.

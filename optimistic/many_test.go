@@ -38,7 +38,7 @@ func TestAcquireManyAllOrNothing(t *testing.T) {
 			t.Fatalf("TryAcquireMany with %s held = %v, want ErrNotAcquired naming %s held by blocker", b, err, b)
 		}
 		for _, name := range []string{a, c} {
-			if h, err := iso.Store.LeaseHolder(ctx, nil, name); err != nil || h.Held() {
+			if h, err := iso.Store().LeaseHolder(ctx, nil, name); err != nil || h.Held() {
 				t.Fatalf("%s after a refused TryAcquireMany: %+v, %v; want free", name, h, err)
 			}
 		}
@@ -70,7 +70,7 @@ func TestAcquireManyAllOrNothing(t *testing.T) {
 			if leases[i].Name() != want {
 				t.Fatalf("lease %d is %s, want %s", i, leases[i].Name(), want)
 			}
-			h, err := iso.Store.LeaseHolder(ctx, nil, want)
+			h, err := iso.Store().LeaseHolder(ctx, nil, want)
 			if err != nil || !h.Held() || h.Owner != leases[i].Owner() || dblock.Token(h.Version) != leases[i].Token() {
 				t.Fatalf("%s: row %+v (%v), lease owner %s token %d", want, h, err, leases[i].Owner(), leases[i].Token())
 			}
@@ -87,7 +87,7 @@ func TestAcquireManyAllOrNothing(t *testing.T) {
 			}
 		}
 		for _, name := range []string{a, b, c} {
-			if h, err := iso.Store.LeaseHolder(ctx, nil, name); err != nil || h.Held() {
+			if h, err := iso.Store().LeaseHolder(ctx, nil, name); err != nil || h.Held() {
 				t.Fatalf("%s after release: %+v, %v; want free", name, h, err)
 			}
 		}
@@ -111,7 +111,7 @@ func TestAcquireManyBadInput(t *testing.T) {
 		if _, err := l.TryAcquireMany(ctx, []string{good}, dblock.WithTTL(-time.Second)); !errors.Is(err, dblock.ErrInvalidOption) {
 			t.Errorf("TryAcquireMany with a negative TTL = %v, want ErrInvalidOption", err)
 		}
-		if h, err := iso.Store.LeaseHolder(ctx, nil, good); err != nil || h.Exists {
+		if h, err := iso.Store().LeaseHolder(ctx, nil, good); err != nil || h.Exists {
 			t.Errorf("row of %s after refused calls: %+v, %v; want none", good, h, err)
 		}
 	})

@@ -82,7 +82,7 @@ func TestMaxHoldCapsRenewal(t *testing.T) {
 
 func lockRow(ctx context.Context, t *testing.T, iso *dbtest.Isolated, name string) store.LockRow {
 	t.Helper()
-	rows, err := iso.Store.ListLocks(ctx, []string{name})
+	rows, err := iso.Store().ListLocks(ctx, []string{name})
 	if err != nil {
 		t.Fatalf("list locks: %v", err)
 	}

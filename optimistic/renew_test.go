@@ -68,7 +68,7 @@ func TestRenewalSurvivesTransientErrors(t *testing.T) {
 	// Kill the sessions until a renewal failed a few times (or a hang guard).
 	stop := time.Now().Add(60 * time.Second)
 	for failures.Load() < 3 && time.Now().Before(stop) {
-		if _, err := iso.Store.ExecContext(ctx,
+		if _, err := iso.Store().ExecContext(ctx,
 			fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '%s'", app)); err != nil {
 			t.Fatalf("terminate: %v", err)
 		}

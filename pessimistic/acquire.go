@@ -83,6 +83,50 @@ func run(ctx context.Context, lease *Lease, fn func(ctx context.Context, tx *sql
 }
 
 func (l *Locker) acquire(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (*Lease, error) {
+	r, err := l.prepare(ctx, op, names, try, opts)
+	if err != nil {
+		return nil, err
+	}
+	if lease, done, err := l.admit(ctx, r); done {
+		return lease, err
+	}
+	defer l.leave()
+
+	// Close ends waits: closeCtx is cancelled with dblock.ErrClosed as its cause.
+	// Statements that do not wait keep the caller's ctx: a context that can
+	// be cancelled costs the drivers a watcher hand-off per statement.
+	closeCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.closing, func() { cancel(dblock.ErrClosed) })
+	defer stop()
+	waitCtx, cancelWait := l.waitBound(closeCtx, r)
+	defer cancelWait()
+
+	keys, err := l.enterAll(closeCtx, waitCtx, r)
+	if err != nil {
+		return nil, err
+	}
+	h, err := l.lock(ctx, closeCtx, waitCtx, r.op, r.label, r.names, r.o, r.ttl, r.try)
+	if err != nil {
+		l.leaveGates(keys)
+		return nil, err
+	}
+	h.gates = keys
+	return l.register(h, r.o, r.label, r.start)
+}
+
+// request is one acquisition's input, checked and resolved.
+type request struct {
+	op, label string
+	names     []string // Sorted, without duplicates.
+	o         mode.Options
+	ttl       time.Duration
+	try       bool
+	start     time.Time
+}
+
+// prepare validates the names and options of an acquisition.
+func (l *Locker) prepare(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (*request, error) {
 	label := labelOf(names)
 	if len(names) == 0 {
 		return nil, fmt.Errorf("pessimistic: %s: %w: no names", op, dblock.ErrInvalidName)
@@ -96,108 +140,106 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 	if err != nil {
 		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
 	}
-	sorted := slices.Clone(names)
-	slices.Sort(sorted)
-	sorted = slices.Compact(sorted)
-	label = labelOf(sorted)
+	sorted := slices.Compact(slices.Sorted(slices.Values(names)))
+	r := &request{op: op, label: labelOf(sorted), names: sorted, o: o, ttl: l.ttl, try: try}
 	if err := l.checkExclusive(ctx); err != nil {
-		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, r.label, err)
 	}
 	if err := refuseLeaseOnly(o); err != nil {
-		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, r.label, err)
 	}
-	ttl := l.ttl
 	if o.TTLSet {
-		ttl = o.TTL
+		r.ttl = o.TTL
 	}
 	if o.Token && l.caps.RowLocks && !l.sideWanted() {
-		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, errNoSide)
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, r.label, errNoSide)
 	}
-	start := time.Now()
+	r.start = time.Now()
+	return r, nil
+}
 
+// admit counts the acquisition in (leave counts it out), or answers it at
+// once (done): refused on a closed Locker or for a name this owner holds in
+// another transaction, or re-entered.
+func (l *Locker) admit(ctx context.Context, r *request) (lease *Lease, done bool, err error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil, fmt.Errorf("pessimistic: %s %q: %w: %w", op, label, dblock.ErrNotAcquired, dblock.ErrClosed)
+		return nil, true, fmt.Errorf("pessimistic: %s %q: %w: %w", r.op, r.label, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
-	if h := l.reentrant(sorted, o.Owner); h != nil {
+	if h := l.reentrant(r.names, r.o.Owner); h != nil {
 		l.mu.Unlock()
-		return l.reenter(ctx, op, label, h, o, start)
+		lease, err := l.reenter(ctx, r.op, r.label, h, r.o, r.start)
+		return lease, true, err
 	}
-	for _, n := range sorted {
-		if h, ok := l.holds[holdKey{n, o.Owner}]; ok && !h.ended && h.lost == nil {
+	for _, n := range r.names {
+		if h, ok := l.holds[holdKey{n, r.o.Owner}]; ok && !h.ended && h.lost == nil {
 			l.mu.Unlock()
-			return nil, fmt.Errorf("pessimistic: %s %q: %w: %q is already held by this owner in another transaction",
-				op, label, dblock.ErrInvalidOption, n)
+			return nil, true, fmt.Errorf("pessimistic: %s %q: %w: %q is already held by this owner in another transaction",
+				r.op, r.label, dblock.ErrInvalidOption, n)
 		}
 	}
 	l.inflight.Add(1)
-	defer l.inflight.Done()
 	l.acquiring++
 	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		l.acquiring--
-		l.mu.Unlock()
-	}()
+	return nil, false, nil
+}
 
-	// Close ends waits: closeCtx is cancelled with dblock.ErrClosed as its cause.
-	// Statements that do not wait keep the caller's ctx: a context that can
-	// be cancelled costs the drivers a watcher hand-off per statement.
-	closeCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(l.closing, func() { cancel(dblock.ErrClosed) })
-	defer stop()
+// leave counts an admitted acquisition out.
+func (l *Locker) leave() {
+	l.mu.Lock()
+	l.acquiring--
+	l.mu.Unlock()
+	l.inflight.Done()
+}
 
-	wait, hasWait := o.Wait, o.HasWait
+// waitBound returns the context of the acquisition's wait: the option's
+// bound, else Config.LockTimeout, else none; a zero bound makes it a try.
+func (l *Locker) waitBound(closeCtx context.Context, r *request) (context.Context, context.CancelFunc) {
+	wait, hasWait := r.o.Wait, r.o.HasWait
 	if !hasWait && l.lockWait > 0 {
 		wait, hasWait = l.lockWait, true
 	}
 	if hasWait && wait == 0 {
-		try = true
+		r.try = true
 	}
-	waitCtx := closeCtx
-	if hasWait && !try {
-		var cancelWait context.CancelFunc
-		waitCtx, cancelWait = context.WithTimeout(closeCtx, wait)
-		defer cancelWait()
+	if hasWait && !r.try {
+		return context.WithTimeout(closeCtx, wait)
 	}
+	return closeCtx, func() {}
+}
 
-	// Goroutines of this process queue here, not in the database: one
-	// connection per name (per database on SQLite) waits there at a time,
-	// and a name held by this process is handed over without a round trip.
-	keys := sorted
+// enterAll enters the gates of the names, then reserves the Locker's own
+// connection. Goroutines of this process queue at the gates, not in the
+// database: one connection per name (per database on SQLite) waits there at
+// a time, and a name held by this process is handed over without a round
+// trip. The Locker's own connection comes before the holder's, so that it
+// is never stuck behind holders that exhausted the pool.
+func (l *Locker) enterAll(closeCtx, waitCtx context.Context, r *request) ([]string, error) {
+	keys := r.names
 	if !l.caps.RowLocks {
 		keys = []string{""}
 	}
 	for i, k := range keys {
-		if err := l.enterGate(waitCtx, k, try); err != nil {
+		if err := l.enterGate(waitCtx, k, r.try); err != nil {
 			l.leaveGates(keys[:i])
 			if closeCtx.Err() != nil {
 				err = context.Cause(closeCtx)
 			}
-			return nil, notAcquiredErr(op, label, nil, err)
+			return nil, notAcquiredErr(r.op, r.label, nil, err)
 		}
 	}
-	// The Locker's own connection comes before the holder's, so that it is
-	// never stuck behind holders that exhausted the pool.
-	if err := l.reserveSide(waitCtx, try); err != nil {
+	if err := l.reserveSide(waitCtx, r.try); err != nil {
 		l.leaveGates(keys)
 		if errors.Is(err, ErrPoolExhausted) || waitCtx.Err() != nil {
 			if closeCtx.Err() != nil {
 				err = errjoin.Join(err, context.Cause(closeCtx))
 			}
-			return nil, notAcquiredErr(op, label, nil, err)
+			return nil, notAcquiredErr(r.op, r.label, nil, err)
 		}
-		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+		return nil, fmt.Errorf("pessimistic: %s %q: %w", r.op, r.label, err)
 	}
-	h, err := l.lock(ctx, closeCtx, waitCtx, op, label, sorted, o, ttl, try)
-	if err != nil {
-		l.leaveGates(keys)
-		return nil, err
-	}
-	h.gates = keys
-	return l.register(h, o, label, start)
+	return keys, nil
 }
 
 func notAcquiredErr(op, label string, holder *store.Holder, cause error) error {

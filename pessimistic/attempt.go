@@ -5,10 +5,10 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/backoff"
 	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
@@ -34,105 +34,156 @@ var errCreateBusy = errors.New("creating the lock row met a lock")
 // lock runs acquisition attempts until one succeeds, the wait ends, or an
 // error that waiting cannot fix occurs.
 func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, names []string, o mode.Options, ttl time.Duration, try bool) (*hold, error) {
-	notAcquired := func(holder *store.Holder, cause error) error {
-		return notAcquiredErr(op, label, holder, cause)
-	}
-	backoff := backoffMin
-	missing, stale, busy, dead := 0, 0, 0, 0
+	r := &retries{l: l, callCtx: callCtx, ctx: ctx, waitCtx: waitCtx, op: op, label: label, o: o, try: try, backoff: backoffMin}
 	for attempt := 1; ; attempt++ {
 		if err := waitCtx.Err(); err != nil {
-			return nil, notAcquired(nil, context.Cause(waitCtx))
+			return nil, r.notAcquired(nil, context.Cause(waitCtx))
 		}
 		h, holder, err := l.attempt(callCtx, ctx, waitCtx, names, o, ttl, try)
 		switch {
 		case err == nil && holder == nil:
 			return h, nil
-		case errors.Is(err, errTokenStale):
-			if stale++; stale > 1000 {
-				return nil, fmt.Errorf("pessimistic: %s %q: fencing token overtaken %d times", op, label, stale)
-			}
-			continue
-		case errors.Is(err, driver.ErrBadConn) && dead < deadConnRetries:
-			// A pooled connection the server had closed (after an idle
-			// timeout, say): the driver sent nothing on it, and the
-			// attempt destroyed it; another connection is tried.
-			dead++
-			continue
-		case errors.Is(err, errRetry):
-			if missing++; missing > 5 {
-				return nil, fmt.Errorf("pessimistic: %s %q: lock row keeps disappearing", op, label)
-			}
-			continue
-		case errors.Is(err, errCreateBusy):
-			// Another transaction briefly holds what the insert needs; a
-			// try retries a few times within milliseconds, a wait backs
-			// off like for a lease holder.
-			if busy++; try && busy > 3 {
-				return nil, notAcquired(nil, err)
-			}
-			sleep := backoff + rand.N(backoff/2+1)
-			backoff = min(2*backoff, backoffMax)
-			t := time.NewTimer(sleep)
-			select {
-			case <-t.C:
-			case <-waitCtx.Done():
-				t.Stop()
-				return nil, notAcquired(nil, errjoin.Join(err, context.Cause(waitCtx)))
-			}
-			continue
-		case errors.Is(err, dblock.ErrNotAcquired):
-			if !try {
-				settle(waitCtx)
-			}
-			if waitCtx.Err() != nil {
-				return nil, notAcquired(nil, errjoin.Join(err, context.Cause(waitCtx)))
-			}
-			if try {
-				return nil, notAcquired(nil, err)
-			}
-			if !l.caps.LockWaitResumes {
-				// The database's own wait ended at the bound.
-				return nil, notAcquired(nil, err)
-			}
-			l.log.Debug("pessimistic: still waiting", "lock_key", label, "owner", o.Owner, "attempt", attempt)
-			continue
-		case err != nil:
-			if errors.Is(err, context.DeadlineExceeded) {
-				// A dial or statement cut at waitCtx's deadline can
-				// return a moment before waitCtx reports it.
-				settle(waitCtx)
-			}
-			if waitCtx.Err() != nil && ctx.Err() == nil {
-				// The client stopped the wait at its bound (MySQL bounds
-				// server-side in whole seconds only).
-				return nil, notAcquired(nil, context.Cause(waitCtx))
-			}
-			// ctx merges the caller's context with Close's and may learn of
-			// a cancellation a moment after callCtx; either ends the wait.
-			for _, c := range []context.Context{ctx, callCtx} {
-				if c.Err() != nil {
-					return nil, fmt.Errorf("pessimistic: %s %q: %w: %w", op, label, dblock.ErrNotAcquired, errjoin.Join(context.Cause(c), err))
-				}
-			}
-			return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+		case err == nil:
+			err = r.waitHolder(holder, attempt)
+		default:
+			err = r.again(err, attempt)
 		}
-		// A lease holder: fail at once, or wait for it to release or expire.
-		if try {
-			return nil, notAcquired(holder, nil)
+		if err != nil {
+			return nil, err
 		}
-		sleep := backoff + rand.N(backoff/2+1)
-		if left := holder.ExpiresAt.Sub(holder.Now) + time.Millisecond; left > 0 && left < sleep {
-			sleep = left
+	}
+}
+
+// retries is the state of lock's loop: how often each kind of failure came
+// back, and the backoff.
+type retries struct {
+	l                     *Locker
+	callCtx, ctx, waitCtx context.Context
+	op, label             string
+	o                     mode.Options
+	try                   bool
+
+	backoff                    time.Duration
+	missing, stale, busy, dead int
+}
+
+func (r *retries) notAcquired(holder *store.Holder, cause error) error {
+	return notAcquiredErr(r.op, r.label, holder, cause)
+}
+
+// again decides after a failed attempt: nil to try again, else the error
+// that ends the acquisition.
+func (r *retries) again(err error, attempt int) error {
+	switch {
+	case errors.Is(err, errTokenStale):
+		if r.stale++; r.stale > 1000 {
+			return fmt.Errorf("pessimistic: %s %q: fencing token overtaken %d times", r.op, r.label, r.stale)
 		}
-		backoff = min(2*backoff, backoffMax)
-		l.log.Debug("pessimistic: waiting for lease holder", "lock_key", label, "owner", o.Owner, "attempt", attempt)
-		t := time.NewTimer(sleep)
-		select {
-		case <-t.C:
-		case <-waitCtx.Done():
-			t.Stop()
-			return nil, notAcquired(holder, context.Cause(waitCtx))
+		return nil
+	case errors.Is(err, driver.ErrBadConn) && r.dead < deadConnRetries:
+		// A pooled connection the server had closed (after an idle
+		// timeout, say): the driver sent nothing on it, and the attempt
+		// destroyed it; another connection is tried.
+		r.dead++
+		return nil
+	case errors.Is(err, errRetry):
+		if r.missing++; r.missing > 5 {
+			return fmt.Errorf("pessimistic: %s %q: lock row keeps disappearing", r.op, r.label)
 		}
+		return nil
+	case errors.Is(err, errCreateBusy):
+		return r.createBusy(err)
+	case errors.Is(err, dblock.ErrNotAcquired):
+		return r.refused(err, attempt)
+	}
+	return r.failed(err)
+}
+
+// createBusy: another transaction briefly holds what the insert needs; a
+// try retries a few times within milliseconds, a wait backs off like for a
+// lease holder.
+func (r *retries) createBusy(err error) error {
+	if r.busy++; r.try && r.busy > 3 {
+		return r.notAcquired(nil, err)
+	}
+	if !r.sleep(r.next()) {
+		return r.notAcquired(nil, errjoin.Join(err, context.Cause(r.waitCtx)))
+	}
+	return nil
+}
+
+// refused: the database's wait ended without the lock.
+func (r *retries) refused(err error, attempt int) error {
+	if !r.try {
+		settle(r.waitCtx)
+	}
+	if r.waitCtx.Err() != nil {
+		return r.notAcquired(nil, errjoin.Join(err, context.Cause(r.waitCtx)))
+	}
+	if r.try || !r.l.caps.LockWaitResumes {
+		// A try, or the database's own wait ended at the bound.
+		return r.notAcquired(nil, err)
+	}
+	r.l.log.Debug("pessimistic: still waiting", "lock_key", r.label, "owner", r.o.Owner, "attempt", attempt)
+	return nil
+}
+
+// failed reads any other error: the end of the wait or of the caller's
+// context makes it a refusal.
+func (r *retries) failed(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		// A dial or statement cut at waitCtx's deadline can return a
+		// moment before waitCtx reports it.
+		settle(r.waitCtx)
+	}
+	if r.waitCtx.Err() != nil && r.ctx.Err() == nil {
+		// The client stopped the wait at its bound (MySQL bounds
+		// server-side in whole seconds only).
+		return r.notAcquired(nil, context.Cause(r.waitCtx))
+	}
+	// ctx merges the caller's context with Close's and may learn of a
+	// cancellation a moment after callCtx; either ends the wait.
+	for _, c := range []context.Context{r.ctx, r.callCtx} {
+		if c.Err() != nil {
+			return fmt.Errorf("pessimistic: %s %q: %w: %w", r.op, r.label, dblock.ErrNotAcquired, errjoin.Join(context.Cause(c), err))
+		}
+	}
+	return fmt.Errorf("pessimistic: %s %q: %w", r.op, r.label, err)
+}
+
+// waitHolder: a lease holder stands in the way; fail at once, or wait for
+// it to release or expire.
+func (r *retries) waitHolder(holder *store.Holder, attempt int) error {
+	if r.try {
+		return r.notAcquired(holder, nil)
+	}
+	sleep := r.next()
+	if left := holder.ExpiresAt.Sub(holder.Now) + time.Millisecond; left > 0 && left < sleep {
+		sleep = left
+	}
+	r.l.log.Debug("pessimistic: waiting for lease holder", "lock_key", r.label, "owner", r.o.Owner, "attempt", attempt)
+	if !r.sleep(sleep) {
+		return r.notAcquired(holder, context.Cause(r.waitCtx))
+	}
+	return nil
+}
+
+// next returns the jittered backoff and doubles it, up to backoffMax.
+func (r *retries) next() time.Duration {
+	d := backoff.JitterUp(r.backoff)
+	r.backoff = min(2*r.backoff, backoffMax)
+	return d
+}
+
+// sleep waits d, or until the wait ends (false).
+func (r *retries) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.waitCtx.Done():
+		return false
 	}
 }
 

@@ -38,7 +38,7 @@ func BenchmarkDo(b *testing.B) {
 				query = "SELECT name FROM dblock_locks WHERE name = ?1"
 			}
 			floor := func() {
-				tx, err := iso.Store.BeginTx(ctx, nil)
+				tx, err := iso.Store().BeginTx(ctx, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -192,7 +192,7 @@ func TestKilledConnection(t *testing.T) {
 func TestIdleBound(t *testing.T) {
 	t.Parallel()
 	serverKinds(t, func(t *testing.T, iso *dbtest.Isolated) {
-		if iso.Kind == store.MySQL && !iso.Store.MariaDB() {
+		if iso.Kind == store.MySQL && !iso.Store().MariaDB() {
 			t.Skip("MySQL 8 has no idle transaction timeout")
 		}
 		ctx := testCtx(t)

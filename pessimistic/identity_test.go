@@ -171,7 +171,7 @@ func TestWatcherSideReconnect(t *testing.T) {
 	t.Parallel()
 	serverKinds(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := testCtx(t)
-		adm, err := iso.Store.Connx(ctx)
+		adm, err := iso.Store().Connx(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

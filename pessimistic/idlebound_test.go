@@ -31,13 +31,13 @@ func TestIdleBoundRoundsUp(t *testing.T) {
 			query, unit := "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'", time.Millisecond
 			if kind == store.MySQL {
 				query, unit = "SELECT @@SESSION.idle_transaction_timeout", time.Second
-				if !iso.Store.MariaDB() {
+				if !iso.Store().MariaDB() {
 					query = "SELECT @@SESSION.wait_timeout"
 				}
 			}
 			l := newLocker(t, iso.DB, nil)
 			for _, c := range cs {
-				if got := iso.Store.HoldBound(c.ttl); got != time.Duration(c.want)*unit {
+				if got := iso.Store().HoldBound(c.ttl); got != time.Duration(c.want)*unit {
 					t.Errorf("HoldBound(%v) = %v, want %v", c.ttl, got, time.Duration(c.want)*unit)
 				}
 				lease, err := l.Acquire(ctx, randName(t), dblock.WithTTL(c.ttl))

@@ -23,7 +23,7 @@ func TestLeaseLock(t *testing.T) {
 		l := newLocker(t, iso.DB, nil)
 		other := newLocker(t, iso.Open(t), nil)
 		a, b, c, leased := randName(t), randName(t), randName(t), randName(t)
-		r, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: leased, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+		r, err := iso.Store().AcquireLease(ctx, nil, store.AcquireParams{Name: leased, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: time.Minute})
 		if err != nil || !r.Acquired {
 			t.Fatalf("lease: %+v %v", r, err)
 		}

@@ -96,15 +96,15 @@ func TestLockRows(t *testing.T) {
 	serverKinds(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := testCtx(t)
 		l := newLocker(t, iso.DB, nil)
-		if _, err := iso.Store.ExecContext(ctx, "CREATE TABLE jobs (id INT PRIMARY KEY, state VARCHAR(16))"); err != nil {
+		if _, err := iso.Store().ExecContext(ctx, "CREATE TABLE jobs (id INT PRIMARY KEY, state VARCHAR(16))"); err != nil {
 			t.Fatalf("create: %v", err)
 		}
 		for i := 1; i <= 5; i++ {
-			if _, err := iso.Store.ExecContext(ctx, fmt.Sprintf("INSERT INTO jobs (id, state) VALUES (%d, 'new')", i)); err != nil {
+			if _, err := iso.Store().ExecContext(ctx, fmt.Sprintf("INSERT INTO jobs (id, state) VALUES (%d, 'new')", i)); err != nil {
 				t.Fatalf("insert: %v", err)
 			}
 		}
-		tx1, err := iso.Store.BeginTx(ctx, nil)
+		tx1, err := iso.Store().BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestLockRows(t *testing.T) {
 		if fmt.Sprint(keys) != "[1 2 3]" {
 			t.Fatalf("locked %v, want [1 2 3]", keys)
 		}
-		tx2, err := iso.Store.BeginTx(ctx, nil)
+		tx2, err := iso.Store().BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

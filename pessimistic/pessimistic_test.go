@@ -172,10 +172,10 @@ func TestDoCommitRollbackPanic(t *testing.T) {
 		ctx := testCtx(t)
 		l := newLocker(t, iso.DB, nil)
 		name := randName(t)
-		if _, err := iso.Store.ExecContext(ctx, "CREATE TABLE p_counter (id INT PRIMARY KEY, n INT NOT NULL)"); err != nil {
+		if _, err := iso.Store().ExecContext(ctx, "CREATE TABLE p_counter (id INT PRIMARY KEY, n INT NOT NULL)"); err != nil {
 			t.Fatalf("create: %v", err)
 		}
-		if _, err := iso.Store.ExecContext(ctx, "INSERT INTO p_counter (id, n) VALUES (1, 0)"); err != nil {
+		if _, err := iso.Store().ExecContext(ctx, "INSERT INTO p_counter (id, n) VALUES (1, 0)"); err != nil {
 			t.Fatalf("insert: %v", err)
 		}
 		bump := func(ctx context.Context, tx *sql.Tx) error {
@@ -184,7 +184,7 @@ func TestDoCommitRollbackPanic(t *testing.T) {
 		}
 		read := func() int {
 			var n int
-			if err := iso.Store.GetContext(ctx, &n, "SELECT n FROM p_counter WHERE id = 1"); err != nil {
+			if err := iso.Store().GetContext(ctx, &n, "SELECT n FROM p_counter WHERE id = 1"); err != nil {
 				t.Fatalf("read: %v", err)
 			}
 			return n
@@ -270,7 +270,7 @@ func TestHonoursLeaseHolder(t *testing.T) {
 		ctx := testCtx(t)
 		l := newLocker(t, iso.DB, nil)
 		name := randName(t)
-		r, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: 300 * time.Millisecond})
+		r, err := iso.Store().AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: 300 * time.Millisecond})
 		if err != nil || !r.Acquired {
 			t.Fatalf("lease: %+v %v", r, err)
 		}
@@ -283,7 +283,7 @@ func TestHonoursLeaseHolder(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire after expiry: %v", err)
 		}
-		h, err := iso.Store.LeaseHolder(ctx, nil, name)
+		h, err := iso.Store().LeaseHolder(ctx, nil, name)
 		if err != nil || h.Held() {
 			t.Fatalf("holder while pessimistically held: %+v %v", h, err)
 		}

@@ -27,7 +27,7 @@ func TestReentrantInnerRollback(t *testing.T) {
 		}
 		insert := func(tx *sql.Tx, id int) {
 			t.Helper()
-			if _, err := tx.ExecContext(ctx, iso.Store.Rebind("INSERT INTO p_marks (id) VALUES (?)"), id); err != nil {
+			if _, err := tx.ExecContext(ctx, iso.Store().Rebind("INSERT INTO p_marks (id) VALUES (?)"), id); err != nil {
 				t.Fatalf("insert %d: %v", id, err)
 			}
 		}
@@ -121,7 +121,7 @@ func TestReentrantOuterRollback(t *testing.T) {
 
 func mustExec(t *testing.T, iso *dbtest.Isolated, query string) {
 	t.Helper()
-	if _, err := iso.Store.ExecContext(context.Background(), query); err != nil {
+	if _, err := iso.Store().ExecContext(context.Background(), query); err != nil {
 		t.Fatalf("%s: %v", query, err)
 	}
 }
@@ -130,7 +130,7 @@ func mustExec(t *testing.T, iso *dbtest.Isolated, query string) {
 func marks(t *testing.T, iso *dbtest.Isolated) string {
 	t.Helper()
 	var ids []int
-	if err := iso.Store.SelectContext(context.Background(), &ids, "SELECT id FROM p_marks ORDER BY id"); err != nil {
+	if err := iso.Store().SelectContext(context.Background(), &ids, "SELECT id FROM p_marks ORDER BY id"); err != nil {
 		t.Fatalf("read marks: %v", err)
 	}
 	s := ""

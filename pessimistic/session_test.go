@@ -60,7 +60,7 @@ func TestPostgresLockTimeoutKept(t *testing.T) {
 	// The waiter is in the database's queue once pg_locks shows it waiting.
 	for i := 0; ; i++ {
 		var waiting int
-		if err := iso.Store.GetContext(ctx, &waiting, "SELECT count(*) FROM pg_locks WHERE NOT granted"); err != nil {
+		if err := iso.Store().GetContext(ctx, &waiting, "SELECT count(*) FROM pg_locks WHERE NOT granted"); err != nil {
 			t.Fatal(err)
 		}
 		if waiting > 0 {
@@ -163,14 +163,14 @@ func mysql8Flavour(t *testing.T, iso *dbtest.Isolated) *dialect.DB {
 func TestMySQL8Paths(t *testing.T) {
 	t.Parallel()
 	iso := dbtest.New(t, store.MySQL)
-	if !iso.Store.MariaDB() {
+	if !iso.Store().MariaDB() {
 		t.Skip("the server is MySQL 8: the other tests run these paths")
 	}
 	ctx := testCtx(t)
 	l := newLocker(t, mysql8Flavour(t, iso), nil)
 	other := newLocker(t, mysql8Flavour(t, iso), nil)
 	name := randName(t)
-	if err := iso.Store.EnsureRow(ctx, nil, name); err != nil {
+	if err := iso.Store().EnsureRow(ctx, nil, name); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := l.Acquire(ctx, name, dblock.WithToken(), dblock.WithTTL(9*time.Second))
@@ -227,7 +227,7 @@ func TestSQLiteLockRows(t *testing.T) {
 		t.Fatalf("lock rows: %v %v", keys, err)
 	}
 	// Another writer cannot get in while tx holds.
-	other, err := iso.Store.Connx(ctx)
+	other, err := iso.Store().Connx(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestSQLiteLockRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = other.ExecContext(ctx, "UPDATE jobs SET state = 'taken' WHERE id = 1")
-	if !errors.Is(iso.Store.Classify(err), dblock.ErrNotAcquired) {
+	if !errors.Is(iso.Store().Classify(err), dblock.ErrNotAcquired) {
 		t.Fatalf("write while LockRows holds: %v, want busy", err)
 	}
 	for _, p := range []pessimistic.LockRowsParams{

@@ -36,7 +36,7 @@ func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
 	na, nb := randName(t), randName(t)
 	for _, n := range []string{na, nb} {
 		// Created with the server's own dialect (see mysql8Flavour).
-		if err := iso.Store.EnsureRow(ctx, nil, n); err != nil {
+		if err := iso.Store().EnsureRow(ctx, nil, n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,7 +105,7 @@ func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
 		}
 	}
 	var sum int
-	if err := iso.Store.GetContext(ctx, &sum, "SELECT SUM(n) FROM p_acct"); err != nil {
+	if err := iso.Store().GetContext(ctx, &sum, "SELECT SUM(n) FROM p_acct"); err != nil {
 		t.Fatal(err)
 	}
 	if sum != 2 {
@@ -124,12 +124,12 @@ func TestLockRowsDeadlockEndsTx(t *testing.T) {
 	mustExec(t, iso, "CREATE TABLE p_acct (id INT PRIMARY KEY, n INT NOT NULL)")
 	mustExec(t, iso, "INSERT INTO p_acct (id, n) VALUES (1, 0), (2, 0)")
 	mustExec(t, iso, "CREATE TABLE p_marks (id INT PRIMARY KEY)")
-	tx1, err := iso.Store.BeginTx(ctx, nil)
+	tx1, err := iso.Store().BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx1.Rollback() }()
-	tx2, err := iso.Store.BeginTx(ctx, nil)
+	tx2, err := iso.Store().BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

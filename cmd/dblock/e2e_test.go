@@ -195,7 +195,7 @@ func TestExecTakeoverAfterKill(t *testing.T) {
 				}
 				var expiry time.Time
 				if lease {
-					rows, err := iso.Store.ListLocks(context.Background(), []string{"takeover"})
+					rows, err := iso.Store().ListLocks(context.Background(), []string{"takeover"})
 					if err != nil || len(rows) != 1 {
 						t.Fatalf("ListLocks after kill: %v %v", rows, err)
 					}
@@ -410,7 +410,7 @@ echo ok > "$1"; while :; do sleep 0.05; done`, "sh", ready, term, got)
 				waitFile(t, ready)
 				holder.signal(syscall.SIGSTOP)
 				eventually(t, "the stopped holder's lease to expire by the database clock", func() bool {
-					rows, err := iso.Store.ListLocks(context.Background(), []string{"stop-" + m.name})
+					rows, err := iso.Store().ListLocks(context.Background(), []string{"stop-" + m.name})
 					return err == nil && len(rows) == 1 && rows[0].Expired()
 				})
 				holder.signal(syscall.SIGCONT)
@@ -458,10 +458,10 @@ func killHoldingSession(t *testing.T, iso *dbtest.Isolated) {
 	switch iso.Kind {
 	case store.Postgres:
 		// A row lock's transaction holds ROW SHARE on the table.
-		err = iso.Store.SelectContext(ctx, &ids, `SELECT pid FROM pg_locks
+		err = iso.Store().SelectContext(ctx, &ids, `SELECT pid FROM pg_locks
 WHERE relation = 'dblock_locks'::regclass AND mode = 'RowShareLock' AND granted AND pid <> pg_backend_pid()`)
 	case store.MySQL:
-		err = iso.Store.SelectContext(ctx, &ids, `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
+		err = iso.Store().SelectContext(ctx, &ids, `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
 JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
 WHERE p.DB = DATABASE() AND t.trx_rows_locked > 0 AND p.ID <> CONNECTION_ID()`)
 	}
@@ -471,9 +471,9 @@ WHERE p.DB = DATABASE() AND t.trx_rows_locked > 0 AND p.ID <> CONNECTION_ID()`)
 	switch iso.Kind {
 	case store.Postgres:
 		var ok bool
-		err = iso.Store.QueryRowxContext(ctx, "SELECT pg_terminate_backend($1)", ids[0]).Scan(&ok)
+		err = iso.Store().QueryRowxContext(ctx, "SELECT pg_terminate_backend($1)", ids[0]).Scan(&ok)
 	case store.MySQL:
-		_, err = iso.Store.ExecContext(ctx, fmt.Sprintf("KILL %d", ids[0]))
+		_, err = iso.Store().ExecContext(ctx, fmt.Sprintf("KILL %d", ids[0]))
 	}
 	if err != nil {
 		t.Fatalf("end session %d: %v", ids[0], err)
@@ -810,12 +810,12 @@ func TestStatusJSONGolden(t *testing.T) {
 func expireLease(t *testing.T, iso *dbtest.Isolated, name, owner string) {
 	t.Helper()
 	ctx := context.Background()
-	res, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: "optimistic", TTL: time.Millisecond})
+	res, err := iso.Store().AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: "optimistic", TTL: time.Millisecond})
 	if err != nil || !res.Acquired {
 		t.Fatalf("acquire %s: %+v %v", name, res, err)
 	}
 	eventually(t, "the lease of "+name+" to expire", func() bool {
-		rows, err := iso.Store.ListLocks(ctx, []string{name})
+		rows, err := iso.Store().ListLocks(ctx, []string{name})
 		return err == nil && len(rows) == 1 && rows[0].Expired()
 	})
 }
@@ -939,13 +939,13 @@ func TestReaper(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := context.Background()
-		res, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: "reap-me", Owner: "gone", Mode: "optimistic", TTL: 10 * time.Millisecond})
+		res, err := iso.Store().AcquireLease(ctx, nil, store.AcquireParams{Name: "reap-me", Owner: "gone", Mode: "optimistic", TTL: 10 * time.Millisecond})
 		if err != nil || !res.Acquired {
 			t.Fatalf("acquire: %+v %v", res, err)
 		}
 		dbtest.AddWaiter(t, iso.DB, "reap-me", "dead-waiter", -time.Minute)
 		eventually(t, "the lease to expire", func() bool {
-			rows, err := iso.Store.ListLocks(ctx, []string{"reap-me"})
+			rows, err := iso.Store().ListLocks(ctx, []string{"reap-me"})
 			return err == nil && len(rows) == 1 && rows[0].Expired()
 		})
 		c := cli{dsn: iso.DSN}
@@ -953,7 +953,7 @@ func TestReaper(t *testing.T) {
 		if !strings.Contains(r.stdout, "freed 1 expired leases, deleted 1 dead waiters") {
 			t.Errorf("reaper --once output %q", r.stdout)
 		}
-		rows, err := iso.Store.ListLocks(ctx, nil)
+		rows, err := iso.Store().ListLocks(ctx, nil)
 		if err != nil || len(rows) != 0 {
 			t.Errorf("locks after the pass: %+v %v", rows, err)
 		}
@@ -1009,7 +1009,7 @@ func TestExecFairQueue(t *testing.T) {
 		queued := func(n int) {
 			t.Helper()
 			eventually(t, fmt.Sprintf("%d fair waiters", n), func() bool {
-				w, err := iso.Store.ListWaiters(ctx, []string{"fq"})
+				w, err := iso.Store().ListWaiters(ctx, []string{"fq"})
 				return err == nil && len(w) == n
 			})
 		}
@@ -1076,7 +1076,7 @@ func TestStatusReadOnlyRole(t *testing.T) {
 			waitFile(t, ready)
 			expireLease(t, iso, "ro-x", "someone")
 			expireLease(t, iso, "ro-free", "someone")
-			if _, err := iso.Store.ForceRelease(context.Background(), nil, "ro-free"); err != nil {
+			if _, err := iso.Store().ForceRelease(context.Background(), nil, "ro-free"); err != nil {
 				t.Fatal(err) // A free row, as a released lock leaves it.
 			}
 			ro := cli{dsn: roDSN}

@@ -59,7 +59,7 @@ func TestKeepAliveStopSparesStatement(t *testing.T) {
 				}}.start()
 			eventually(t, "the keep-alive statement to run on the server", func() bool {
 				var n int
-				return iso.Store.QueryRowxContext(ctx, running).Scan(&n) == nil && n == 1
+				return iso.Store().QueryRowxContext(ctx, running).Scan(&n) == nil && n == 1
 			})
 			stop()
 			if err := <-errs; err != nil {
@@ -83,7 +83,7 @@ func TestKeepAliveLate(t *testing.T) {
 			iso := dbtest.New(t, kind)
 			const ttl = 1500 * time.Millisecond
 			lease := holdFor(t, iso, "late", ttl)
-			every := keepAliveEvery(iso.Store.HoldBound(ttl))
+			every := keepAliveEvery(iso.Store().HoldBound(ttl))
 			var ran, failed atomic.Int64
 			stop := keepAlive{tx: lease.Tx(), stmt: "SELECT 1", every: every, lost: lease.Done(),
 				before: func() { time.Sleep(every / 2) },

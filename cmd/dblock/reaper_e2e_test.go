@@ -87,7 +87,7 @@ func TestReaperOnceSIGTERM(t *testing.T) {
 		if left == 0 || left >= rows {
 			t.Fatalf("%d of %d expired leases left after the stopped pass, want some freed and some left", left, rows)
 		}
-		locks, err := iso.Store.ListLocks(context.Background(), []string{reaper.LeaseName})
+		locks, err := iso.Store().ListLocks(context.Background(), []string{reaper.LeaseName})
 		if err != nil || len(locks) != 0 {
 			t.Fatalf("reaper lock after the stop: %+v %v, want released", locks, err)
 		}

@@ -94,10 +94,11 @@ type Isolated struct {
 	DSN string
 	// DB is a pool on it, closed at cleanup, as users hold it.
 	DB *dialect.DB
-	// Store is the store behind DB, for the tests' own statements and
-	// the administrators' calls.
-	Store *store.DB
 }
+
+// Store returns the store behind DB, for the tests' own statements and the
+// administrators' calls.
+func (iso *Isolated) Store() *store.DB { return store.Of(iso.DB) }
 
 func randomSuffix() string {
 	var b [6]byte
@@ -164,7 +165,7 @@ func NewEmpty(t testing.TB, kind store.Kind) *Isolated {
 		t.Fatalf("dbtest: open %s: %v", store.Redact(dsn), err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	return &Isolated{Kind: kind, DSN: dsn, DB: db, Store: store.Of(db)}
+	return &Isolated{Kind: kind, DSN: dsn, DB: db}
 }
 
 // Open opens another pool on iso's database (closed at cleanup), as a second

@@ -71,14 +71,14 @@ func holderDB(t *testing.T, iso *dbtest.Isolated) (*dialect.DB, *killer) {
 			fmt.Sprintf("CREATE USER %s IDENTIFIED BY '%s'", account, pass),
 			fmt.Sprintf("GRANT ALL PRIVILEGES ON `%s`.* TO %s", dbNameOf(iso.DSN), account),
 		} {
-			if _, err := iso.Store.ExecContext(ctx, q); err != nil {
+			if _, err := iso.Store().ExecContext(ctx, q); err != nil {
 				t.Fatalf("victim account: %v", err)
 			}
 		}
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, _ = iso.Store.ExecContext(ctx, "DROP USER "+account)
+			_, _ = iso.Store().ExecContext(ctx, "DROP USER "+account)
 		})
 		dsn := strings.Replace(iso.DSN, "mysql://root@", fmt.Sprintf("mysql://%s:%s@", user, pass), 1)
 		db := openPG(t, dsn) // openPG opens any dblock DSN
@@ -304,16 +304,16 @@ func TestFaultRenewalImpossible(t *testing.T) {
 				}()
 				// Let one renewal succeed first (at TTL/3).
 				time.Sleep(ttl/3 + 100*time.Millisecond)
-				tx, err := iso.Store.BeginTxx(ctx, nil)
+				tx, err := iso.Store().BeginTxx(ctx, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer func() { _ = tx.Rollback() }()
 				var one int
-				if err := tx.GetContext(ctx, &one, iso.Store.Rebind("SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE"), "no-renewal"); err != nil {
+				if err := tx.GetContext(ctx, &one, iso.Store().Rebind("SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE"), "no-renewal"); err != nil {
 					t.Fatalf("lock the lease row: %v", err)
 				}
-				h, err := iso.Store.LeaseHolder(ctx, tx, "no-renewal")
+				h, err := iso.Store().LeaseHolder(ctx, tx, "no-renewal")
 				if err != nil || h.Owner != lease.Owner() {
 					t.Fatalf("lease row under the blocker's lock: owner %q (%v), want %q", h.Owner, err, lease.Owner())
 				}
@@ -369,7 +369,7 @@ func TestFaultRenewalImpossible(t *testing.T) {
 				defer rival.Close()
 				got, at := pollAcquire(t, rival, "no-renewal", time.Until(expiry.Add(3*time.Second)))
 				if got == nil {
-					h, _ := iso.Store.LeaseHolder(ctx, nil, "no-renewal")
+					h, _ := iso.Store().LeaseHolder(ctx, nil, "no-renewal")
 					t.Fatalf("a rival did not get the name within 3 s of its expiry: owner %q until %v", h.Owner, h.ExpiresAt)
 				}
 				_ = got.Release(ctx)

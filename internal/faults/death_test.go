@@ -125,7 +125,7 @@ func processDeath(t *testing.T, iso *dbtest.Isolated, mode string) {
 	// No lease outlives its TTL by the database clock.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h, err := iso.Store.LeaseHolder(ctx, nil, name)
+	h, err := iso.Store().LeaseHolder(ctx, nil, name)
 	if err != nil {
 		t.Fatalf("read holder: %v", err)
 	}
@@ -140,7 +140,7 @@ func processDeath(t *testing.T, iso *dbtest.Isolated, mode string) {
 	var got bool
 	for time.Since(lastKill) < bound+2*time.Second {
 		actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
-		res, err := iso.Store.AcquireLease(actx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Minute})
+		res, err := iso.Store().AcquireLease(actx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: time.Minute})
 		acancel()
 		if err != nil {
 			t.Fatalf("acquire after the kills: %v", err)
@@ -249,7 +249,7 @@ func pickHolder(iso *dbtest.Isolated, name, mode string, procs []*proc, files []
 			}
 		} else {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			h, err := iso.Store.LeaseHolder(ctx, nil, name)
+			h, err := iso.Store().LeaseHolder(ctx, nil, name)
 			cancel()
 			if err == nil && h.Held() {
 				if pid := ownerPID(h.Owner); pid != 0 {

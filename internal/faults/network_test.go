@@ -124,7 +124,7 @@ func phantomCheck(t *testing.T, iso *dbtest.Isolated, name string, ttl, bound ti
 	if got == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		h, _ := iso.Store.LeaseHolder(ctx, nil, name)
+		h, _ := iso.Store().LeaseHolder(ctx, nil, name)
 		t.Fatalf("%s: phantom holder: the name is still held %v later by owner %q until %v (TTL %v); "+
 			"the library must clean up an unknown outcome by owner", what, bound, h.Owner, h.ExpiresAt.Sub(h.Now).Round(time.Millisecond), ttl)
 	}
@@ -191,7 +191,7 @@ func TestFaultResetDuringAcquire(t *testing.T) {
 				ran := func() bool {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					defer cancel()
-					h, err := iso.Store.LeaseHolder(ctx, nil, "reset-acq")
+					h, err := iso.Store().LeaseHolder(ctx, nil, "reset-acq")
 					return err == nil && h.Owner != ""
 				}
 				err = cutWhile(t, px, ran, func(ctx context.Context) error {
@@ -208,7 +208,7 @@ func TestFaultResetDuringAcquire(t *testing.T) {
 					// It says it holds the name: it must, and releasing must free it.
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					defer cancel()
-					h, herr := iso.Store.LeaseHolder(ctx, nil, "reset-acq")
+					h, herr := iso.Store().LeaseHolder(ctx, nil, "reset-acq")
 					if herr != nil || h.Owner != lease.Owner() {
 						t.Fatalf("acquire succeeded but the row names %q (%v), not %q", h.Owner, herr, lease.Owner())
 					}
@@ -219,7 +219,7 @@ func TestFaultResetDuringAcquire(t *testing.T) {
 				case errors.Is(err, dblock.ErrNotAcquired):
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					defer cancel()
-					h, _ := iso.Store.LeaseHolder(ctx, nil, "reset-acq")
+					h, _ := iso.Store().LeaseHolder(ctx, nil, "reset-acq")
 					if h.Held() {
 						t.Fatalf("ambiguous result: acquire returned %v, but the row names owner %q until %v", err, h.Owner, h.ExpiresAt)
 					}
@@ -279,7 +279,7 @@ func TestFaultResetDuringRelease(t *testing.T) {
 					freed := func() bool {
 						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 						defer cancel()
-						h, err := iso.Store.LeaseHolder(ctx, nil, "reset-rel")
+						h, err := iso.Store().LeaseHolder(ctx, nil, "reset-rel")
 						return err == nil && h.Owner != lease.Owner()
 					}
 					relErr = cutWhile(t, px, freed, func(ctx context.Context) error { return lease.Release(ctx) })

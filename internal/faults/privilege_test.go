@@ -74,17 +74,17 @@ func TestFaultLeastPrivilege(t *testing.T) {
 		user := "dblock_app_" + randHex(4)
 		account := fmt.Sprintf("'%s'@'127.0.0.1'", user)
 		pass := randHex(8)
-		if _, err := iso.Store.ExecContext(ctx, fmt.Sprintf("CREATE USER %s IDENTIFIED BY '%s'", account, pass)); err != nil {
+		if _, err := iso.Store().ExecContext(ctx, fmt.Sprintf("CREATE USER %s IDENTIFIED BY '%s'", account, pass)); err != nil {
 			t.Fatalf("create user: %v", err)
 		}
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, _ = iso.Store.ExecContext(ctx, "DROP USER "+account)
+			_, _ = iso.Store().ExecContext(ctx, "DROP USER "+account)
 		})
 		for _, g := range MySQLGrants {
 			s := fmt.Sprintf(g, dbName, account)
-			if _, err := iso.Store.ExecContext(ctx, s); err != nil {
+			if _, err := iso.Store().ExecContext(ctx, s); err != nil {
 				t.Fatalf("%s: %v", s, err)
 			}
 		}

@@ -14,13 +14,13 @@ import (
 // delete the dead rows and checks that none remain.
 func checkQueueDrained(t *testing.T, iso *dbtest.Isolated, name string) {
 	t.Helper()
-	d := iso.Store.Dialect
+	d := iso.Store().Dialect
 	q := "SELECT count(*) FROM dblock_waiters WHERE name = " + d.Placeholder(1) + " AND expires_at > " + d.Now()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var n int
-		err := iso.Store.GetContext(ctx, &n, q, name)
+		err := iso.Store().GetContext(ctx, &n, q, name)
 		cancel()
 		if err != nil {
 			t.Fatalf("count live waiters: %v", err)
@@ -42,7 +42,7 @@ func checkQueueDrained(t *testing.T, iso *dbtest.Isolated, name string) {
 		t.Fatalf("reaper pass: %v", err)
 	}
 	var n int
-	if err := iso.Store.GetContext(ctx, &n, "SELECT count(*) FROM dblock_waiters WHERE name = "+d.Placeholder(1), name); err != nil {
+	if err := iso.Store().GetContext(ctx, &n, "SELECT count(*) FROM dblock_waiters WHERE name = "+d.Placeholder(1), name); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {

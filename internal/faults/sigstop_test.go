@@ -98,7 +98,7 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 			if kind == store.MySQL {
 				ddl = "CREATE TABLE fenced_writes (id bigint AUTO_INCREMENT PRIMARY KEY, token bigint NOT NULL)"
 			}
-			if _, err := iso.Store.ExecContext(ctx, ddl); err != nil {
+			if _, err := iso.Store().ExecContext(ctx, ddl); err != nil {
 				t.Fatal(err)
 			}
 			const ttl = time.Second
@@ -124,9 +124,9 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 				t.Fatalf("rival token %d is not greater than the frozen holder's %d", got.Token(), oldTok)
 			}
 			var rivalFirst int64
-			if err := iso.Store.GetContext(ctx, &rivalFirst, iso.Store.Rebind("INSERT INTO fenced_writes (token) VALUES (?) RETURNING id"), int64(got.Token())); err != nil {
+			if err := iso.Store().GetContext(ctx, &rivalFirst, iso.Store().Rebind("INSERT INTO fenced_writes (token) VALUES (?) RETURNING id"), int64(got.Token())); err != nil {
 				// MySQL has no RETURNING on INSERT.
-				res, err := iso.Store.ExecContext(ctx, "INSERT INTO fenced_writes (token) VALUES (?)", int64(got.Token()))
+				res, err := iso.Store().ExecContext(ctx, "INSERT INTO fenced_writes (token) VALUES (?)", int64(got.Token()))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -158,7 +158,7 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 				t.Errorf("loss report %q does not say the lease was lost", lost)
 			}
 			var late int
-			if err := iso.Store.GetContext(ctx, &late, iso.Store.Rebind("SELECT count(*) FROM fenced_writes WHERE token = ? AND id > ?"), oldTok, rivalFirst); err != nil {
+			if err := iso.Store().GetContext(ctx, &late, iso.Store().Rebind("SELECT count(*) FROM fenced_writes WHERE token = ? AND id > ?"), oldTok, rivalFirst); err != nil {
 				t.Fatal(err)
 			}
 			if late != 0 {
@@ -401,7 +401,7 @@ func TestFaultSIGSTOPInsideGuard(t *testing.T) {
 				}
 				dsn += sep + "idle_transaction_timeout=2"
 			}
-			if _, err := iso.Store.ExecContext(ctx, ddl); err != nil {
+			if _, err := iso.Store().ExecContext(ctx, ddl); err != nil {
 				t.Fatal(err)
 			}
 			const ttl = 2 * time.Second
@@ -449,7 +449,7 @@ func TestFaultSIGSTOPInsideGuard(t *testing.T) {
 				t.Errorf("loss report %q", lost)
 			}
 			var n int
-			if err := iso.Store.GetContext(ctx, &n, iso.Store.Rebind("SELECT count(*) FROM fenced_writes WHERE token = ?"), tok); err != nil {
+			if err := iso.Store().GetContext(ctx, &n, iso.Store().Rebind("SELECT count(*) FROM fenced_writes WHERE token = ?"), tok); err != nil {
 				t.Fatal(err)
 			}
 			if n != 0 {

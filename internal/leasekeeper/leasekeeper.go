@@ -20,11 +20,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/backoff"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
 )
@@ -559,10 +559,5 @@ func Transient(err error) bool {
 	return errors.Is(err, dblock.ErrUnavailable) || store.IsRetryable(err) || errors.Is(err, driver.ErrBadConn)
 }
 
-// jitter returns a duration in [d/2, d].
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
-}
+// jitter spreads a pause over [d/2, d] (backoff.Jitter).
+var jitter = backoff.Jitter

@@ -81,7 +81,7 @@ func blockRow(t *testing.T, iso *dbtest.Isolated, name string) func() {
 	// The transaction outlives this call: database/sql rolls a transaction
 	// back when its context ends.
 	ctx := context.Background()
-	tx, err := iso.Store.BeginTxx(ctx, nil)
+	tx, err := iso.Store().BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin blocker: %v", err)
 	}
@@ -143,7 +143,7 @@ func TestRenewalStopsWhenReleaseBegins(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		var renewals, others atomic.Int64
 		renewed := make(chan struct{}, 1)
-		k := newKeeper(t, leasekeeper.Config{DB: iso.Store, CountStatement: func() {
+		k := newKeeper(t, leasekeeper.Config{DB: iso.Store(), CountStatement: func() {
 			if !fromRenewal() {
 				others.Add(1)
 				return
@@ -200,12 +200,12 @@ func TestLostStopsWatchdog(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 		defer cancel()
-		k := leasekeeper.New(leasekeeper.Config{DB: iso.Store, Logger: quiet})
+		k := leasekeeper.New(leasekeeper.Config{DB: iso.Store(), Logger: quiet})
 		const ttl = time.Minute
 		for _, renew := range []bool{false, true} {
 			name := locktest.RandomName("lost")
 			lease := start(t, k, iso.DB, name, ttl, renew)
-			if ok, err := iso.Store.ForceRelease(ctx, nil, name); err != nil || !ok {
+			if ok, err := iso.Store().ForceRelease(ctx, nil, name); err != nil || !ok {
 				t.Fatalf("force release: %v %v", ok, err)
 			}
 			if reason := k.Lost(ctx, lease); !errors.Is(reason, dblock.ErrForceReleased) {
@@ -237,7 +237,7 @@ func TestCloseEndsLeasesAsLost(t *testing.T) {
 		defer cancel()
 		closedErr := dblock.ErrClosed
 		var released atomic.Int32
-		k := leasekeeper.New(leasekeeper.Config{DB: iso.Store, Logger: quiet, Hooks: dblock.Hooks{
+		k := leasekeeper.New(leasekeeper.Config{DB: iso.Store(), Logger: quiet, Hooks: dblock.Hooks{
 			OnReleased: func(string, string, dblock.Token, time.Duration) { released.Add(1) },
 			OnLost:     func(string, string, dblock.Token, error) { t.Errorf("OnLost called for a lease ended by Close") },
 		}})
@@ -258,7 +258,7 @@ func TestCloseEndsLeasesAsLost(t *testing.T) {
 		if released.Load() != 1 {
 			t.Fatalf("OnReleased called %d times, want 1", released.Load())
 		}
-		h, err := iso.Store.LeaseHolder(ctx, nil, name)
+		h, err := iso.Store().LeaseHolder(ctx, nil, name)
 		if err != nil || h.Owner != "" {
 			t.Fatalf("row after Close: owner %q (%v), want free", h.Owner, err)
 		}
@@ -277,7 +277,7 @@ func TestOnLostMayRelease(t *testing.T) {
 		defer cancel()
 		leases := make(chan *dblock.Lease, 1)
 		hookReleased := make(chan error, 1)
-		k := newKeeper(t, leasekeeper.Config{DB: iso.Store, Hooks: dblock.Hooks{
+		k := newKeeper(t, leasekeeper.Config{DB: iso.Store(), Hooks: dblock.Hooks{
 			OnLost: func(string, string, dblock.Token, error) {
 				hookReleased <- (<-leases).Release(context.Background())
 			},
@@ -285,7 +285,7 @@ func TestOnLostMayRelease(t *testing.T) {
 		name := locktest.RandomName("onlost")
 		lease := start(t, k, iso.DB, name, 600*time.Millisecond, true)
 		leases <- lease
-		if ok, err := iso.Store.ForceRelease(ctx, nil, name); err != nil || !ok {
+		if ok, err := iso.Store().ForceRelease(ctx, nil, name); err != nil || !ok {
 			t.Fatalf("force release: %v %v", ok, err)
 		}
 		err := receive(t, hookReleased, "Release called by OnLost")
@@ -322,7 +322,7 @@ func TestReleaseGivesUpStalledConnection(t *testing.T) {
 			if err := receive(t, released, "Release on a stalled connection"); err != nil {
 				t.Fatalf("release: %v", err)
 			}
-			h, err := iso.Store.LeaseHolder(ctx, nil, name)
+			h, err := iso.Store().LeaseHolder(ctx, nil, name)
 			if err != nil || h.Owner != "" {
 				t.Fatalf("row after the release: owner %q (%v), want free", h.Owner, err)
 			}

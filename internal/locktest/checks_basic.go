@@ -406,7 +406,7 @@ func checkClose(t *testing.T, s *suite) {
 	if err := l.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if n := s.iso.Store.Stats().InUse; n != 0 {
+	if n := s.iso.Store().Stats().InUse; n != 0 {
 		t.Errorf("%d connections in use after Close", n)
 	}
 	release(t, holder)

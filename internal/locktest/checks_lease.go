@@ -59,7 +59,7 @@ func checkRenewal(t *testing.T, s *suite) {
 func checkLostSignal(t *testing.T, s *suite) {
 	l, ctx, name := s.locker(), s.ctx(), RandomName("lost")
 	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(600*time.Millisecond))
-	if ok, err := s.iso.Store.ForceRelease(ctx, nil, name); err != nil || !ok {
+	if ok, err := s.iso.Store().ForceRelease(ctx, nil, name); err != nil || !ok {
 		t.Fatalf("force release: %v %v", ok, err)
 	}
 	waitDone(t, lease)
@@ -105,7 +105,7 @@ func checkTakenOver(t *testing.T, s *suite) {
 	// Another owner takes the row over behind the holder's back (as after a
 	// stall past its lease): a new owner and a newer token, unexpired.
 	k := s.iso.Kind
-	r, err := s.iso.Store.ExecContext(ctx, "UPDATE dblock_locks SET owner = "+ph(k, 1)+", version = version + 1 WHERE name = "+ph(k, 2)+" AND owner = "+ph(k, 3),
+	r, err := s.iso.Store().ExecContext(ctx, "UPDATE dblock_locks SET owner = "+ph(k, 1)+", version = version + 1 WHERE name = "+ph(k, 2)+" AND owner = "+ph(k, 3),
 		"intruder", name, lease.Owner())
 	if err != nil {
 		t.Fatalf("take the row over: %v", err)
@@ -120,7 +120,7 @@ func checkTakenOver(t *testing.T, s *suite) {
 	if err := lease.Release(ctx); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrTakenOver) {
 		t.Fatalf("Release after a takeover: %v, want ErrLost and ErrTakenOver", err)
 	}
-	h, err := s.iso.Store.LeaseHolder(ctx, nil, name)
+	h, err := s.iso.Store().LeaseHolder(ctx, nil, name)
 	if err != nil || h.Owner != "intruder" {
 		t.Fatalf("row after the old holder's Release: owner %q (%v), want the new owner's, untouched", h.Owner, err)
 	}
@@ -130,7 +130,7 @@ func checkTakenOver(t *testing.T, s *suite) {
 // database's write lock), so that writes to it wait; unblock ends it.
 func blockRow(t *testing.T, s *suite, ctx context.Context, name string) (unblock func()) {
 	t.Helper()
-	tx, err := s.iso.Store.BeginTxx(ctx, nil)
+	tx, err := s.iso.Store().BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin blocker: %v", err)
 	}
@@ -215,7 +215,7 @@ func checkStrangerRelease(t *testing.T, s *suite) {
 func waitExpired(t *testing.T, s *suite, ctx context.Context, name string) {
 	t.Helper()
 	for deadline := time.Now().Add(hangGuard); ; {
-		h, err := s.iso.Store.LeaseHolder(ctx, nil, name)
+		h, err := s.iso.Store().LeaseHolder(ctx, nil, name)
 		if err != nil {
 			t.Fatalf("read %q: %v", name, err)
 		}
@@ -252,7 +252,7 @@ func checkGuardUntilCommit(t *testing.T, s *suite) {
 	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("guard")
 	const ttl = 2 * time.Second
 	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl), dblock.WithMaxHold(ttl))
-	tx, err := s.iso.Store.BeginTxx(ctx, nil)
+	tx, err := s.iso.Store().BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
@@ -285,10 +285,10 @@ func checkCloseAfterGuardLoss(t *testing.T, s *suite) {
 	l := s.factory(t, s.iso)
 	const ttl = time.Minute
 	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl))
-	if ok, err := s.iso.Store.ForceRelease(ctx, nil, name); err != nil || !ok {
+	if ok, err := s.iso.Store().ForceRelease(ctx, nil, name); err != nil || !ok {
 		t.Fatalf("force release: %v %v", ok, err)
 	}
-	tx, err := s.iso.Store.BeginTxx(ctx, nil)
+	tx, err := s.iso.Store().BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
@@ -329,11 +329,11 @@ func reapRow(t *testing.T, s *suite, ctx context.Context, name string) {
 	t.Helper()
 	k := s.iso.Kind
 	for attempt := 0; ; attempt++ {
-		if _, err := s.iso.Store.ReapIdle(ctx, store.ReapParams{Limit: 1000}); err != nil {
+		if _, err := s.iso.Store().ReapIdle(ctx, store.ReapParams{Limit: 1000}); err != nil {
 			t.Fatalf("reap idle rows: %v", err)
 		}
 		var n int
-		if err := s.iso.Store.GetContext(ctx, &n, "SELECT count(*) FROM dblock_locks WHERE name = "+ph(k, 1), name); err != nil {
+		if err := s.iso.Store().GetContext(ctx, &n, "SELECT count(*) FROM dblock_locks WHERE name = "+ph(k, 1), name); err != nil {
 			t.Fatalf("count %q: %v", name, err)
 		}
 		if n == 0 {
@@ -356,7 +356,7 @@ func countRows(t *testing.T, iso *dbtest.Isolated, table, where string) int {
 	var n int
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	if err := iso.Store.GetContext(ctx, &n, q); err != nil {
+	if err := iso.Store().GetContext(ctx, &n, q); err != nil {
 		t.Fatalf("count %s: %v", table, err)
 	}
 	return n

@@ -106,7 +106,7 @@ func RunOn(t *testing.T, newIso func(t *testing.T) *dbtest.Isolated, newLocker F
 				s := &suite{t: t, iso: iso, factory: newLocker, caps: caps}
 				// Registered first, so it runs after every Locker of the
 				// check on this pool is closed.
-				noConnsInUse(t, iso.Store, "the test database's pool")
+				noConnsInUse(t, iso.Store(), "the test database's pool")
 				c.fn(t, s)
 			}
 			if newIso != nil {

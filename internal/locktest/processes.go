@@ -76,35 +76,68 @@ func RunProcesses(t *testing.T, iso *dbtest.Isolated, mode string, procs, iterat
 
 func runProcesses(t *testing.T, iso *dbtest.Isolated, mode string, procs, iterations int, renewing bool) {
 	t.Helper()
-	phase := "default lease"
+	r := &procRun{t: t, phase: "default lease", procs: procs, iterations: iterations, renewing: renewing}
 	if renewing {
-		phase = "short renewed lease"
+		r.phase = "short renewed lease"
 	}
 	began := time.Now()
 	defer func() {
-		t.Logf("%s: %d processes x %d acquisitions in %v", phase, procs, iterations, time.Since(began).Round(time.Millisecond))
+		t.Logf("%s: %d processes x %d acquisitions in %v", r.phase, procs, iterations, time.Since(began).Round(time.Millisecond))
 	}()
 	dir := t.TempDir()
-	shared := filepath.Join(dir, "shared.log")
+	r.shared = filepath.Join(dir, "shared.log")
+	r.outs = make([]string, procs)
+	for i := range r.outs {
+		r.outs[i] = filepath.Join(dir, fmt.Sprintf("worker-%d.log", i))
+	}
+	r.run(iso, mode)
+	all, trusted := r.sections()
+	r.checkOrder(trusted)
+	if len(trusted) < len(all) {
+		return // A lost holder's records may interleave in the shared file.
+	}
+	r.checkSharedLog()
+}
+
+// procRun is one RunProcesses phase: its workers' result files and the
+// shared log they all append to.
+type procRun struct {
+	t                 *testing.T
+	phase             string
+	procs, iterations int
+	renewing          bool
+	shared            string
+	outs              []string
+}
+
+// section is one critical section a worker recorded.
+type section struct {
+	token      int64
+	start, end int64
+	trusted    int
+	proc       int
+}
+
+// run starts the worker processes and waits for them all.
+func (r *procRun) run(iso *dbtest.Isolated, mode string) {
+	t := r.t
 	name := RandomName("procs-" + mode)
 	ctx, cancel := context.WithTimeout(context.Background(), workerTimeout+30*time.Second)
 	defer cancel()
-	cmds := make([]*exec.Cmd, procs)
-	outs := make([]string, procs)
+	cmds := make([]*exec.Cmd, r.procs)
 	for i := range cmds {
-		outs[i] = filepath.Join(dir, fmt.Sprintf("worker-%d.log", i))
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(),
 			envWorker+"=1", envDSN+"="+iso.DSN, envMode+"="+mode, envName+"="+name,
-			envIterations+"="+strconv.Itoa(iterations), envOut+"="+outs[i], envShared+"="+shared)
-		if renewing {
+			envIterations+"="+strconv.Itoa(r.iterations), envOut+"="+r.outs[i], envShared+"="+r.shared)
+		if r.renewing {
 			cmd.Env = append(cmd.Env, envTTL+"="+renewTTL.String())
 		}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		cmd.Stdout = &stderr
 		if err := cmd.Start(); err != nil {
-			t.Fatalf("%s: start worker %d: %v", phase, i, err)
+			t.Fatalf("%s: start worker %d: %v", r.phase, i, err)
 		}
 		cmds[i] = cmd
 		t.Cleanup(func() {
@@ -115,30 +148,28 @@ func runProcesses(t *testing.T, iso *dbtest.Isolated, mode string, procs, iterat
 	}
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
-			t.Errorf("%s: worker %d: %v", phase, i, err)
+			t.Errorf("%s: worker %d: %v", r.phase, i, err)
 		}
 	}
 	if t.Failed() {
 		t.FailNow()
 	}
+}
 
-	type section struct {
-		token      int64
-		start, end int64
-		trusted    int
-		proc       int
-	}
-	var all, trusted []section
-	for i, out := range outs {
+// sections reads the workers' records: all of them, and those whose lease
+// was still trusted at their end. Only a renewed short lease may lose one.
+func (r *procRun) sections() (all, trusted []section) {
+	t := r.t
+	for i, out := range r.outs {
 		f, err := os.Open(out)
 		if err != nil {
-			t.Fatalf("%s: worker %d results: %v", phase, i, err)
+			t.Fatalf("%s: worker %d results: %v", r.phase, i, err)
 		}
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			var s section
 			if _, err := fmt.Sscan(sc.Text(), &s.token, &s.start, &s.end, &s.trusted); err != nil {
-				t.Fatalf("%s: worker %d: bad line %q: %v", phase, i, sc.Text(), err)
+				t.Fatalf("%s: worker %d: bad line %q: %v", r.phase, i, sc.Text(), err)
 			}
 			s.proc = i
 			all = append(all, s)
@@ -148,45 +179,52 @@ func runProcesses(t *testing.T, iso *dbtest.Isolated, mode string, procs, iterat
 		}
 		_ = f.Close()
 	}
-	if len(all) != procs*iterations {
-		t.Fatalf("%s: %d critical sections recorded, want %d", phase, len(all), procs*iterations)
+	if len(all) != r.procs*r.iterations {
+		t.Fatalf("%s: %d critical sections recorded, want %d", r.phase, len(all), r.procs*r.iterations)
 	}
 	if lost := len(all) - len(trusted); lost > 0 {
-		if !renewing {
-			t.Fatalf("%s: %d critical sections ended after their lease was lost", phase, lost)
+		if !r.renewing {
+			t.Fatalf("%s: %d critical sections ended after their lease was lost", r.phase, lost)
 		}
 		t.Logf("%s: %d of %d critical sections ended after their lease was lost (a loaded machine); checked the other %d",
-			phase, lost, len(all), len(trusted))
+			r.phase, lost, len(all), len(trusted))
 	}
+	return all, trusted
+}
+
+// checkOrder: the trusted sections never overlap, and their tokens
+// increase in the order they began.
+func (r *procRun) checkOrder(trusted []section) {
 	sort.Slice(trusted, func(i, j int) bool { return trusted[i].start < trusted[j].start })
 	for i := 1; i < len(trusted); i++ {
 		p, c := trusted[i-1], trusted[i]
 		if c.start < p.end {
-			t.Fatalf("%s: critical sections overlap: token %d (worker %d) [%d, %d] and token %d (worker %d) [%d, %d]",
-				phase, p.token, p.proc, p.start, p.end, c.token, c.proc, c.start, c.end)
+			r.t.Fatalf("%s: critical sections overlap: token %d (worker %d) [%d, %d] and token %d (worker %d) [%d, %d]",
+				r.phase, p.token, p.proc, p.start, p.end, c.token, c.proc, c.start, c.end)
 		}
 		if c.token <= p.token {
-			t.Fatalf("%s: token %d (worker %d) acquired after token %d (worker %d): tokens must increase",
-				phase, c.token, c.proc, p.token, p.proc)
+			r.t.Fatalf("%s: token %d (worker %d) acquired after token %d (worker %d): tokens must increase",
+				r.phase, c.token, c.proc, p.token, p.proc)
 		}
 	}
-	if len(trusted) < len(all) {
-		return // A lost holder's records may interleave in the shared file.
-	}
+}
 
-	// The shared file's order is the kernel's: begin and end must alternate.
-	data, err := os.ReadFile(shared)
+// checkSharedLog: the shared file's order is the kernel's, so begin and
+// end records must alternate.
+func (r *procRun) checkSharedLog() {
+	t := r.t
+	data, err := os.ReadFile(r.shared)
 	if err != nil {
 		t.Fatalf("shared log: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	if len(lines) != 2*procs*iterations {
-		t.Fatalf("%s: shared log has %d records, want %d", phase, len(lines), 2*procs*iterations)
+	if len(lines) != 2*r.procs*r.iterations {
+		t.Fatalf("%s: shared log has %d records, want %d", r.phase, len(lines), 2*r.procs*r.iterations)
 	}
 	for i := 0; i < len(lines); i += 2 {
 		b, e := lines[i], lines[i+1]
 		if !strings.HasPrefix(b, "B ") || e != "E"+b[1:] {
-			t.Fatalf("%s: shared log records %d-%d are %q, %q: another critical section interleaved", phase, i, i+1, b, e)
+			t.Fatalf("%s: shared log records %d-%d are %q, %q: another critical section interleaved", r.phase, i, i+1, b, e)
 		}
 	}
 }

@@ -20,7 +20,7 @@ type section struct {
 // overlaps the next and that fencing tokens strictly increase.
 func checkSections(t *testing.T, ctx context.Context, iso *dbtest.Isolated) {
 	t.Helper()
-	rows, err := iso.Store.QueryContext(ctx, "SELECT name, token, begin_us, end_us, who FROM soak_sections")
+	rows, err := iso.Store().QueryContext(ctx, "SELECT name, token, begin_us, end_us, who FROM soak_sections")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func runHere(t *testing.T, ctx context.Context, iso *dbtest.Isolated, sd uint64,
 	if err := l.Close(); err != nil {
 		t.Errorf("close the lockers: %v", err)
 	}
-	if n := iso.Store.Stats().InUse; n != 0 {
+	if n := iso.Store().Stats().InUse; n != 0 {
 		t.Errorf("%d connections still in use after the lockers closed", n)
 	}
 }
@@ -142,9 +142,9 @@ func administer(t *testing.T, ctx context.Context, iso *dbtest.Isolated, rng *ra
 			_, err = r.RunOnce(actx)
 		case 1:
 			what = "idle deletion"
-			_, err = iso.Store.ReapIdle(actx, store.ReapParams{Age: time.Millisecond, Limit: 100})
+			_, err = iso.Store().ReapIdle(actx, store.ReapParams{Age: time.Millisecond, Limit: 100})
 		default:
-			_, err = iso.Store.ForceRelease(actx, nil, names[rng.IntN(len(names))])
+			_, err = iso.Store().ForceRelease(actx, nil, names[rng.IntN(len(names))])
 		}
 		if !documented(actx, err) && !documented(ctx, err) {
 			bad.add("admin %s: %v", what, err)

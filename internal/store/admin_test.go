@@ -109,7 +109,7 @@ func TestListLocksAndWaiters(t *testing.T) {
 func TestRowLocksExclusive(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
-		ok, err := iso.Store.RowLocksExclusive(context.Background())
+		ok, err := iso.Store().RowLocksExclusive(context.Background())
 		if err != nil || !ok {
 			t.Fatalf("RowLocksExclusive on a single %s server = %v, %v; want true", iso.Kind, ok, err)
 		}

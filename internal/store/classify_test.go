@@ -247,7 +247,7 @@ func TestClassifySQLiteWriteConflict(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			iso := dbtest.New(t, store.SQLite)
-			setupRows(t, iso.Store)
+			setupRows(t, iso.Store())
 			// Deferred transactions (dblock's own begin IMMEDIATE); a busy
 			// timeout long enough that a plain wait would not end the test.
 			iso.DSN += "?_txlock=deferred&_pragma=busy_timeout(10000)&_pragma=journal_mode(" + journal + ")"
@@ -312,7 +312,7 @@ func TestMigrateHint(t *testing.T) {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.NewEmpty(t, kind)
-			_, err := iso.Store.AcquireLease(context.Background(), nil, store.AcquireParams{Name: "x", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Second})
+			_, err := iso.Store().AcquireLease(context.Background(), nil, store.AcquireParams{Name: "x", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Second})
 			if !errors.Is(err, dblock.ErrSchemaMissing) {
 				t.Fatalf("got %v, want ErrSchemaMissing", err)
 			}
@@ -607,7 +607,7 @@ func TestMySQLOneRoundTrip(t *testing.T) {
 	iso := dbtest.New(t, store.MySQL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := iso.Store.Connx(ctx)
+	conn, err := iso.Store().Connx(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -639,10 +639,10 @@ func TestClassifyTooManyConnections(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	role := "dbt_nolimit_" + strings.ToLower(strings.TrimPrefix(locktestName(), "x"))
-	if _, err := iso.Store.ExecContext(ctx, "CREATE ROLE "+role+" LOGIN PASSWORD 'pw' CONNECTION LIMIT 0"); err != nil {
+	if _, err := iso.Store().ExecContext(ctx, "CREATE ROLE "+role+" LOGIN PASSWORD 'pw' CONNECTION LIMIT 0"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = iso.Store.ExecContext(context.Background(), "DROP ROLE "+role) })
+	t.Cleanup(func() { _, _ = iso.Store().ExecContext(context.Background(), "DROP ROLE "+role) })
 	u, err := url.Parse(strings.TrimPrefix(dbtest.ServerDSN(store.Postgres), ""))
 	if err != nil {
 		t.Fatal(err)

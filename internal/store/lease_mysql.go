@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/backoff"
 )
 
 // Lease statements of MySQL and MariaDB, and the acquisition that reads the
@@ -177,7 +177,7 @@ func (db *DB) acquireMySQL(ctx context.Context, q Querier, p AcquireParams) (Acq
 		} else if time.Since(first) >= keyLockedMax {
 			return AcquireResult{Holder: h}, nil
 		}
-		if err := sleepCtx(ctx, pause/2+rand.N(pause/2+1)); err != nil {
+		if err := sleepCtx(ctx, backoff.Jitter(pause)); err != nil {
 			return AcquireResult{}, err
 		}
 		pause = min(2*pause, fenceRetryMax)
@@ -283,7 +283,7 @@ func (db *DB) retryFenced(ctx context.Context, q Querier, attempt fencedAttempt)
 		} else if time.Since(first) >= fenceBusyMax {
 			return 0, 0, fmt.Errorf("%w: %w", dblock.ErrNotAcquired, ErrFenceBusy)
 		}
-		if err := sleepCtx(ctx, pause/2+rand.N(pause/2+1)); err != nil {
+		if err := sleepCtx(ctx, backoff.Jitter(pause)); err != nil {
 			return 0, 0, err
 		}
 		pause = min(2*pause, fenceRetryMax)

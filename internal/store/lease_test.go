@@ -115,7 +115,7 @@ func TestSchemaMissingClassified(t *testing.T) {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.NewEmpty(t, kind)
-			_, err := iso.Store.AcquireLease(context.Background(), nil, store.AcquireParams{Name: "x", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Second})
+			_, err := iso.Store().AcquireLease(context.Background(), nil, store.AcquireParams{Name: "x", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Second})
 			if !errors.Is(err, dblock.ErrSchemaMissing) {
 				t.Fatalf("got %v, want ErrSchemaMissing", err)
 			}

@@ -79,7 +79,7 @@ func TestNewMySQLRefusesFoundRows(t *testing.T) {
 	_, _ = rand.Read(b[:])
 	user := "dblock_new_" + hex.EncodeToString(b[:])
 	var dbName string
-	if err := iso.Store.GetContext(ctx, &dbName, "SELECT DATABASE()"); err != nil {
+	if err := iso.Store().GetContext(ctx, &dbName, "SELECT DATABASE()"); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
@@ -87,11 +87,11 @@ func TestNewMySQLRefusesFoundRows(t *testing.T) {
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + dbName + ".dblock_locks TO '" + user + "'@'%'",
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + dbName + ".dblock_fence TO '" + user + "'@'%'",
 	} {
-		if _, err := iso.Store.ExecContext(ctx, q); err != nil {
+		if _, err := iso.Store().ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	t.Cleanup(func() { _, _ = iso.Store.ExecContext(context.Background(), "DROP USER '"+user+"'@'%'") })
+	t.Cleanup(func() { _, _ = iso.Store().ExecContext(context.Background(), "DROP USER '"+user+"'@'%'") })
 	addr := root[strings.LastIndex(root[:strings.LastIndex(root, "/")], "@")+1:]
 	app := user + ":pw@" + addr
 	appFound := openRawMySQL(t, withParam(app, "clientFoundRows=true"))

@@ -173,15 +173,15 @@ func TestClockNow(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := context.Background()
-		before, err := iso.Store.ClockNow(ctx)
+		before, err := iso.Store().ClockNow(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := iso.Store.AcquireLease(ctx, nil, store.AcquireParams{Name: "n", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Hour})
+		r, err := iso.Store().AcquireLease(ctx, nil, store.AcquireParams{Name: "n", Owner: "o", Mode: dblock.ModeOptimistic, TTL: time.Hour})
 		if err != nil || !r.Acquired {
 			t.Fatal(r, err)
 		}
-		h, err := iso.Store.LeaseHolder(ctx, nil, "n")
+		h, err := iso.Store().LeaseHolder(ctx, nil, "n")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,14 +224,14 @@ func TestSetDriverLog(t *testing.T) {
 	if err := store.Of(db).QueryRowxContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := iso.Store.ExecContext(ctx, "KILL ?", id); err != nil {
+	if _, err := iso.Store().ExecContext(ctx, "KILL ?", id); err != nil {
 		t.Fatal(err)
 	}
 	// The server closes the connection shortly after KILL; the driver
 	// notices when it next takes the idle connection from the pool.
 	eventually(t, "the killed connection to be gone", func() bool {
 		var n int
-		err := iso.Store.QueryRowxContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n)
+		err := iso.Store().QueryRowxContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n)
 		return err == nil && n == 0
 	})
 	var other int64

@@ -5,11 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/backoff"
 )
 
 // ReapSQL holds the statements of the reaper. Every statement touches at most
@@ -532,7 +532,7 @@ func (db *DB) raiseFloor(ctx context.Context, v int64) error {
 		if !errors.Is(err, dblock.ErrNotAcquired) {
 			return err
 		}
-		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
+		t := time.NewTimer(backoff.Jitter(pause))
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -17,7 +17,7 @@ func TestIssueTokenFlushed(t *testing.T) {
 	t.Parallel()
 	iso := dbtest.New(t, store.Postgres)
 	ctx := context.Background()
-	conn, err := iso.Store.Connx(ctx)
+	conn, err := iso.Store().Connx(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestIssueTokenFlushed(t *testing.T) {
 		if err := conn.GetContext(ctx, &before, "SELECT pg_current_wal_insert_lsn()::text"); err != nil {
 			t.Fatal(err)
 		}
-		tok, err := iso.Store.IssueToken(ctx, conn, "n")
+		tok, err := iso.Store().IssueToken(ctx, conn, "n")
 		if err != nil {
 			t.Fatalf("issue: %v", err)
 		}

@@ -9,10 +9,10 @@ package wake
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/dblock-go/dblock/internal/backoff"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -170,10 +170,6 @@ func (h *Hub) listen(l store.Listener) error {
 	}
 }
 
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
-}
-
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -184,3 +180,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// jitter spreads a pause over [d/2, d] (backoff.Jitter).
+var jitter = backoff.Jitter

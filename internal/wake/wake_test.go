@@ -47,7 +47,7 @@ func release(t *testing.T, db *dialect.DB, name string) {
 func TestHubPostgres(t *testing.T) {
 	t.Parallel()
 	iso := dbtest.New(t, store.Postgres)
-	hub := wake.New(iso.Store, nil)
+	hub := wake.New(iso.Store(), nil)
 	name, other := locktest.RandomName("wake"), locktest.RandomName("wake-other")
 	ch, cancel := hub.Subscribe(name)
 	defer cancel()
@@ -84,7 +84,7 @@ WHERE application_name = current_setting('application_name') AND query = 'LISTEN
 	if err := hub.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	if n := iso.Store.Stats().InUse; n != 0 {
+	if n := iso.Store().Stats().InUse; n != 0 {
 		t.Fatalf("%d connections in use after Close", n)
 	}
 	// Subscribing after Close is harmless.
@@ -98,7 +98,7 @@ func TestHubNoNotify(t *testing.T) {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)
-			hub := wake.New(iso.Store, nil)
+			hub := wake.New(iso.Store(), nil)
 			ch, cancel := hub.Subscribe("x")
 			release(t, iso.DB, "x")
 			select {
@@ -110,7 +110,7 @@ func TestHubNoNotify(t *testing.T) {
 			if err := hub.Close(); err != nil {
 				t.Fatalf("close: %v", err)
 			}
-			if n := iso.Store.Stats().InUse; n != 0 {
+			if n := iso.Store().Stats().InUse; n != 0 {
 				t.Fatalf("%d connections in use after Close", n)
 			}
 		})
