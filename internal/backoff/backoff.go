@@ -1,4 +1,3 @@
-// Package backoff holds the jitter of the library's retry pauses.
 package backoff
 
 import (

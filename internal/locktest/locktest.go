@@ -1,25 +1,3 @@
-// Package locktest is the conformance suite every lock mode must pass, on
-// every dialect: mutual exclusion, reentrancy, expiry and takeover (by
-// expiry and by another owner's write), TryAcquire, owner-only release (also
-// by a stranger's release statement), the lost signal, renewal stopping when
-// Release begins, Guard (for modes that have one), fencing monotonicity (also
-// across the reaper's deletions), cancellation while waiting, bad input,
-// Release twice, Do (also when fn panics), Close (ending held leases as lost,
-// also under a running Do) and leaks (goroutines, and the connections of
-// every pool) after Close. RunProcesses adds a multi-process stress test.
-//
-// A mode's test package calls Run with a Factory that builds its Locker on
-// iso.DB (the suite checks that pool for open connections after Close), and
-// calls WorkerMain first thing in TestMain, then goleak.VerifyTestMain with
-// LeakOptions:
-//
-//	func TestMain(m *testing.M) {
-//		locktest.WorkerMain(func(db *dialect.DB) dblock.Locker { ... })
-//		goleak.VerifyTestMain(m, locktest.LeakOptions()...)
-//	}
-//
-// The suite closes every Locker the Factory returns (once, at the end of the
-// check); a Factory must not close it itself.
 package locktest
 
 import (

@@ -1,9 +1,3 @@
-// Package wake is the per-Locker wake-up hub of the lease modes. On PostgreSQL
-// one dedicated connection LISTENs on store.NotifyChannel and wakes the
-// waiters of a name when its release is announced. On other databases, or
-// where LISTEN cannot work (a pooler in transaction mode), the hub is a no-op
-// and waiters rely on their backoff and expiry timers; the hub is an
-// optimisation, never a correctness mechanism.
 package wake
 
 import (
