@@ -296,26 +296,17 @@ func (l *Locker) begin() bool {
 }
 
 func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
-	if err := dblock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("fairqueue: acquire: %w", err)
-	}
-	o, err := mode.Resolve(ctx, opts)
+	c, err := mode.Begin(ctx, "fairqueue: acquire", []string{name}, wait, opts)
 	if err != nil {
-		return nil, fmt.Errorf("fairqueue: acquire %q: %w", name, err)
-	}
-	if o.HasWait && o.Wait == 0 {
-		wait = false
+		return nil, err
 	}
 	if !l.begin() {
 		return nil, fmt.Errorf("fairqueue: acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
 	defer l.waits.Done()
-	waitCtx := ctx
-	if wait && o.HasWait {
-		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeout(ctx, o.Wait)
-		defer cancel()
-	}
+	o, wait := c.Opts, c.Wait
+	waitCtx, cancel := c.WaitContext(ctx)
+	defer cancel()
 	a := &attempt{l: l, ctx: waitCtx, name: name, o: o, start: time.Now(),
 		params: store.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeFair, TTL: o.FirstTTL(), Metadata: o.Metadata}}
 	lease, err := a.direct(wait)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/dblock-go/dblock"
@@ -36,16 +34,12 @@ func (l *Locker) TryAcquireMany(ctx context.Context, names []string, opts ...dbl
 }
 
 func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opts []dblock.Option) ([]*dblock.Lease, error) {
-	m, err := l.prepareMany(ctx, names, wait, opts)
+	m, c, err := l.prepareMany(ctx, names, wait, opts)
 	if err != nil {
 		return nil, err
 	}
-	waitCtx := ctx
-	if m.wait && m.o.HasWait {
-		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeout(ctx, m.o.Wait)
-		defer cancel()
-	}
+	waitCtx, cancel := c.WaitContext(ctx)
+	defer cancel()
 	m.waitCtx = waitCtx
 	defer func() { m.unsubscribe() }()
 	for attempt := 1; ; attempt++ {
@@ -90,33 +84,21 @@ type manyCall struct {
 }
 
 // prepareMany validates the names and options of an AcquireMany.
-func (l *Locker) prepareMany(ctx context.Context, names []string, wait bool, opts []dblock.Option) (*manyCall, error) {
-	if len(names) == 0 {
-		return nil, fmt.Errorf("optimistic: acquire many: %w: no names", dblock.ErrInvalidName)
-	}
-	for _, n := range names {
-		if err := dblock.ValidateName(n); err != nil {
-			return nil, fmt.Errorf("optimistic: acquire many: %w", err)
-		}
-	}
-	sorted := slices.Compact(slices.Sorted(slices.Values(names)))
-	label := strings.Join(sorted, ",")
-	o, err := mode.Resolve(ctx, opts)
+func (l *Locker) prepareMany(ctx context.Context, names []string, wait bool, opts []dblock.Option) (*manyCall, mode.Call, error) {
+	c, err := mode.Begin(ctx, "optimistic: acquire many", names, wait, opts)
 	if err != nil {
-		return nil, fmt.Errorf("optimistic: acquire many %q: %w", label, err)
-	}
-	if o.HasWait && o.Wait == 0 {
-		wait = false
+		return nil, c, err
 	}
 	if l.isClosed() {
-		return nil, fmt.Errorf("optimistic: acquire many %q: %w: %w", label, dblock.ErrNotAcquired, dblock.ErrClosed)
+		return nil, c, fmt.Errorf("optimistic: acquire many %q: %w: %w", c.Label, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
-	params := make([]store.AcquireParams, len(sorted))
-	for i, name := range sorted {
+	o := c.Opts
+	params := make([]store.AcquireParams, len(c.Names))
+	for i, name := range c.Names {
 		params[i] = store.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.FirstTTL(), Metadata: o.Metadata}
 	}
-	return &manyCall{l: l, ctx: ctx, names: sorted, label: label, o: o, params: params, wait: wait,
-		start: time.Now(), backoff: l.cfg.PollMin, unsubscribe: func() {}}, nil
+	return &manyCall{l: l, ctx: ctx, names: c.Names, label: c.Label, o: o, params: params, wait: c.Wait,
+		start: time.Now(), backoff: l.cfg.PollMin, unsubscribe: func() {}}, c, nil
 }
 
 // ask runs the acquisition's transaction once: the leases, or the holder

@@ -181,29 +181,22 @@ func (l *Locker) Close() error {
 }
 
 func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dblock.Option) (lease *dblock.Lease, err error) {
-	if err := dblock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("optimistic: acquire: %w", err)
-	}
-	o, err := mode.Resolve(ctx, opts)
+	c, err := mode.Begin(ctx, "optimistic: acquire", []string{name}, wait, opts)
 	if err != nil {
-		return nil, fmt.Errorf("optimistic: acquire %q: %w", name, err)
-	}
-	if o.HasWait && o.Wait == 0 {
-		wait = false
+		return nil, err
 	}
 	if l.isClosed() {
 		return nil, fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
+	o := c.Opts
 	a := &acquisition{
-		l: l, ctx: ctx, waitCtx: ctx, name: name, o: o, wait: wait, start: time.Now(), backoff: l.cfg.PollMin,
+		l: l, ctx: ctx, name: name, o: o, wait: c.Wait, start: time.Now(), backoff: l.cfg.PollMin,
 		params:      store.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.FirstTTL(), Metadata: o.Metadata},
 		unsubscribe: func() {},
 	}
-	if wait && o.HasWait {
-		var cancel context.CancelFunc
-		a.waitCtx, cancel = context.WithTimeout(ctx, o.Wait)
-		defer cancel()
-	}
+	var cancel context.CancelFunc
+	a.waitCtx, cancel = c.WaitContext(ctx)
+	defer cancel()
 	defer func() { a.leaveLine(lease) }()
 	return a.run()
 }

@@ -127,21 +127,12 @@ type request struct {
 
 // prepare validates the names and options of an acquisition.
 func (l *Locker) prepare(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (*request, error) {
-	label := labelOf(names)
-	if len(names) == 0 {
-		return nil, fmt.Errorf("pessimistic: %s: %w: no names", op, dblock.ErrInvalidName)
-	}
-	for _, n := range names {
-		if err := dblock.ValidateName(n); err != nil {
-			return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
-		}
-	}
-	o, err := mode.Resolve(ctx, opts)
+	c, err := mode.Begin(ctx, "pessimistic: "+op, names, !try, opts)
 	if err != nil {
-		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+		return nil, err
 	}
-	sorted := slices.Compact(slices.Sorted(slices.Values(names)))
-	r := &request{op: op, label: labelOf(sorted), names: sorted, o: o, ttl: l.ttl, try: try}
+	o := c.Opts
+	r := &request{op: op, label: labelOf(c.Names), names: c.Names, o: o, ttl: l.ttl, try: try}
 	if err := l.checkExclusive(ctx); err != nil {
 		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, r.label, err)
 	}
