@@ -43,15 +43,23 @@ func myUs(col string) string { return fmt.Sprintf(myUsEpoch, col) }
 // AcquireLease tries again a moment later. A raise holds the row for one
 // short statement, so foreground acquisitions never wait for a reaper pass.
 //
-// %s is the dialect's skip-locked shared-lock clause.
-const mysqlAcquireText = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+// MySQL 8 skips a locked row after FOR SHARE only, MariaDB (10.6+) after
+// LOCK IN SHARE MODE only: the statements differ in that clause.
+const mysqlAcquire = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
 SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?
-FROM dblock_fence f WHERE f.id = 1 %s
+FROM dblock_fence f WHERE f.id = 1 FOR SHARE SKIP LOCKED
+` + mysqlAcquireUpdate
+
+// mariadbAcquire is mysqlAcquire in MariaDB's words.
+const mariadbAcquire = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?
+FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
 ` + mysqlAcquireUpdate
 
 // mysqlAcquireUpdate is the takeover or re-entry of an existing row, shared
-// by mysqlAcquireText and mysqlAcquireValues.
+// by mysqlAcquire, mariadbAcquire and mysqlAcquireValues.
 const mysqlAcquireUpdate = `ON DUPLICATE KEY UPDATE
     reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
                      IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
@@ -63,14 +71,19 @@ const mysqlAcquireUpdate = `ON DUPLICATE KEY UPDATE
     expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
     updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)`
 
-// mysqlEnsureText is the pessimistic mode's insert of a free row (RowSQL.Ensure
-// on MySQL and MariaDB), reading the floor as mysqlAcquireText does; a
-// duplicate is left unchanged but evaluates LAST_INSERT_ID(version), so that
-// insert id 0 means the fence row was skipped. %s is the skip-locked
-// shared-lock clause.
-const mysqlEnsureText = `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+// mysqlEnsure is the pessimistic mode's insert of a free row (RowSQL.Ensure
+// on MySQL), reading the floor as mysqlAcquire does; a duplicate is left
+// unchanged but evaluates LAST_INSERT_ID(version), so that insert id 0 means
+// the fence row was skipped.
+const mysqlEnsure = `INSERT INTO dblock_locks (name, reentry, version, updated_at)
 SELECT ?, 0, LAST_INSERT_ID(f.floor + 1), UTC_TIMESTAMP(6)
-FROM dblock_fence f WHERE f.id = 1 %s
+FROM dblock_fence f WHERE f.id = 1 FOR SHARE SKIP LOCKED
+ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version)`
+
+// mariadbEnsure is mysqlEnsure in MariaDB's words.
+const mariadbEnsure = `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+SELECT ?, 0, LAST_INSERT_ID(f.floor + 1), UTC_TIMESTAMP(6)
+FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
 ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version)`
 
 // The shared-lock clauses that skip a locked row: MySQL 8 accepts SKIP LOCKED
@@ -80,16 +93,11 @@ const (
 	mariadbShareSkipLocked = "LOCK IN SHARE MODE SKIP LOCKED"
 )
 
-var (
-	mysqlAcquire   = fmt.Sprintf(mysqlAcquireText, mysqlShareSkipLocked)
-	mariadbAcquire = fmt.Sprintf(mysqlAcquireText, mariadbShareSkipLocked)
-)
-
 // mysqlFloorText reads the fencing floor inside a transaction (followed by
 // the skip-locked shared-lock clause); see LeaseSQL.FloorInTx.
 const mysqlFloorText = "SELECT floor FROM dblock_fence WHERE id = 1 "
 
-// mysqlAcquireValues is mysqlAcquireText with the floor read beforehand
+// mysqlAcquireValues is mysqlAcquire with the floor read beforehand
 // (the third parameter) instead of in the statement.
 const mysqlAcquireValues = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
 VALUES (?, ?, 1, LAST_INSERT_ID(? + 1), ?,

@@ -21,6 +21,9 @@ type QueueSQL struct {
 	// the database clock. On PostgreSQL and SQLite it returns id and
 	// created_at; on MySQL the id comes from LAST_INSERT_ID.
 	Enqueue string
+	// HeartbeatMany (timeout µs, then the ids, whose placeholders fill its
+	// %s) is Heartbeat for many waiters at once.
+	HeartbeatMany string
 	// Heartbeat (timeout µs, id) extends a live waiter's deadline; a dead
 	// waiter stays dead (it lost its place and must enqueue again).
 	Heartbeat string
@@ -55,101 +58,203 @@ type QueueSQL struct {
 	Jumped string
 }
 
-// queueText builds one dialect's queue statements from its clock, time
-// conversion, interval arithmetic and placeholder syntax.
-type queueText struct {
-	now string                       // The database clock.
-	us  func(col string) string      // A time column as µs since the epoch.
-	add func(base, us string) string // base plus us microseconds.
-	ph  func(n int) string           // The n-th placeholder.
-}
+// The queue's statements, written out per dialect. PostgreSQL's enqueue
+// takes created_at from clock_timestamp() (the column default), the time of
+// the insert itself rather than of its transaction's start. MariaDB's are
+// MySQL's.
+var pgQueue = QueueSQL{
+	Enqueue: `INSERT INTO dblock_waiters (name, owner, expires_at)
+VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+RETURNING id, (extract(epoch FROM created_at) * 1000000)::bigint`,
 
-func (t queueText) build(enqueue, leave string) QueueSQL {
-	now, p := t.now, t.ph
-	lockCols := fmt.Sprintf(`CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
-    COALESCE(l.mode, ''), COALESCE(%s, 0), %s`, t.us("l.expires_at"), t.us(now))
-	return QueueSQL{
-		Enqueue: enqueue,
-		Heartbeat: fmt.Sprintf(`UPDATE dblock_waiters SET heartbeat_at = %s, expires_at = %s
-WHERE id = %s AND expires_at > %s`, now, t.add(now, p(1)), p(2), now),
-		Check: fmt.Sprintf(`SELECT
+	Heartbeat: `UPDATE dblock_waiters SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 microsecond'
+WHERE id = $2 AND expires_at > now()`,
+
+	HeartbeatMany: `UPDATE dblock_waiters SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 microsecond'
+WHERE expires_at > now() AND id IN (%s)`,
+
+	Check: `SELECT
     CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
     CASE WHEN me.id IS NULL THEN 0 ELSE (
         SELECT COUNT(*) FROM dblock_waiters w
-        WHERE w.name = %s AND w.expires_at > %s
+        WHERE w.name = $1 AND w.expires_at > now()
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
     ) END,
     CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
-        SELECT %s FROM dblock_waiters w
-        WHERE w.name = %s AND w.expires_at > %s
+        SELECT (extract(epoch FROM w.expires_at) * 1000000)::bigint FROM dblock_waiters w
+        WHERE w.name = $2 AND w.expires_at > now()
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
         ORDER BY w.created_at DESC, w.id DESC
         LIMIT 1
     ), 0) END,
-    COALESCE(%s, 0),
-    %s
+    COALESCE((extract(epoch FROM me.created_at) * 1000000)::bigint, 0),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint
 FROM (SELECT 1 AS one) AS one
-LEFT JOIN dblock_waiters me ON me.id = %s AND me.name = %s AND me.expires_at > %s
-LEFT JOIN dblock_locks l ON l.name = %s`,
-			p(1), now, t.us("w.expires_at"), p(2), now, t.us("me.created_at"), lockCols, p(3), p(4), now, p(5)),
-		Peek: fmt.Sprintf(`SELECT
-    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = %s AND w.expires_at > %s),
-    %s
+LEFT JOIN dblock_waiters me ON me.id = $3 AND me.name = $4 AND me.expires_at > now()
+LEFT JOIN dblock_locks l ON l.name = $5`,
+
+	Peek: `SELECT
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint
 FROM (SELECT 1 AS one) AS one
-LEFT JOIN dblock_locks l ON l.name = %s`, p(1), now, lockCols, p(2)),
-		Take:  fmt.Sprintf(`DELETE FROM dblock_waiters WHERE id = %s AND expires_at > %s`, p(1), now),
-		Leave: leave,
-	}
+LEFT JOIN dblock_locks l ON l.name = $2`,
+
+	Take: `DELETE FROM dblock_waiters WHERE id = $1 AND expires_at > now()`,
+
+	Leave: `DELETE FROM dblock_waiters WHERE id = $1
+RETURNING pg_notify('dblock', name)::text IS NOT NULL`,
+
+	Direct: `WITH cur AS (
+    SELECT name FROM dblock_locks
+    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+      AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()))
+    FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE dblock_locks l SET
+        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
+        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
+        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
+        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
+        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
+                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
+                           ELSE now() + $3::bigint * interval '1 microsecond' END,
+        owner       = $2,
+        updated_at  = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING l.version, l.reentry
+), ins AS (
+    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now())
+    ON CONFLICT (name) DO NOTHING
+    RETURNING version, reentry
+), q AS (
+    SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()
+)
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM upd
+UNION ALL
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM ins
+UNION ALL
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
+FROM dblock_locks h, q WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
+UNION ALL
+SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
+FROM q WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
+LIMIT 1`,
 }
 
-var pgQueueText = queueText{
-	now: "now()",
-	us:  pgUs,
-	add: func(base, us string) string { return base + " + " + us + "::bigint * interval '1 microsecond'" },
-	ph:  func(n int) string { return fmt.Sprintf("$%d", n) },
-}
-
-var mysqlQueueText = queueText{
-	now: "UTC_TIMESTAMP(6)",
-	us:  myUs,
-	add: func(base, us string) string { return base + " + INTERVAL " + us + " MICROSECOND" },
-	ph:  func(int) string { return "?" },
-}
-
-var sqliteQueueText = queueText{
-	now: sqliteNow,
-	us:  func(col string) string { return col },
-	add: func(base, us string) string { return base + " + " + us },
-	ph:  func(n int) string { return fmt.Sprintf("?%d", n) },
-}
-
-var (
-	// created_at comes from clock_timestamp() (the column default), the time
-	// of the insert itself rather than of its transaction's start.
-	pgQueue = withDirect(pgQueueText.build(
-		`INSERT INTO dblock_waiters (name, owner, expires_at)
-VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
-RETURNING id, `+pgUs("created_at"),
-		`DELETE FROM dblock_waiters WHERE id = $1
-RETURNING pg_notify('`+NotifyChannel+`', name)::text IS NOT NULL`), pgDirect, "")
-
-	mysqlQueue = withDirect(mysqlQueueText.build(
-		`INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
+var mysqlQueue = QueueSQL{
+	Enqueue: `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
 VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`,
-		`DELETE FROM dblock_waiters WHERE id = ?`), "", mysqlJumped)
 
-	mariadbQueue = mysqlQueue
+	Heartbeat: `UPDATE dblock_waiters SET heartbeat_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE id = ? AND expires_at > UTC_TIMESTAMP(6)`,
 
-	sqliteQueue = withDirect(sqliteQueueText.build(
-		`INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
+	HeartbeatMany: `UPDATE dblock_waiters SET heartbeat_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE expires_at > UTC_TIMESTAMP(6) AND id IN (%s)`,
+
+	Check: `SELECT
+    CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE (
+        SELECT COUNT(*) FROM dblock_waiters w
+        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+    ) END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
+        SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', w.expires_at) FROM dblock_waiters w
+        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+        ORDER BY w.created_at DESC, w.id DESC
+        LIMIT 1
+    ), 0) END,
+    COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', me.created_at), 0),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_waiters me ON me.id = ? AND me.name = ? AND me.expires_at > UTC_TIMESTAMP(6)
+LEFT JOIN dblock_locks l ON l.name = ?`,
+
+	Peek: `SELECT
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_locks l ON l.name = ?`,
+
+	Take: `DELETE FROM dblock_waiters WHERE id = ? AND expires_at > UTC_TIMESTAMP(6)`,
+
+	Leave: `DELETE FROM dblock_waiters WHERE id = ?`,
+
+	Jumped: `SELECT l.reentry, (
+    SELECT COUNT(*) FROM dblock_waiters w
+    WHERE w.name = l.name AND w.expires_at > UTC_TIMESTAMP(6) AND w.created_at <= l.acquired_at
+)
+FROM dblock_locks l WHERE l.name = ? AND l.owner = ? AND l.version = ?`,
+}
+
+var mariadbQueue = mysqlQueue
+
+var sqliteQueue = QueueSQL{
+	Enqueue: `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
 VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3)
 RETURNING id, created_at`,
-		`DELETE FROM dblock_waiters WHERE id = ?1`), sqliteDirect, "")
-)
 
-func withDirect(q QueueSQL, direct, jumped string) QueueSQL {
-	q.Direct, q.Jumped = direct, jumped
-	return q
+	Heartbeat: `UPDATE dblock_waiters SET heartbeat_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER), expires_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?1
+WHERE id = ?2 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)`,
+
+	HeartbeatMany: `UPDATE dblock_waiters SET heartbeat_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER), expires_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?1
+WHERE expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND id IN (%s)`,
+
+	Check: `SELECT
+    CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE (
+        SELECT COUNT(*) FROM dblock_waiters w
+        WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+    ) END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
+        SELECT w.expires_at FROM dblock_waiters w
+        WHERE w.name = ?2 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+        ORDER BY w.created_at DESC, w.id DESC
+        LIMIT 1
+    ), 0) END,
+    COALESCE(me.created_at, 0),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE(l.expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_waiters me ON me.id = ?3 AND me.name = ?4 AND me.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+LEFT JOIN dblock_locks l ON l.name = ?5`,
+
+	Peek: `SELECT
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE(l.expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_locks l ON l.name = ?2`,
+
+	Take: `DELETE FROM dblock_waiters WHERE id = ?1 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)`,
+
+	Leave: `DELETE FROM dblock_waiters WHERE id = ?1`,
+
+	Direct: `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+SELECT ?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?5
+WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+   OR EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?1 AND l.owner = ?2 AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+ON CONFLICT (name) DO UPDATE SET
+    reentry     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN reentry + 1 ELSE 1 END,
+    version     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN version ELSE max(version + 1, excluded.version) END,
+    mode        = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN mode ELSE excluded.mode END,
+    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
+    metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
+    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    owner       = excluded.owner,
+    updated_at  = excluded.updated_at
+WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+RETURNING version, reentry`,
 }
 
 // pgDirect is pgLease.Acquire guarded by the queue: the row is taken, or
@@ -306,33 +411,18 @@ func (db *DB) HeartbeatWaiters(ctx context.Context, q Querier, ids []int64, time
 }
 
 func (db *DB) heartbeatWaiters(ctx context.Context, q Querier, ids []int64, timeout time.Duration) (int, error) {
-	var t queueText
-	switch db.Dialect.Kind() {
-	case Postgres:
-		t = pgQueueText
-	case MySQL:
-		t = mysqlQueueText
-	default:
-		t = sqliteQueueText
-	}
 	total := 0
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), maxHeartbeatBatch)]
 		ids = ids[len(batch):]
-		var b strings.Builder
-		fmt.Fprintf(&b, "UPDATE dblock_waiters SET heartbeat_at = %s, expires_at = %s\nWHERE expires_at > %s AND id IN (",
-			t.now, t.add(t.now, t.ph(1)), t.now)
+		ph := make([]string, len(batch))
 		args := make([]any, 0, len(batch)+1)
 		args = append(args, timeout.Microseconds())
 		for i, id := range batch {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(t.ph(i + 2))
+			ph[i] = db.Dialect.Placeholder(i + 2)
 			args = append(args, id)
 		}
-		b.WriteString(")")
-		r, err := q.ExecContext(ctx, b.String(), args...)
+		r, err := q.ExecContext(ctx, fmt.Sprintf(db.Dialect.Queue().HeartbeatMany, strings.Join(ph, ", ")), args...)
 		if err != nil {
 			return total, db.Classify(err)
 		}

@@ -284,7 +284,7 @@ func (db *DB) ReapWaiters(ctx context.Context, p ReapParams) (ReapResult, error)
 // the raise is a statement of its own, committed before the delete begins
 // (the floor only grows, so raising early is safe), which never waits for the
 // fence row and holds it for that one statement only: acquisitions read the
-// floor with a skip-locked shared lock (see mysqlAcquireText), and none of
+// floor with a skip-locked shared lock (see mysqlAcquire), and none of
 // them waits or fails for a pass.
 func (db *DB) ReapIdle(ctx context.Context, p ReapParams) (ReapResult, error) {
 	s := db.Dialect.Reap()

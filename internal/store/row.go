@@ -121,24 +121,24 @@ func myLockCols(bound string) string {
 		myUs("UTC_TIMESTAMP(6)") + `, CONNECTION_ID(), @@server_id, ` + bound
 }
 
-// myRow is the RowSQL of MySQL 8 (bound @@SESSION.wait_timeout, Ensure
-// reading the fence with FOR SHARE) or MariaDB.
-func myRow(bound, shareSkipLocked string) RowSQL {
+// myRow is the RowSQL of MySQL 8 (bound @@SESSION.wait_timeout, mysqlEnsure)
+// or MariaDB.
+func myRow(bound, ensure string) RowSQL {
 	cols := myLockCols(bound)
 	lock := `SELECT ` + cols + ` FROM dblock_locks WHERE name = ? FOR UPDATE`
 	return RowSQL{
 		Lock:           lock,
 		LockNoWait:     lock + " NOWAIT",
-		Ensure:         fmt.Sprintf(mysqlEnsureText, shareSkipLocked),
+		Ensure:         ensure,
 		LockMany:       `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
 		LockManyNoWait: `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
 		Alive:          `SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s)`,
 	}
 }
 
-var mysqlRow = myRow("@@SESSION.wait_timeout", mysqlShareSkipLocked)
+var mysqlRow = myRow("@@SESSION.wait_timeout", mysqlEnsure)
 
-var mariadbRow = myRow("@@SESSION.idle_transaction_timeout", mariadbShareSkipLocked)
+var mariadbRow = myRow("@@SESSION.idle_transaction_timeout", mariadbEnsure)
 
 // ---- SQLite ----
 
@@ -250,7 +250,7 @@ func (db *DB) EnsureRow(ctx context.Context, q Querier, name string) error {
 	}
 	var err error
 	if db.Dialect.Kind() == MySQL {
-		// Retries while a reaper raises the fencing floor (see mysqlAcquireText).
+		// Retries while a reaper raises the fencing floor (see mysqlAcquire).
 		_, _, err = db.execFenced(ctx, db.q(q), query, name)
 	} else {
 		_, err = db.q(q).ExecContext(ctx, query, name)

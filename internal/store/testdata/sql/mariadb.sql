@@ -89,6 +89,10 @@ SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s);
 INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
 VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
 
+-- QueueSQL.HeartbeatMany
+UPDATE dblock_waiters SET heartbeat_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE expires_at > UTC_TIMESTAMP(6) AND id IN (%s);
+
 -- QueueSQL.Heartbeat
 UPDATE dblock_waiters SET heartbeat_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND expires_at > UTC_TIMESTAMP(6);

@@ -123,6 +123,10 @@ INSERT INTO dblock_waiters (name, owner, expires_at)
 VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
 RETURNING id, (extract(epoch FROM created_at) * 1000000)::bigint;
 
+-- QueueSQL.HeartbeatMany
+UPDATE dblock_waiters SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 microsecond'
+WHERE expires_at > now() AND id IN (%s);
+
 -- QueueSQL.Heartbeat
 UPDATE dblock_waiters SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 microsecond'
 WHERE id = $2 AND expires_at > now();

@@ -66,6 +66,10 @@ INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
 VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3)
 RETURNING id, created_at;
 
+-- QueueSQL.HeartbeatMany
+UPDATE dblock_waiters SET heartbeat_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER), expires_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?1
+WHERE expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND id IN (%s);
+
 -- QueueSQL.Heartbeat
 UPDATE dblock_waiters SET heartbeat_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER), expires_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?1
 WHERE id = ?2 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
