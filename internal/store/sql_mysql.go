@@ -1,0 +1,275 @@
+// MySQL 8's and MariaDB's statements, written out (positional ? for every
+// argument): where the two differ, each has its own, named for it. Times
+// are read as µs since the epoch (myUs). The code that runs them is in the
+// file of its concern (lease.go and lease_mysql.go, row.go, queue.go,
+// reap.go). testdata/sql/mysql.sql and mariadb.sql hold them as the server
+// sees them.
+
+package store
+
+import "fmt"
+
+const myUsEpoch = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', %s)"
+
+func myUs(col string) string { return fmt.Sprintf(myUsEpoch, col) }
+
+// mysqlAcquire reports through the OK packet: affected rows 1 (inserted) or 2
+// (taken or re-entered) mean acquired, 0 means held by another; the token is
+// the LAST_INSERT_ID(expr) value. ON DUPLICATE KEY UPDATE assigns left to
+// right with the new values visible, so every column that tests the old owner
+// or expiry comes before owner, and owner before expires_at and updated_at.
+//
+// The fencing floor. A new row's first token is dblock_fence.floor + 1, and
+// the reaper raises the floor (in a statement of its own, committed before it
+// deletes any row) to at least the version of every row it deletes. The
+// floor is read with a shared lock, so the read returns the latest committed
+// floor and a raise cannot commit while an acquisition that read the old
+// floor is still running: an insert of a deleted name always sees the raise
+// that preceded the delete. (A consistent, lockless read would not: a
+// statement whose snapshot predates the raise could wait for the deleting
+// transaction's row lock and then insert below the floor. InnoDB reads a
+// scalar subquery of INSERT ... VALUES with a shared lock anyway, at every
+// isolation level.) SKIP LOCKED makes the read never wait: while a raise
+// holds (or waits for) the fence row, the SELECT produces no row and the
+// statement does nothing, reported as affected rows 0 with insert id 0 (every
+// other outcome evaluates LAST_INSERT_ID(expr) with a positive token), and
+// AcquireLease tries again a moment later. A raise holds the row for one
+// short statement, so foreground acquisitions never wait for a reaper pass.
+//
+// MySQL 8 skips a locked row after FOR SHARE only, MariaDB (10.6+) after
+// LOCK IN SHARE MODE only: the statements differ in that clause.
+const mysqlAcquire = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?
+FROM dblock_fence f WHERE f.id = 1 FOR SHARE SKIP LOCKED
+` + mysqlAcquireUpdate
+
+// mariadbAcquire is mysqlAcquire in MariaDB's words.
+const mariadbAcquire = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?
+FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
+` + mysqlAcquireUpdate
+
+// mysqlAcquireUpdate is the takeover or re-entry of an existing row, shared
+// by mysqlAcquire, mariadbAcquire and mysqlAcquireValues.
+const mysqlAcquireUpdate = `ON DUPLICATE KEY UPDATE
+    reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
+                     IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
+    version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
+    mode        = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(mode), mode),
+    acquired_at = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(acquired_at), acquired_at),
+    metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
+    owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
+    expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
+    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)`
+
+// mysqlEnsure is the pessimistic mode's insert of a free row (RowSQL.Ensure
+// on MySQL), reading the floor as mysqlAcquire does; a duplicate is left
+// unchanged but evaluates LAST_INSERT_ID(version), so that insert id 0 means
+// the fence row was skipped.
+const mysqlEnsure = `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+SELECT ?, 0, LAST_INSERT_ID(f.floor + 1), UTC_TIMESTAMP(6)
+FROM dblock_fence f WHERE f.id = 1 FOR SHARE SKIP LOCKED
+ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version)`
+
+// mariadbEnsure is mysqlEnsure in MariaDB's words.
+const mariadbEnsure = `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+SELECT ?, 0, LAST_INSERT_ID(f.floor + 1), UTC_TIMESTAMP(6)
+FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
+ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version)`
+
+// The shared-lock clauses that skip a locked row: MySQL 8 accepts SKIP LOCKED
+// only after FOR SHARE, MariaDB (10.6+) only after LOCK IN SHARE MODE.
+const (
+	mysqlShareSkipLocked   = "FOR SHARE SKIP LOCKED"
+	mariadbShareSkipLocked = "LOCK IN SHARE MODE SKIP LOCKED"
+)
+
+// mysqlFloorText reads the fencing floor inside a transaction (followed by
+// the skip-locked shared-lock clause); see LeaseSQL.FloorInTx.
+const mysqlFloorText = "SELECT floor FROM dblock_fence WHERE id = 1 "
+
+// mysqlAcquireValues is mysqlAcquire with the floor read beforehand
+// (the third parameter) instead of in the statement.
+const mysqlAcquireValues = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+VALUES (?, ?, 1, LAST_INSERT_ID(? + 1), ?,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)
+` + mysqlAcquireUpdate
+
+// owner is assigned before reentry, so it still sees the old count.
+const mysqlRelease = `UPDATE dblock_locks SET
+    owner      = IF(reentry > 1, owner, NULL),
+    expires_at = IF(reentry > 1, expires_at, NULL),
+    updated_at = UTC_TIMESTAMP(6),
+    reentry    = reentry - 1
+WHERE name = ? AND owner = ? AND version = ?`
+
+const mysqlRenew = `UPDATE dblock_locks SET
+    expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+    updated_at = UTC_TIMESTAMP(6)
+WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+var mysqlHolder = `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `, reentry
+FROM dblock_locks WHERE name = ?`
+
+// mysqlGuard cannot bound the caller's transaction as the PostgreSQL Guard
+// does: MariaDB's idle_transaction_timeout is session-scoped (SET STATEMENT
+// covers one statement, not the idle time after it) and MySQL has none. See
+// optimistic.Locker.Guard for what users set instead.
+const mysqlGuard = `SELECT 1 FROM dblock_locks
+WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
+LOCK IN SHARE MODE`
+
+const mysqlForceRelease = `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = UTC_TIMESTAMP(6)
+WHERE name = ? AND owner IS NOT NULL`
+
+// mariadbNoWait makes one statement fail at once (1205) instead of waiting
+// for a row lock.
+const mariadbNoWait = "SET STATEMENT innodb_lock_wait_timeout=0 FOR "
+
+var mysqlLease = LeaseSQL{
+	Acquire: mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew,
+	FloorInTx: mysqlFloorText + mysqlShareSkipLocked, AcquireInTx: mysqlAcquireValues,
+	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
+	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
+}
+
+// Only the acquire refuses to wait: release and renew are CAS statements on a
+// row held by us, which other statements lock for one autocommit statement at
+// most, and failing them at once would leave the lease to expire.
+var mariadbLease = LeaseSQL{
+	Acquire: mariadbNoWait + mariadbAcquire, Release: mysqlRelease, Renew: mysqlRenew,
+	FloorInTx: mysqlFloorText + mariadbShareSkipLocked, AcquireInTx: mariadbNoWait + mysqlAcquireValues,
+	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
+	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
+}
+
+// myLockCols: the row's lease columns, the database clock, what identifies
+// the locking session (see SessionRef): its connection id and the server's
+// @@server_id, and the session's current hold bound (bound: MySQL 8's
+// wait_timeout, MariaDB's idle_transaction_timeout; see SetHoldBound), so
+// that a session that has it already needs no statement to set it.
+func myLockCols(bound string) string {
+	return `IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` +
+		myUs("UTC_TIMESTAMP(6)") + `, CONNECTION_ID(), @@server_id, ` + bound
+}
+
+// myRow is the RowSQL of MySQL 8 (bound @@SESSION.wait_timeout, mysqlEnsure)
+// or MariaDB.
+func myRow(bound, ensure string) RowSQL {
+	cols := myLockCols(bound)
+	lock := `SELECT ` + cols + ` FROM dblock_locks WHERE name = ? FOR UPDATE`
+	return RowSQL{
+		Lock:           lock,
+		LockNoWait:     lock + " NOWAIT",
+		Ensure:         ensure,
+		LockMany:       `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
+		LockManyNoWait: `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
+		Alive:          `SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s)`,
+	}
+}
+
+var mysqlRow = myRow("@@SESSION.wait_timeout", mysqlEnsure)
+
+var mariadbRow = myRow("@@SESSION.idle_transaction_timeout", mariadbEnsure)
+
+var mysqlQueue = QueueSQL{
+	Enqueue: `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
+VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`,
+
+	Heartbeat: `UPDATE dblock_waiters SET heartbeat_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE id = ? AND expires_at > UTC_TIMESTAMP(6)`,
+
+	HeartbeatMany: `UPDATE dblock_waiters SET heartbeat_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE expires_at > UTC_TIMESTAMP(6) AND id IN (%s)`,
+
+	Check: `SELECT
+    CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE (
+        SELECT COUNT(*) FROM dblock_waiters w
+        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+    ) END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
+        SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', w.expires_at) FROM dblock_waiters w
+        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+        ORDER BY w.created_at DESC, w.id DESC
+        LIMIT 1
+    ), 0) END,
+    COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', me.created_at), 0),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_waiters me ON me.id = ? AND me.name = ? AND me.expires_at > UTC_TIMESTAMP(6)
+LEFT JOIN dblock_locks l ON l.name = ?`,
+
+	Peek: `SELECT
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_locks l ON l.name = ?`,
+
+	Take: `DELETE FROM dblock_waiters WHERE id = ? AND expires_at > UTC_TIMESTAMP(6)`,
+
+	Leave: `DELETE FROM dblock_waiters WHERE id = ?`,
+
+	Jumped: `SELECT l.reentry, (
+    SELECT COUNT(*) FROM dblock_waiters w
+    WHERE w.name = l.name AND w.expires_at > UTC_TIMESTAMP(6) AND w.created_at <= l.acquired_at
+)
+FROM dblock_locks l WHERE l.name = ? AND l.owner = ? AND l.version = ?`,
+}
+
+var mariadbQueue = mysqlQueue
+
+const mysqlJumped = `SELECT l.reentry, (
+    SELECT COUNT(*) FROM dblock_waiters w
+    WHERE w.name = l.name AND w.expires_at > UTC_TIMESTAMP(6) AND w.created_at <= l.acquired_at
+)
+FROM dblock_locks l WHERE l.name = ? AND l.owner = ? AND l.version = ?`
+
+const (
+	myExpired = "owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)"
+	myWaiterD = "expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+	myIdle    = "owner IS NULL AND updated_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+)
+
+var mysqlReap = ReapSQL{
+	ExpiredCandidates: `SELECT name FROM dblock_locks WHERE ` + myExpired + ` ORDER BY expires_at LIMIT ?`,
+	LockExpired:       `SELECT name FROM dblock_locks WHERE name IN (%s) AND ` + myExpired + ` FOR UPDATE SKIP LOCKED`,
+	FreeLocked: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = UTC_TIMESTAMP(6)
+WHERE name IN (%s) AND ` + myExpired,
+
+	WaiterCandidates:    `SELECT id FROM dblock_waiters WHERE ` + myWaiterD + ` ORDER BY expires_at LIMIT ?`,
+	LockWaiters:         `SELECT id FROM dblock_waiters WHERE id IN (%s) AND ` + myWaiterD + ` FOR UPDATE SKIP LOCKED`,
+	DeleteLockedWaiters: `DELETE FROM dblock_waiters WHERE id IN (%s) AND ` + myWaiterD,
+
+	IdleCandidates:   `SELECT name, version FROM dblock_locks WHERE ` + myIdle + ` LIMIT ?`,
+	LockIdle:         `SELECT name FROM dblock_locks WHERE name IN (%s) AND ` + myIdle + ` AND version <= ? FOR UPDATE SKIP LOCKED`,
+	FenceFloor:       `SELECT floor FROM dblock_fence WHERE id = 1`,
+	LockFloor:        `SELECT floor FROM dblock_fence WHERE id = 1 FOR UPDATE NOWAIT`,
+	RaiseFloor:       `UPDATE dblock_fence SET floor = GREATEST(floor, ?) WHERE id = 1`,
+	DeleteLockedIdle: `DELETE FROM dblock_locks WHERE name IN (%s) AND ` + myIdle + ` AND version <= ?`,
+
+	Gauges: `SELECT
+    (SELECT count(*) FROM dblock_locks WHERE owner IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at > UTC_TIMESTAMP(6)),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at <= UTC_TIMESTAMP(6)),
+    IFNULL((SELECT ` + myUs("UTC_TIMESTAMP(6)") + ` - ` + myUs("min(expires_at)") + `
+            FROM dblock_locks WHERE ` + myExpired + `), 0)`,
+}
+
+// MariaDB raises the floor in one statement that fails at once, rather than
+// wait, when acquisitions hold the fence row (MySQL 8 has no per-statement
+// lock wait bound: it locks the row with NOWAIT first). No other statement of
+// a pass waits for a row lock: candidates are read without locking and
+// locked with SKIP LOCKED.
+var mariadbReap = func() ReapSQL {
+	r := mysqlReap
+	r.LockFloor = ""
+	r.RaiseFloor = mariadbNoWait + mysqlReap.RaiseFloor
+	return r
+}()

@@ -1,0 +1,348 @@
+// PostgreSQL's statements, written out: those of leases ($1 name, $2 owner,
+// $3 ttl µs or version, $4 mode, $5 metadata), row locks, the fair queue and
+// the reaper ($1 limit, $2 age µs). Times are read as µs since the epoch
+// (pgUs). Each statement's doc says what it binds and returns; the code
+// that runs it is in the file of its concern (lease.go, row.go, queue.go,
+// reap.go). testdata/sql/postgres.sql holds them all as the server sees
+// them.
+
+package store
+
+import "fmt"
+
+const pgMicros = "(extract(epoch FROM %s) * 1000000)::bigint"
+
+func pgUs(col string) string { return fmt.Sprintf(pgMicros, col) }
+
+var pgLease = LeaseSQL{
+	// cur locks the row only when it can be taken. SKIP LOCKED: a row that a
+	// pessimistic transaction (or a racing acquire) has locked is passed
+	// over at once, as a normal result rather than a server error (NOWAIT's
+	// 55P03 costs an error round trip and a server log entry per lost race).
+	// A failed attempt locks and writes nothing, so it needs no WAL flush.
+	// ins covers a missing row. The last branch reports the row as it was
+	// when nothing was taken; a takeable row there means it was locked.
+	Acquire: `WITH cur AS (
+    SELECT name FROM dblock_locks
+    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+    FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE dblock_locks l SET
+        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
+        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
+        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
+        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
+        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
+                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
+                           ELSE now() + $3::bigint * interval '1 microsecond' END,
+        owner       = $2,
+        updated_at  = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING l.version, l.reentry
+), ins AS (
+    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING version, reentry
+)
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry FROM upd
+UNION ALL
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry FROM ins
+UNION ALL
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce(` + pgUs("h.expires_at") + `, 0), ` + pgUs("now()") + `, 0
+FROM dblock_locks h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
+LIMIT 1`,
+
+	// A release lost in a crash only delays the next owner until the lease
+	// expires, so it commits without waiting for the WAL flush.
+	Release: `UPDATE dblock_locks l SET
+    reentry    = l.reentry - 1,
+    owner      = CASE WHEN l.reentry > 1 THEN l.owner END,
+    expires_at = CASE WHEN l.reentry > 1 THEN l.expires_at END,
+    updated_at = now()
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
+RETURNING (CASE WHEN l.reentry = 0 THEN pg_notify('` + NotifyChannel + `', l.name)::text END) IS NOT NULL`,
+
+	Renew: `UPDATE dblock_locks SET
+    expires_at = greatest(expires_at, now() + $4::bigint * interval '1 microsecond'),
+    updated_at = now()
+WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()
+RETURNING true`,
+
+	Holder: `SELECT coalesce(owner, ''), version, coalesce(mode, ''), coalesce(` + pgUs("expires_at") + `, 0), ` + pgUs("now()") + `, reentry
+FROM dblock_locks WHERE name = $1`,
+
+	// FOR SHARE blocks every update of the row (a takeover, a release) until
+	// the caller's transaction ends; clock_timestamp() because now() is the
+	// transaction's start. So that a holder frozen inside that transaction
+	// cannot keep the name past its lease, the same statement bounds the
+	// transaction server-side: idle_in_transaction_session_timeout, local to
+	// the transaction (set_config's is_local), becomes the lease's time left
+	// by the database clock (at least 1 ms, since 0 turns it off), or the
+	// session's own value if that is shorter. The server then ends the
+	// session of a transaction left idle past the lease, and the rival
+	// acquires. The value goes back to the session's at commit or rollback.
+	Guard: `WITH g AS (
+    SELECT expires_at FROM dblock_locks
+    WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > clock_timestamp()
+    FOR SHARE
+)
+SELECT (set_config('idle_in_transaction_session_timeout', least(
+    greatest(1, ceil(extract(epoch FROM g.expires_at - clock_timestamp()) * 1000)),
+    coalesce(nullif(ceil(extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000), 0), 2147483647)
+)::bigint::text, true) IS NOT NULL)::int
+FROM g`,
+
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = now()
+WHERE name = $1 AND owner IS NOT NULL
+RETURNING pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL`,
+
+	Exists: `SELECT 1 FROM dblock_locks WHERE name = $1`,
+}
+
+// pgLockCols are the columns every pessimistic lock statement returns: the
+// row's lease columns, the database clock, and what identifies the locking
+// session (see SessionRef): its backend pid and the start of its transaction
+// (now(), which pg_stat_activity shows as xact_start while it lasts).
+var pgLockCols = `coalesce(l.owner, ''), coalesce(l.mode, ''), coalesce(` + pgUs("l.expires_at") + `, 0), ` +
+	pgUs("clock_timestamp()") + `, pg_backend_pid(), ` + pgUs("now()") + `, 0::bigint`
+
+// pgRowLock sets the transaction's idle bound ($2, ms) and lock timeout ($3,
+// ms, '0' = none) in a FROM item: the row lock is taken above the join, after
+// set_config ran, so the wait is already bounded. Both settings are LOCAL.
+var pgRowLock = `SELECT ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $2, true),
+             set_config('lock_timeout', $3, true)) AS cfg
+WHERE l.name = $1
+FOR UPDATE OF l`
+
+// pgRowLockNoWait sets only the idle bound ($2): NOWAIT needs no lock
+// timeout, and a LOCAL lock_timeout would stay on the caller's transaction.
+var pgRowLockNoWait = `SELECT ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $2, true)) AS cfg
+WHERE l.name = $1
+FOR UPDATE OF l NOWAIT`
+
+// pgToken takes the next token from dblock_token_seq and makes it durable
+// before it is handed out. nextval alone is not enough: it writes WAL only
+// once per 32 values, and a transaction that wrote no WAL of its own commits
+// without flushing, so after a crash (or a failover to a standby that never
+// received the record) the sequence could start below a token already
+// given. A transactional logical message is a WAL record of this
+// transaction that needs no privilege (EXECUTE is granted to PUBLIC): it
+// assigns an xid, so the commit flushes the WAL up to its commit record,
+// which covers the sequence's record, and waits for synchronous standbys.
+// Logical decoding plugins that forward messages see them with the prefix
+// "dblock".
+const pgToken = `SELECT nextval('dblock_token_seq') FROM pg_logical_emit_message(true, 'dblock', 'token')`
+
+var pgRow = RowSQL{
+	Lock:       pgRowLock,
+	LockNoWait: pgRowLockNoWait,
+	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+VALUES ($1, 0, nextval('dblock_token_seq'), now())
+ON CONFLICT (name) DO NOTHING`,
+	Token: pgToken,
+	LockMany: `SELECT l.name, ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $1, true),
+             set_config('lock_timeout', $2, true)) AS cfg
+WHERE l.name IN (%s)
+ORDER BY l.name
+FOR UPDATE OF l%s`,
+	LockManyNoWait: `SELECT l.name, ` + pgLockCols + `
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $1, true)) AS cfg
+WHERE l.name IN (%s)
+ORDER BY l.name
+FOR UPDATE OF l%s`,
+	Alive: `SELECT pid, coalesce(` + pgUs("xact_start") + `, 0), coalesce(state, '') FROM pg_stat_activity WHERE pid IN (%s)`,
+}
+
+// The queue's statements, written out per dialect. PostgreSQL's enqueue
+// takes created_at from clock_timestamp() (the column default), the time of
+// the insert itself rather than of its transaction's start. MariaDB's are
+// MySQL's.
+var pgQueue = QueueSQL{
+	Enqueue: `INSERT INTO dblock_waiters (name, owner, expires_at)
+VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+RETURNING id, (extract(epoch FROM created_at) * 1000000)::bigint`,
+
+	Heartbeat: `UPDATE dblock_waiters SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 microsecond'
+WHERE id = $2 AND expires_at > now()`,
+
+	HeartbeatMany: `UPDATE dblock_waiters SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 microsecond'
+WHERE expires_at > now() AND id IN (%s)`,
+
+	Check: `SELECT
+    CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE (
+        SELECT COUNT(*) FROM dblock_waiters w
+        WHERE w.name = $1 AND w.expires_at > now()
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+    ) END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
+        SELECT (extract(epoch FROM w.expires_at) * 1000000)::bigint FROM dblock_waiters w
+        WHERE w.name = $2 AND w.expires_at > now()
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+        ORDER BY w.created_at DESC, w.id DESC
+        LIMIT 1
+    ), 0) END,
+    COALESCE((extract(epoch FROM me.created_at) * 1000000)::bigint, 0),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_waiters me ON me.id = $3 AND me.name = $4 AND me.expires_at > now()
+LEFT JOIN dblock_locks l ON l.name = $5`,
+
+	Peek: `SELECT
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_locks l ON l.name = $2`,
+
+	Take: `DELETE FROM dblock_waiters WHERE id = $1 AND expires_at > now()`,
+
+	Leave: `DELETE FROM dblock_waiters WHERE id = $1
+RETURNING pg_notify('dblock', name)::text IS NOT NULL`,
+
+	Direct: `WITH cur AS (
+    SELECT name FROM dblock_locks
+    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+      AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()))
+    FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE dblock_locks l SET
+        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
+        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
+        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
+        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
+        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
+                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
+                           ELSE now() + $3::bigint * interval '1 microsecond' END,
+        owner       = $2,
+        updated_at  = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING l.version, l.reentry
+), ins AS (
+    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now())
+    ON CONFLICT (name) DO NOTHING
+    RETURNING version, reentry
+), q AS (
+    SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()
+)
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM upd
+UNION ALL
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM ins
+UNION ALL
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
+FROM dblock_locks h, q WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
+UNION ALL
+SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
+FROM q WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
+LIMIT 1`,
+}
+
+// pgDirect is pgLease.Acquire guarded by the queue: the row is taken, or
+// inserted, only while no live waiter queues for the name (or the owner
+// holds it already), and an eighth column counts the live waiters. Its
+// snapshot is the statement's: a waiter whose insert committed before the
+// statement began is seen, so nobody jumps it.
+const pgDirect = `WITH cur AS (
+    SELECT name FROM dblock_locks
+    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+      AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()))
+    FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE dblock_locks l SET
+        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
+        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
+        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
+        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
+        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
+                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
+                           ELSE now() + $3::bigint * interval '1 microsecond' END,
+        owner       = $2,
+        updated_at  = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING l.version, l.reentry
+), ins AS (
+    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now())
+    ON CONFLICT (name) DO NOTHING
+    RETURNING version, reentry
+), q AS (
+    SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()
+)
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM upd
+UNION ALL
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM ins
+UNION ALL
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
+FROM dblock_locks h, q WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
+UNION ALL
+SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
+FROM q WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
+LIMIT 1`
+
+var pgReap = ReapSQL{
+	FreeExpired: `WITH c AS (
+    SELECT name FROM dblock_locks
+    WHERE owner IS NOT NULL AND expires_at <= now()
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), f AS (
+    UPDATE dblock_locks l SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = now()
+    FROM c
+    WHERE l.name = c.name AND l.owner IS NOT NULL AND l.expires_at <= now()
+    RETURNING pg_notify('` + NotifyChannel + `', l.name)::text IS NOT NULL AS notified
+)
+SELECT count(*) FILTER (WHERE notified) FROM f`,
+
+	DeleteWaiters: `WITH c AS (
+    SELECT id FROM dblock_waiters
+    WHERE expires_at <= now() - $2::bigint * interval '1 microsecond'
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), d AS (
+    DELETE FROM dblock_waiters w USING c
+    WHERE w.id = c.id AND w.expires_at <= now() - $2::bigint * interval '1 microsecond'
+    RETURNING w.name
+), g AS (
+    SELECT count(*) AS n, pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL AS notified
+    FROM d GROUP BY name
+)
+SELECT coalesce(sum(n) FILTER (WHERE notified), 0)::bigint FROM g`,
+
+	DeleteIdle: `WITH c AS (
+    SELECT name FROM dblock_locks
+    WHERE owner IS NULL AND updated_at <= now() - $2::bigint * interval '1 microsecond'
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), d AS (
+    DELETE FROM dblock_locks l USING c
+    WHERE l.name = c.name AND l.owner IS NULL AND l.updated_at <= now() - $2::bigint * interval '1 microsecond'
+    RETURNING 1
+)
+SELECT count(*) FROM d`,
+
+	Gauges: `SELECT
+    (SELECT count(*) FROM dblock_locks WHERE owner IS NOT NULL AND expires_at > now()),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at > now()),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at <= now()),
+    coalesce((SELECT ` + pgUs("now()") + ` - ` + pgUs("min(expires_at)") + `
+              FROM dblock_locks WHERE owner IS NOT NULL AND expires_at <= now()), 0)`,
+}

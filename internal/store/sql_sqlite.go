@@ -1,0 +1,166 @@
+// SQLite's statements, written out (?1 name, ?2 owner, ?3 ttl µs or version,
+// ?4 mode, ?5 metadata for leases; times are stored as µs since the epoch).
+// The code that runs them is in the file of its concern. testdata/sql/
+// sqlite.sql holds them as the database sees them.
+
+package store
+
+var sqliteLease = LeaseSQL{
+	Acquire: `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+VALUES (?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?5)
+ON CONFLICT (name) DO UPDATE SET
+    reentry     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN reentry + 1 ELSE 1 END,
+    version     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN version ELSE max(version + 1, excluded.version) END,
+    mode        = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN mode ELSE excluded.mode END,
+    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
+    metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
+    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    owner       = excluded.owner,
+    updated_at  = excluded.updated_at
+WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+RETURNING version, reentry`,
+
+	Release: `UPDATE dblock_locks SET
+    reentry    = reentry - 1,
+    owner      = CASE WHEN reentry > 1 THEN owner END,
+    expires_at = CASE WHEN reentry > 1 THEN expires_at END,
+    updated_at = ` + sqliteNow + `
+WHERE name = ?1 AND owner = ?2 AND version = ?3`,
+
+	Renew: `UPDATE dblock_locks SET
+    expires_at = max(expires_at, ` + sqliteNow + ` + ?4),
+    updated_at = ` + sqliteNow + `
+WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
+
+	Holder: `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, reentry
+FROM dblock_locks WHERE name = ?1`,
+
+	// SQLite has one writer: inside the caller's write transaction nobody
+	// else can change the row before commit.
+	Guard: `SELECT 1 FROM dblock_locks
+WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
+
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = ` + sqliteNow + `
+WHERE name = ?1 AND owner IS NOT NULL`,
+
+	Exists: `SELECT 1 FROM dblock_locks WHERE name = ?1`,
+}
+
+// SQLite has no row locks: the lock is the write transaction itself (BEGIN
+// IMMEDIATE, or the Ensure insert, which takes the write lock even when it
+// inserts nothing).
+var sqliteRow = RowSQL{
+	Lock:       `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name = ?1`,
+	LockNoWait: `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name = ?1`,
+	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
+VALUES (?1, 0, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ` + sqliteNow + `)
+ON CONFLICT (name) DO NOTHING`,
+	LockMany:       `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
+	LockManyNoWait: `SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s`,
+}
+
+var sqliteQueue = QueueSQL{
+	Enqueue: `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
+VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3)
+RETURNING id, created_at`,
+
+	Heartbeat: `UPDATE dblock_waiters SET heartbeat_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER), expires_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?1
+WHERE id = ?2 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)`,
+
+	HeartbeatMany: `UPDATE dblock_waiters SET heartbeat_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER), expires_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?1
+WHERE expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND id IN (%s)`,
+
+	Check: `SELECT
+    CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE (
+        SELECT COUNT(*) FROM dblock_waiters w
+        WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+    ) END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
+        SELECT w.expires_at FROM dblock_waiters w
+        WHERE w.name = ?2 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+        ORDER BY w.created_at DESC, w.id DESC
+        LIMIT 1
+    ), 0) END,
+    COALESCE(me.created_at, 0),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE(l.expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_waiters me ON me.id = ?3 AND me.name = ?4 AND me.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+LEFT JOIN dblock_locks l ON l.name = ?5`,
+
+	Peek: `SELECT
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE(l.expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+FROM (SELECT 1 AS one) AS one
+LEFT JOIN dblock_locks l ON l.name = ?2`,
+
+	Take: `DELETE FROM dblock_waiters WHERE id = ?1 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)`,
+
+	Leave: `DELETE FROM dblock_waiters WHERE id = ?1`,
+
+	Direct: `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+SELECT ?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?5
+WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+   OR EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?1 AND l.owner = ?2 AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+ON CONFLICT (name) DO UPDATE SET
+    reentry     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN reentry + 1 ELSE 1 END,
+    version     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN version ELSE max(version + 1, excluded.version) END,
+    mode        = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN mode ELSE excluded.mode END,
+    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
+    metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
+    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    owner       = excluded.owner,
+    updated_at  = excluded.updated_at
+WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+RETURNING version, reentry`,
+}
+
+// sqliteDirect is sqliteLease.Acquire guarded by the queue: it inserts (or
+// upserts) nothing while a live waiter queues for the name, unless the owner
+// holds it. SQLite has one writer, so nothing can enqueue in between.
+const sqliteDirect = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+SELECT ?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?5
+WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+   OR EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?1 AND l.owner = ?2 AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+ON CONFLICT (name) DO UPDATE SET
+    reentry     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN reentry + 1 ELSE 1 END,
+    version     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN version ELSE max(version + 1, excluded.version) END,
+    mode        = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN mode ELSE excluded.mode END,
+    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
+    metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
+    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    owner       = excluded.owner,
+    updated_at  = excluded.updated_at
+WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+RETURNING version, reentry`
+
+var sqliteReap = ReapSQL{
+	FreeExpired: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = ` + sqliteNow + `
+WHERE name IN (
+    SELECT name FROM dblock_locks
+    WHERE owner IS NOT NULL AND expires_at <= ` + sqliteNow + `
+    ORDER BY expires_at LIMIT ?1
+) AND owner IS NOT NULL AND expires_at <= ` + sqliteNow,
+
+	DeleteWaiters: `DELETE FROM dblock_waiters
+WHERE id IN (
+    SELECT id FROM dblock_waiters WHERE expires_at <= ` + sqliteNow + ` - ?2
+    ORDER BY expires_at LIMIT ?1
+) AND expires_at <= ` + sqliteNow + ` - ?2`,
+
+	LockIdle:         `SELECT name, version FROM dblock_locks WHERE owner IS NULL AND updated_at <= ` + sqliteNow + ` - ? LIMIT ?`,
+	FenceFloor:       `SELECT floor FROM dblock_fence WHERE id = 1`,
+	RaiseFloor:       `UPDATE dblock_fence SET floor = max(floor, ?) WHERE id = 1`,
+	DeleteLockedIdle: `DELETE FROM dblock_locks WHERE name IN (%s) AND owner IS NULL AND updated_at <= ` + sqliteNow + ` - ? AND version <= ?`,
+
+	Gauges: `SELECT
+    (SELECT count(*) FROM dblock_locks WHERE owner IS NOT NULL AND expires_at > ` + sqliteNow + `),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at > ` + sqliteNow + `),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at <= ` + sqliteNow + `),
+    IFNULL((SELECT ` + sqliteNow + ` - min(expires_at) FROM dblock_locks
+            WHERE owner IS NOT NULL AND expires_at <= ` + sqliteNow + `), 0)`,
+}
