@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -12,10 +11,13 @@ import (
 // drivers are the import paths of the database drivers, by prefix.
 var drivers = []string{"github.com/jackc/pgx", "github.com/go-sql-driver/mysql", "modernc.org/sqlite"}
 
-// goTool returns the go command that runs this test.
+// goTool returns the go command: the one `go env GOROOT` of the PATH's go
+// names, as go test runs it.
 func goTool() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
-		return p
+	if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
+		if p := filepath.Join(strings.TrimSpace(string(out)), "bin", "go"); fileExists(p) {
+			return p
+		}
 	}
 	return "go"
 }

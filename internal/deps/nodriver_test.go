@@ -39,11 +39,7 @@ func TestNewRefusesBadInput(t *testing.T) {
 	if _, err := dialect.New(ctx, nil, dialect.Postgres); !errors.Is(err, dblock.ErrInvalidOption) {
 		t.Errorf("New(nil) = %v; want ErrInvalidOption", err)
 	}
-	db, err := sql.Open("unregistered-driver", "")
-	if err == nil {
-		t.Fatal("sql.Open of an unknown driver succeeded")
-	}
-	db = &sql.DB{} // Never used: New refuses the kind first.
+	db := &sql.DB{} // Never used: New refuses the kind first.
 	if _, err := dialect.New(ctx, db, dialect.Kind("oracle")); !errors.Is(err, dblock.ErrInvalidOption) ||
 		!strings.Contains(err.Error(), "oracle") {
 		t.Errorf("New(kind oracle) = %v; want ErrInvalidOption naming the kind", err)

@@ -216,11 +216,7 @@ LEFT JOIN dblock_locks l ON l.name = ?`,
 
 	Leave: `DELETE FROM dblock_waiters WHERE id = ?`,
 
-	Jumped: `SELECT l.reentry, (
-    SELECT COUNT(*) FROM dblock_waiters w
-    WHERE w.name = l.name AND w.expires_at > UTC_TIMESTAMP(6) AND w.created_at <= l.acquired_at
-)
-FROM dblock_locks l WHERE l.name = ? AND l.owner = ? AND l.version = ?`,
+	Jumped: mysqlJumped,
 }
 
 var mariadbQueue = mysqlQueue

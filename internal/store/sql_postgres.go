@@ -212,44 +212,7 @@ LEFT JOIN dblock_locks l ON l.name = $2`,
 	Leave: `DELETE FROM dblock_waiters WHERE id = $1
 RETURNING pg_notify('dblock', name)::text IS NOT NULL`,
 
-	Direct: `WITH cur AS (
-    SELECT name FROM dblock_locks
-    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
-      AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()))
-    FOR UPDATE SKIP LOCKED
-), upd AS (
-    UPDATE dblock_locks l SET
-        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
-        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
-        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
-        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
-        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
-        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
-                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
-                           ELSE now() + $3::bigint * interval '1 microsecond' END,
-        owner       = $2,
-        updated_at  = now()
-    FROM cur WHERE l.name = cur.name
-    RETURNING l.version, l.reentry
-), ins AS (
-    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
-    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
-    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now())
-    ON CONFLICT (name) DO NOTHING
-    RETURNING version, reentry
-), q AS (
-    SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()
-)
-SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM upd
-UNION ALL
-SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM ins
-UNION ALL
-SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
-FROM dblock_locks h, q WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
-UNION ALL
-SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
-FROM q WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
-LIMIT 1`,
+	Direct: pgDirect,
 }
 
 // pgDirect is pgLease.Acquire guarded by the queue: the row is taken, or
