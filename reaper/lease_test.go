@@ -132,13 +132,16 @@ func TestPanicReleasesLease(t *testing.T) {
 }
 
 // TestStepCutAtLeaseDeadline runs a batch that would outlast the reaper
-// lease: it is cancelled at the lease's local deadline, well before its
-// query timeout, and reported as the lease lost.
+// lease, whose renewals fail (its pool is closed): it is cancelled at the
+// lease's local deadline, well before its query timeout, and reported as the
+// lease lost.
 func TestStepCutAtLeaseDeadline(t *testing.T) {
 	t.Parallel()
-	r := newReaper(t, dbtest.New(t, store.SQLite).DB, &Config{QueryTimeout: time.Minute})
-	now := time.Now()
-	l := &lease{owner: "o", token: 1, acked: now, deadline: now.Add(100 * time.Millisecond)}
+	iso := dbtest.New(t, store.SQLite)
+	broken := iso.Open(t)
+	r := newReaper(t, broken, &Config{QueryTimeout: time.Minute})
+	_ = broken.Close()
+	l := holdForTest(t, r, 1, time.Now().Add(-r.leaseTTL+100*time.Millisecond)) // 100 ms left
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := step(ctx, r, l, "block", func(ctx context.Context) (int, error) {
@@ -153,38 +156,51 @@ func TestStepCutAtLeaseDeadline(t *testing.T) {
 	}
 }
 
-// TestKeepToleratesTransientRenewalError renews the reaper lease on a pool
-// that fails: while the lease's local deadline is ahead the pass goes on
-// (the renewal is retried before the next batch); past it, or when another
-// owner holds the lease, it stops.
-func TestKeepToleratesTransientRenewalError(t *testing.T) {
+// TestStepStopsOnLostLease: a renewal that fails while the lease's local
+// deadline is ahead does not stop the pass (the Keeper retries it); a lease
+// whose row names another owner is lost, and the next batch does not run.
+func TestStepStopsOnLostLease(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		broken := iso.Open(t)
 		r := newReaper(t, broken, &Config{QueryTimeout: time.Second}) // lease TTL 4 s
-		ctx := context.Background()
 		_ = broken.Close()
 		due := time.Now().Add(-2 * time.Second) // a renewal is due (a third of the TTL passed)
-		l := &lease{owner: "o", token: 1, acked: due, deadline: due.Add(r.leaseTTL)}
-		if err := r.keep(ctx, l); err != nil {
-			t.Fatalf("keep with a failing renewal and 2 s of lease left: %v, want nil", err)
-		}
-		if !l.acked.Equal(due) {
-			t.Fatal("a failed renewal moved the lease's deadline")
-		}
-		l.deadline = time.Now().Add(-time.Millisecond)
-		if err := r.keep(ctx, l); !errors.Is(err, dblock.ErrExpired) {
-			t.Fatalf("keep past the deadline: %v, want ErrExpired", err)
+		l := holdForTest(t, r, 1, due)
+		got, err := step(ctx, r, l, "work", func(context.Context) (int, error) { return 7, nil })
+		if err != nil || got != 7 {
+			t.Fatalf("batch with failing renewals and 2 s of lease left: %d, %v; want it to run", got, err)
 		}
 
 		// A working pool where the lease names another owner: taken over.
 		r = newReaper(t, iso.DB, &Config{QueryTimeout: time.Second})
 		tok := acquire(t, iso.DB, LeaseName, "someone-else", time.Minute)
-		l = &lease{owner: "o", token: tok, acked: due, deadline: due.Add(r.leaseTTL)}
-		if err := r.keep(ctx, l); !errors.Is(err, dblock.ErrTakenOver) {
-			t.Fatalf("keep of a lease taken over: %v, want ErrTakenOver", err)
+		l = holdForTest(t, r, tok, due)
+		select {
+		case <-l.lease.Done():
+		case <-ctx.Done():
+			t.Fatal("a lease taken over was not reported lost")
+		}
+		ran := false
+		_, err = step(ctx, r, l, "work", func(context.Context) (int, error) { ran = true; return 0, nil })
+		if !errors.Is(err, dblock.ErrTakenOver) || ran {
+			t.Fatalf("batch under a lease taken over: ran %v, %v; want ErrTakenOver and no batch", ran, err)
 		}
 	})
+}
+
+// holdForTest holds the reaper lease (owner "o", token) as a pass would,
+// asked for at start, and releases it at cleanup.
+func holdForTest(t *testing.T, r *Reaper, token dblock.Token, start time.Time) *passLease {
+	t.Helper()
+	l, err := r.holdLease("o", token, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.release(context.Background(), l) })
+	return l
 }
 
 // TestRenewalNearExpiryRacingPasses renews short leases shortly before they

@@ -367,7 +367,7 @@ func (r *Reaper) isStopping() bool {
 // and is re-raised.
 func (r *Reaper) RunOnce(ctx context.Context) (st Stats, err error) {
 	start := time.Now()
-	var l *lease
+	var l *passLease
 	defer func() {
 		p := recover()
 		if p != nil {
@@ -385,7 +385,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (st Stats, err error) {
 
 // finish ends a pass: the OnPass hook, the release of the reaper lease (even
 // if the hook panics), the metrics and the log line.
-func (r *Reaper) finish(ctx context.Context, st *Stats, l *lease, err error, panicked bool) {
+func (r *Reaper) finish(ctx context.Context, st *Stats, l *passLease, err error, panicked bool) {
 	defer func() {
 		if l != nil {
 			if rerr := r.release(ctx, l); rerr != nil && err == nil {
@@ -412,14 +412,6 @@ func (r *Reaper) finish(ctx context.Context, st *Stats, l *lease, err error, pan
 	}
 }
 
-// lease is the reaper lease held by one pass.
-type lease struct {
-	owner    string
-	token    dblock.Token
-	acked    time.Time // local start of the last successful acquire or renew
-	deadline time.Time // acked + TTL: past it the lease cannot be trusted
-}
-
 // passOwner returns a fresh owner for one pass: Config.Owner#16 hex digits.
 func (r *Reaper) passOwner() string {
 	var b [8]byte
@@ -429,7 +421,7 @@ func (r *Reaper) passOwner() string {
 
 // pass runs one pass, storing the reaper lease in *held as soon as it is
 // taken, so that RunOnce releases it however the pass ends.
-func (r *Reaper) pass(ctx context.Context, start time.Time, held **lease) (st Stats, err error) {
+func (r *Reaper) pass(ctx context.Context, start time.Time, held **passLease) (st Stats, err error) {
 	if err := ctx.Err(); err != nil {
 		return st, fmt.Errorf("reaper: %w", err)
 	}
@@ -460,11 +452,14 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **lease) (st St
 		st.Skipped = true
 		return st, nil
 	}
-	l := &lease{owner: st.Owner, token: res.Token, acked: start, deadline: start.Add(r.leaseTTL)}
+	l, err := r.holdLease(st.Owner, res.Token, start)
+	if err != nil {
+		return st, err
+	}
 	*held = l
 	st.Worked, st.Token = true, res.Token
 	if h := r.hooks.OnPassStart; h != nil {
-		h(l.token)
+		h(res.Token)
 	}
 
 	// The gauges describe what the pass found: read before it frees anything
@@ -531,32 +526,28 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **lease) (st St
 const batchAttempts = 3
 
 // step runs one bounded batch (or statement) of a pass while the reaper lease
-// holds, retrying retryable errors. Before every attempt it renews the lease
-// if due; each attempt gets Config.QueryTimeout, cut short at the lease's
-// local deadline, so no attempt runs after the lease may have expired.
-func step[T any](ctx context.Context, r *Reaper, l *lease, what string, run func(context.Context) (T, error)) (T, error) {
+// holds, retrying retryable errors. The lease's Keeper renews it in the
+// background; each attempt gets Config.QueryTimeout, cut short at the
+// lease's local deadline and at its loss, so no attempt runs after the
+// lease may have expired.
+func step[T any](ctx context.Context, r *Reaper, l *passLease, what string, run func(context.Context) (T, error)) (T, error) {
 	var zero T
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return zero, fmt.Errorf("reaper: %s: %w", what, err)
 		}
-		if err := r.keep(ctx, l); err != nil {
-			return zero, err
+		if err := l.lease.Err(); err != nil {
+			return zero, fmt.Errorf("reaper: lease %q: %w", LeaseName, err)
 		}
-		deadline := earlier(time.Now().Add(r.cfg.QueryTimeout), l.deadline)
-		bctx, cancel := context.WithDeadline(ctx, deadline)
-		res, err := run(bctx)
-		leaseCut := bctx.Err() != nil && !deadline.Before(l.deadline)
-		cancel()
+		res, cut, err := bounded(ctx, l, r.cfg.QueryTimeout, run)
 		if err == nil {
 			return res, nil
 		}
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("reaper: %s: %w", what, ctx.Err())
 		}
-		if leaseCut {
-			return res, fmt.Errorf("reaper: %s: cut at the reaper lease's deadline: %w", what,
-				&dblock.LostError{Name: LeaseName, Reason: dblock.ErrExpired})
+		if cut {
+			return res, fmt.Errorf("reaper: %s: cut at the reaper lease's deadline: %w", what, l.lostErr())
 		}
 		if !store.IsRetryable(err) || attempt == batchAttempts {
 			return res, fmt.Errorf("reaper: %s: %w", what, err)
@@ -611,53 +602,6 @@ func earlier(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// keep renews the reaper lease once a third of its TTL has passed, and
-// refuses to go on once it can no longer be trusted (past its local
-// deadline, or taken over). A renewal that fails for another reason (a
-// timeout, a broken connection) is logged and retried before the next batch:
-// the lease is still valid until its deadline, which bounds every batch.
-func (r *Reaper) keep(ctx context.Context, l *lease) error {
-	now := time.Now()
-	if !now.Before(l.deadline) {
-		return fmt.Errorf("reaper: lease %q: %w", LeaseName, &dblock.LostError{Name: LeaseName, Reason: dblock.ErrExpired})
-	}
-	if now.Sub(l.acked) < r.leaseTTL/3 {
-		return nil
-	}
-	rctx, cancel := context.WithDeadline(ctx, earlier(now.Add(r.cfg.QueryTimeout), l.deadline))
-	ok, err := r.db.RenewLease(rctx, nil, LeaseName, l.owner, l.token, r.leaseTTL)
-	cancel()
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return fmt.Errorf("reaper: renew lease %q: %w", LeaseName, ctx.Err())
-	case err != nil && time.Now().Before(l.deadline):
-		r.log.WarnContext(ctx, "reaper: renewing the reaper lease failed; it holds until its deadline, retrying before the next batch",
-			"lock_key", LeaseName, "owner", l.owner, "deadline", l.deadline, "error", err)
-		return nil
-	case err != nil:
-		return fmt.Errorf("reaper: renew lease %q: %w", LeaseName, err)
-	case !ok:
-		return fmt.Errorf("reaper: lease %q: %w", LeaseName, &dblock.LostError{Name: LeaseName, Reason: dblock.ErrTakenOver})
-	}
-	l.acked, l.deadline = now, now.Add(r.leaseTTL)
-	return nil
-}
-
-// release gives the reaper lease back, even when ctx is done.
-func (r *Reaper) release(ctx context.Context, l *lease) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.QueryTimeout)
-	defer cancel()
-	ok, err := r.db.ReleaseLease(rctx, nil, LeaseName, l.owner, l.token)
-	if err != nil {
-		r.orphan(l.owner) // The next pass frees it (see reclaim).
-		return fmt.Errorf("reaper: release lease %q: %w", LeaseName, err)
-	}
-	if !ok {
-		r.log.WarnContext(ctx, "reaper: lease was gone at release", "lock_key", LeaseName, "owner", l.owner, "token", int64(l.token))
-	}
-	return nil
 }
 
 // orphan remembers owner as one that may still hold the reaper lease.

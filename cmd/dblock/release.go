@@ -74,7 +74,7 @@ func (a *app) release(ctx context.Context, args []string) error {
 	// A live lease is the hold (pessimistic acquirers wait for it), except
 	// on SQLite, where a transaction holding the write lock would make the
 	// release wait and fail.
-	if !before.Held() || store.Of(db).Dialect.Kind() == store.SQLite {
+	if !before.Held() || !store.Of(db).Dialect.Caps().RowLocks {
 		tx, err := store.Of(db).ProbeTxHolds(ctx, []string{*name}, 0)
 		if err != nil {
 			return fmt.Errorf("release %q: probe for a transaction hold: %w", *name, a.schemaError(err))
