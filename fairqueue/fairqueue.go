@@ -11,8 +11,8 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/backoff"
-	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
+	"github.com/dblock-go/dblock/internal/leasemode"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/internal/wake"
@@ -120,24 +120,21 @@ func (c *Config) validate() error {
 // Locker acquires fair (FIFO) lease locks. It is safe for concurrent use;
 // create one per database and share it.
 type Locker struct {
-	db      *store.DB
-	cfg     Config
-	logger  *slog.Logger
-	hooks   dblock.Hooks
-	hub     *wake.Hub // nil when notifications are off or unsupported.
-	keeper  *leasekeeper.Keeper
-	local   signals
-	beats   beats
-	closing chan struct{}
-	bg      sync.WaitGroup // The heartbeat goroutine.
+	db     *store.DB
+	cfg    Config
+	logger *slog.Logger
+	hooks  dblock.Hooks
+	hub    *wake.Hub // nil when notifications are off or unsupported.
+	keeper *leasekeeper.Keeper
+	local  signals
+	beats  beats
+	bg     sync.WaitGroup // The heartbeat goroutine.
 	// writeMu serialises this Locker's writes on SQLite (one writer per
 	// database): waiting on a mutex hands over at once, where colliding on
 	// the database lock backs off in sleeps of up to 100 ms.
 	writeMu writeLock
-
-	mu     sync.Mutex
-	closed bool
-	waits  sync.WaitGroup // Acquisitions in progress.
+	parts   leasemode.Parts
+	life    *leasemode.Life // Closed by Close, which waits for the acquisitions it registered.
 
 	stats struct {
 		statements, acquired, enqueued, requeued, checks, heartbeats atomic.Uint64
@@ -149,9 +146,9 @@ var _ dblock.Locker = (*Locker)(nil)
 // New returns a Locker on db. db stays the caller's: Close does not close it.
 // Configuration errors wrap dblock.ErrInvalidOption.
 func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
-	db := store.Of(handle)
-	if db == nil || db.DB == nil || db.Dialect == nil {
-		return nil, fmt.Errorf("fairqueue: new: %w: nil database", dblock.ErrInvalidOption)
+	db, err := leasemode.Store(handle, "fairqueue")
+	if err != nil {
+		return nil, err
 	}
 	var c Config
 	if cfg != nil {
@@ -160,22 +157,19 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("fairqueue: new: %w", err)
 	}
-	l := &Locker{db: db, cfg: c, logger: mode.Logger(c.Logger), closing: make(chan struct{})}
-	if c.Hooks != nil {
-		l.hooks = *c.Hooks
-	}
+	l := &Locker{db: db, cfg: c}
 	l.local.subs = map[string]map[*signal]struct{}{}
 	l.beats.ids = map[int64]struct{}{}
 	if !db.Dialect.Caps().RowLocks {
 		l.writeMu = make(writeLock, 1)
 	}
-	l.keeper = leasekeeper.New(leasekeeper.Config{
-		DB: db, Prefix: "fairqueue", Logger: l.logger, Hooks: l.hooks, RetryMin: c.PollMin,
-		ReleaseTimeout: c.ReleaseTimeout, CountStatement: l.count, WriteMu: l.writeMu.locker(),
+	l.parts = leasemode.New(db, leasemode.Wiring{
+		Prefix: "fairqueue", Logger: c.Logger, Hooks: c.Hooks, DisableNotify: c.DisableNotify,
+		Keeper: leasekeeper.Config{RetryMin: c.PollMin, ReleaseTimeout: c.ReleaseTimeout,
+			CountStatement: l.count, WriteMu: l.writeMu.locker()},
 	})
-	if !c.DisableNotify && db.Dialect.Caps().Notify {
-		l.hub = wake.New(db, l.logger)
-	}
+	p := l.parts
+	l.logger, l.hooks, l.keeper, l.hub, l.life = p.Logger, p.Hooks, p.Keeper, p.Hub, p.Life
 	l.bg.Add(1)
 	go l.heartbeat()
 	return l, nil
@@ -249,11 +243,7 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Opt
 // bounded by Config.ReleaseTimeout even when ctx is done. It returns fn's
 // error, joined with the loss when the lease was lost while fn ran.
 func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...dblock.Option) error {
-	lease, err := l.Acquire(ctx, name, opts...)
-	if err != nil {
-		return err
-	}
-	return mode.Run(ctx, lease, l.cfg.ReleaseTimeout, fn)
+	return mode.Do(ctx, l.Acquire, name, opts, l.cfg.ReleaseTimeout, fn)
 }
 
 // Close ends waits in progress with dblock.ErrClosed (their queue rows removed),
@@ -263,36 +253,11 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 // wake-up connection, and returns when they have stopped. Calling it again
 // does nothing.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if !l.life.BeginClose() {
 		return nil
 	}
-	l.closed = true
-	close(l.closing)
-	l.mu.Unlock()
-
-	l.waits.Wait()
 	l.bg.Wait()
-	errs := []error{l.keeper.Close()}
-	if l.hub != nil {
-		errs = append(errs, l.hub.Close())
-	}
-	if err := errjoin.Join(errs...); err != nil {
-		return fmt.Errorf("fairqueue: close: %w", err)
-	}
-	return nil
-}
-
-// begin registers an acquisition in progress; false after Close.
-func (l *Locker) begin() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.waits.Add(1)
-	return true
+	return l.parts.Close("fairqueue")
 }
 
 func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
@@ -300,10 +265,10 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	if err != nil {
 		return nil, err
 	}
-	if !l.begin() {
+	if !l.life.Enter() {
 		return nil, fmt.Errorf("fairqueue: acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
-	defer l.waits.Done()
+	defer l.life.Leave()
 	o, wait := c.Opts, c.Wait
 	waitCtx, cancel := c.WaitContext(ctx)
 	defer cancel()
@@ -340,7 +305,7 @@ func (a *attempt) stopped(h store.Holder) error {
 	select {
 	case <-a.ctx.Done():
 		cause = context.Cause(a.ctx)
-	case <-a.l.closing:
+	case <-a.l.life.Closing:
 		cause = dblock.ErrClosed
 	default:
 		return nil
@@ -421,7 +386,7 @@ func (a *attempt) sleep(d time.Duration) error {
 	case <-t.C:
 		return nil
 	case <-a.ctx.Done():
-	case <-a.l.closing:
+	case <-a.l.life.Closing:
 	}
 	return a.stopped(store.Holder{})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/backoff"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -227,7 +228,7 @@ func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) {
 			hubEvents++
 		case <-a.ctx.Done():
 			return
-		case <-a.l.closing:
+		case <-a.l.life.Closing:
 			return
 		}
 		// This Locker's own events arrive first; on PostgreSQL the
@@ -269,12 +270,7 @@ func (a *attempt) delay(s store.QueueState, step int) time.Duration {
 			d *= 2
 		}
 		d = jitter(min(d, c.PollMax))
-		if !s.AheadExpiresAt.IsZero() {
-			if rem := s.AheadExpiresAt.Sub(s.Holder.Now) + time.Millisecond; rem < d {
-				d = max(rem, 0)
-			}
-		}
-		return d
+		return backoff.UntilExpiry(d, s.AheadExpiresAt, s.Holder.Now)
 	}
 	d := c.PollMin
 	for i := 0; i < step && d < c.HeadPollMax; i++ {
@@ -283,9 +279,7 @@ func (a *attempt) delay(s store.QueueState, step int) time.Duration {
 	d = jitter(min(d, c.HeadPollMax))
 	if h := s.Holder; h.Held() && h.Owner != a.o.Owner {
 		// Wake when the lease ends by the database clock, whatever the backoff says.
-		if rem := h.ExpiresAt.Sub(h.Now) + time.Millisecond; rem < d {
-			d = max(rem, 0)
-		}
+		d = backoff.UntilExpiry(d, h.ExpiresAt, h.Now)
 	}
 	return d
 }
@@ -503,7 +497,7 @@ func (l *Locker) heartbeat() {
 	for attempt := 1; ; attempt++ {
 		select {
 		case <-t.C:
-		case <-l.closing:
+		case <-l.life.Closing:
 			return
 		}
 		ids := l.beats.snapshot()

@@ -50,7 +50,7 @@ func (a *attempt) lockWrites(wait bool) (unlock func(), err error) {
 	case w <- struct{}{}:
 		return w.Unlock, nil
 	case <-a.ctx.Done():
-	case <-a.l.closing:
+	case <-a.l.life.Closing:
 	case <-timeout:
 		return nil, a.errorf("%w: the database is write-locked by another transaction", dblock.ErrNotAcquired)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/backoff"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
 )
@@ -225,7 +226,7 @@ func (a *acquisition) waitTurn() (bool, error) {
 		return true, nil
 	case <-a.waitCtx.Done():
 		return false, a.l.gaveUp(a.name, a.unknown, a.lastErr, context.Cause(a.waitCtx))
-	case <-a.l.closing:
+	case <-a.l.life.Closing:
 		return false, a.l.gaveUp(a.name, a.unknown, a.lastErr, dblock.ErrClosed)
 	}
 }
@@ -237,12 +238,8 @@ func (a *acquisition) sleep() error {
 	held := a.res.Holder.HeldError(a.name, nil)
 	d := jitter(a.backoff)
 	a.backoff = min(a.backoff*2, a.l.cfg.PollMax)
-	if h := a.res.Holder; !h.ExpiresAt.IsZero() && !h.Now.IsZero() {
-		// Wake when the lease ends by the database clock, whatever the backoff says.
-		if rem := h.ExpiresAt.Sub(h.Now) + time.Millisecond; rem < d {
-			d = max(rem, 0)
-		}
-	}
+	// Wake when the lease ends by the database clock, whatever the backoff says.
+	d = backoff.UntilExpiry(d, a.res.Holder.ExpiresAt, a.res.Holder.Now)
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	a.polled = false
@@ -256,7 +253,7 @@ func (a *acquisition) sleep() error {
 		return nil
 	case <-a.waitCtx.Done():
 		return a.ended(held, context.Cause(a.waitCtx))
-	case <-a.l.closing:
+	case <-a.l.life.Closing:
 		return a.ended(held, dblock.ErrClosed)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/backoff"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
 )
@@ -159,11 +160,7 @@ func (m *manyCall) sleep(h store.Holder) error {
 	l := m.l
 	d := jitter(m.backoff)
 	m.backoff = min(m.backoff*2, l.cfg.PollMax)
-	if !h.ExpiresAt.IsZero() && !h.Now.IsZero() {
-		if rem := h.ExpiresAt.Sub(h.Now) + time.Millisecond; rem < d {
-			d = max(rem, 0)
-		}
-	}
+	d = backoff.UntilExpiry(d, h.ExpiresAt, h.Now)
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
@@ -171,7 +168,7 @@ func (m *manyCall) sleep(h store.Holder) error {
 	case <-m.wakeCh:
 	case <-m.waitCtx.Done():
 		return l.manyWaitEnded(m.label, m.held, context.Cause(m.waitCtx))
-	case <-l.closing:
+	case <-l.life.Closing:
 		return l.manyWaitEnded(m.label, m.held, dblock.ErrClosed)
 	}
 	return nil

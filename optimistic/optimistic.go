@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/backoff"
-	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
+	"github.com/dblock-go/dblock/internal/leasemode"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/internal/wake"
@@ -65,17 +64,15 @@ type Config struct {
 // Locker acquires lease locks on the dblock_locks table. It is safe for
 // concurrent use; create one per database and share it.
 type Locker struct {
-	db      *store.DB
-	cfg     Config
-	logger  *slog.Logger
-	hooks   dblock.Hooks
-	hub     *wake.Hub // nil when notifications are off or unsupported.
-	gates   *gates    // This Locker's waiters, in line per name.
-	keeper  *leasekeeper.Keeper
-	closing chan struct{}
-
-	mu     sync.Mutex
-	closed bool
+	db     *store.DB
+	cfg    Config
+	logger *slog.Logger
+	hooks  dblock.Hooks
+	hub    *wake.Hub // nil when notifications are off or unsupported.
+	gates  *gates    // This Locker's waiters, in line per name.
+	keeper *leasekeeper.Keeper
+	parts  leasemode.Parts
+	life   *leasemode.Life // Closed by Close.
 }
 
 var _ dblock.Locker = (*Locker)(nil)
@@ -83,9 +80,9 @@ var _ dblock.Locker = (*Locker)(nil)
 // New returns a Locker on db. db stays the caller's: Close does not close it.
 // Configuration errors wrap dblock.ErrInvalidOption.
 func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
-	db := store.Of(handle)
-	if db == nil || db.DB == nil || db.Dialect == nil {
-		return nil, fmt.Errorf("optimistic: new: %w: nil database", dblock.ErrInvalidOption)
+	db, err := leasemode.Store(handle, "optimistic")
+	if err != nil {
+		return nil, err
 	}
 	var c Config
 	if cfg != nil {
@@ -110,16 +107,12 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 	if c.ReleaseTimeout == 0 {
 		c.ReleaseTimeout = ReleaseTimeoutDefault
 	}
-	l := &Locker{db: db, cfg: c, logger: mode.Logger(c.Logger), gates: newGates(), closing: make(chan struct{})}
-	if c.Hooks != nil {
-		l.hooks = *c.Hooks
-	}
-	l.keeper = leasekeeper.New(leasekeeper.Config{
-		DB: db, Prefix: "optimistic", Logger: l.logger, Hooks: l.hooks, RetryMin: c.PollMin, ReleaseTimeout: c.ReleaseTimeout,
+	p := leasemode.New(db, leasemode.Wiring{
+		Prefix: "optimistic", Logger: c.Logger, Hooks: c.Hooks, DisableNotify: c.DisableNotify,
+		Keeper: leasekeeper.Config{RetryMin: c.PollMin, ReleaseTimeout: c.ReleaseTimeout},
 	})
-	if !c.DisableNotify && db.Dialect.Caps().Notify {
-		l.hub = wake.New(db, l.logger)
-	}
+	l := &Locker{parts: p, db: db, cfg: c, logger: p.Logger, hooks: p.Hooks, keeper: p.Keeper, hub: p.Hub,
+		life: p.Life, gates: newGates()}
 	return l, nil
 }
 
@@ -145,11 +138,7 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Opt
 // bounded by Config.ReleaseTimeout even when ctx is done. It returns fn's
 // error, joined with the loss when the lease was lost while fn ran.
 func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...dblock.Option) error {
-	lease, err := l.Acquire(ctx, name, opts...)
-	if err != nil {
-		return err
-	}
-	return mode.Run(ctx, lease, l.cfg.ReleaseTimeout, fn)
+	return mode.Do(ctx, l.Acquire, name, opts, l.cfg.ReleaseTimeout, fn)
 }
 
 // Close ends waits in progress with dblock.ErrClosed, ends every lease still held
@@ -161,23 +150,10 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 // dblock.ErrLost and dblock.ErrClosed, and the context of a Do running under it is
 // cancelled with that error as its cause, before the row is freed.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if !l.life.BeginClose() {
 		return nil
 	}
-	l.closed = true
-	close(l.closing)
-	l.mu.Unlock()
-
-	errs := []error{l.keeper.Close()}
-	if l.hub != nil {
-		errs = append(errs, l.hub.Close())
-	}
-	if err := errjoin.Join(errs...); err != nil {
-		return fmt.Errorf("optimistic: close: %w", err)
-	}
-	return nil
+	return l.parts.Close("optimistic")
 }
 
 func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dblock.Option) (lease *dblock.Lease, err error) {
@@ -294,11 +270,7 @@ func (l *Locker) handles(name, owner string) map[dblock.Token]int {
 // transient reports whether an acquire error is worth retrying while waiting.
 func transient(err error) bool { return leasekeeper.Transient(err) }
 
-func (l *Locker) isClosed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
+func (l *Locker) isClosed() bool { return l.life.Closed() }
 
 func (l *Locker) newLease(name string, o mode.Options, res store.AcquireResult, reqStart time.Time, waited time.Duration) (*dblock.Lease, error) {
 	lease, err := l.keeper.Start(leasekeeper.Params{

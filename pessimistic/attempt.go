@@ -158,8 +158,8 @@ func (r *retries) waitHolder(holder *store.Holder, attempt int) error {
 		return r.notAcquired(holder, nil)
 	}
 	sleep := r.next()
-	if left := holder.ExpiresAt.Sub(holder.Now) + time.Millisecond; left > 0 && left < sleep {
-		sleep = left
+	if holder.ExpiresAt.After(holder.Now) {
+		sleep = backoff.UntilExpiry(sleep, holder.ExpiresAt, holder.Now)
 	}
 	r.l.log.Debug("pessimistic: waiting for lease holder", "lock_key", r.label, "owner", r.o.Owner, "attempt", attempt)
 	if !r.sleep(sleep) {

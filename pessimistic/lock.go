@@ -147,7 +147,7 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 	m := &moreRows{l: l, h: h, ctx: ctx, sctx: context.WithoutCancel(ctx), names: names, try: try, wait: wait}
 	if l.caps.SavepointKeepsLocks {
 		if err := m.precheck(); err != nil {
-			return err
+			return m.endedBy(err)
 		}
 	}
 	if err := m.savepoint(); err != nil {
@@ -164,7 +164,7 @@ func (l *Locker) lockInTx(ctx context.Context, h *hold, names []string, try bool
 		// Missing rows: PostgreSQL has no gap locks, so the rows locked
 		// so far stay locked while the others are created.
 		if err := m.ensure(missing); err != nil {
-			return m.undo(err)
+			return m.undo(m.endedBy(err))
 		}
 	}
 	return m.undo(errors.New("lock rows keep disappearing"))
@@ -299,6 +299,15 @@ func (m *moreRows) lockOnce() ([]string, error) {
 		}
 	}
 	return missing, nil
+}
+
+// endedBy makes an error met once ctx ended a refusal that names ctx's
+// cause (unless it is a deadlock, which is the database's verdict).
+func (m *moreRows) endedBy(err error) error {
+	if m.ctx.Err() != nil && !errors.Is(err, dblock.ErrDeadlock) && !errors.Is(err, dblock.ErrNotAcquired) {
+		return fmt.Errorf("%w: %w", dblock.ErrNotAcquired, errjoin.Join(context.Cause(m.ctx), err))
+	}
+	return err
 }
 
 // lockErr reads a failed lock statement: the end of ctx makes it a

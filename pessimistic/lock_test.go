@@ -110,13 +110,13 @@ func TestTryLockBusy(t *testing.T) {
 		}
 		// A wait ended by ctx (not by the server's bound) leaves the hold
 		// intact too.
-		short, cancel := context.WithCancel(ctx)
-		defer time.AfterFunc(100*time.Millisecond, cancel).Stop()
 		l2 := newLocker(t, iso.DB, nil)
 		lease2, err := l2.Acquire(ctx, randName(t))
 		if err != nil {
 			t.Fatal(err)
 		}
+		short, cancel := context.WithCancel(ctx)
+		defer time.AfterFunc(100*time.Millisecond, cancel).Stop()
 		if err := lease2.Lock(short, b); !errors.Is(err, dblock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("lock cancelled by ctx: %v, want ErrNotAcquired and context.Canceled", err)
 		}
@@ -196,5 +196,30 @@ func TestLockDeadlock(t *testing.T) {
 		}
 		_ = la.Release(ctx)
 		_ = lb.Release(ctx)
+	})
+}
+
+// TestLockWithEndedContext: Lock called with a context that has already
+// ended is refused with ErrNotAcquired and the context's cause, on every
+// path (MySQL checks the rows before locking them), and the hold keeps what
+// it had.
+func TestLockWithEndedContext(t *testing.T) {
+	t.Parallel()
+	serverKinds(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx := testCtx(t)
+		l := newLocker(t, iso.DB, nil)
+		lease, err := l.Acquire(ctx, randName(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = lease.Release(ctx) }()
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := lease.Lock(ended, randName(t)); !errors.Is(err, dblock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lock with an ended context: %v, want ErrNotAcquired and context.Canceled", err)
+		}
+		if _, err := lease.Tx().ExecContext(ctx, "SELECT 1"); err != nil || lease.Err() != nil {
+			t.Fatalf("hold after the refused Lock: %v, %v", err, lease.Err())
+		}
 	})
 }

@@ -22,3 +22,16 @@ func JitterUp(d time.Duration) time.Duration {
 	}
 	return d + rand.N(d/2+1)
 }
+
+// UntilExpiry caps the pause d at the time left until expires, by the
+// database clock now, plus a millisecond (so that the wake-up finds the
+// lease expired). Unknown times (zero) leave d as it is.
+func UntilExpiry(d time.Duration, expires, now time.Time) time.Duration {
+	if expires.IsZero() || now.IsZero() {
+		return d
+	}
+	if rem := expires.Sub(now) + time.Millisecond; rem < d {
+		return max(rem, 0)
+	}
+	return d
+}

@@ -97,3 +97,14 @@ func Run(ctx context.Context, lease *dblock.Lease, releaseTimeout time.Duration,
 	}
 	return fnErr
 }
+
+// Do is the Do of the lease modes: acquire name (waiting), run fn under the
+// lease (see Run), release.
+func Do(ctx context.Context, acquire func(context.Context, string, ...dblock.Option) (*dblock.Lease, error),
+	name string, opts []dblock.Option, releaseTimeout time.Duration, fn func(ctx context.Context) error) error {
+	lease, err := acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, lease, releaseTimeout, fn)
+}

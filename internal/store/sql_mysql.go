@@ -258,14 +258,28 @@ WHERE name IN (%s) AND ` + myExpired,
             FROM dblock_locks WHERE ` + myExpired + `), 0)`,
 }
 
-// MariaDB raises the floor in one statement that fails at once, rather than
-// wait, when acquisitions hold the fence row (MySQL 8 has no per-statement
-// lock wait bound: it locks the row with NOWAIT first). No other statement of
-// a pass waits for a row lock: candidates are read without locking and
-// locked with SKIP LOCKED.
-var mariadbReap = func() ReapSQL {
-	r := mysqlReap
-	r.LockFloor = ""
-	r.RaiseFloor = mariadbNoWait + mysqlReap.RaiseFloor
-	return r
-}()
+// mariadbReap is mysqlReap but for the floor: MariaDB raises it in one
+// statement that fails at once, rather than wait, when acquisitions hold the
+// fence row (MySQL 8 has no per-statement lock wait bound: it locks the row
+// with NOWAIT first, LockFloor). No other statement of a pass waits for a
+// row lock: candidates are read without locking and locked with SKIP LOCKED.
+var mariadbReap = ReapSQL{
+	ExpiredCandidates: `SELECT name FROM dblock_locks WHERE owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6) ORDER BY expires_at LIMIT ?`,
+	LockExpired:       `SELECT name FROM dblock_locks WHERE name IN (%s) AND owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6) FOR UPDATE SKIP LOCKED`,
+	FreeLocked: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = UTC_TIMESTAMP(6)
+WHERE name IN (%s) AND owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)`,
+	WaiterCandidates:    `SELECT id FROM dblock_waiters WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY expires_at LIMIT ?`,
+	LockWaiters:         `SELECT id FROM dblock_waiters WHERE id IN (%s) AND expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND FOR UPDATE SKIP LOCKED`,
+	DeleteLockedWaiters: `DELETE FROM dblock_waiters WHERE id IN (%s) AND expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`,
+	IdleCandidates:      `SELECT name, version FROM dblock_locks WHERE owner IS NULL AND updated_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND LIMIT ?`,
+	LockIdle:            `SELECT name FROM dblock_locks WHERE name IN (%s) AND owner IS NULL AND updated_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND version <= ? FOR UPDATE SKIP LOCKED`,
+	FenceFloor:          `SELECT floor FROM dblock_fence WHERE id = 1`,
+	RaiseFloor:          `SET STATEMENT innodb_lock_wait_timeout=0 FOR UPDATE dblock_fence SET floor = GREATEST(floor, ?) WHERE id = 1`,
+	DeleteLockedIdle:    `DELETE FROM dblock_locks WHERE name IN (%s) AND owner IS NULL AND updated_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND version <= ?`,
+	Gauges: `SELECT
+    (SELECT count(*) FROM dblock_locks WHERE owner IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at > UTC_TIMESTAMP(6)),
+    (SELECT count(*) FROM dblock_waiters WHERE expires_at <= UTC_TIMESTAMP(6)),
+    IFNULL((SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) - TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', min(expires_at))
+            FROM dblock_locks WHERE owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)), 0)`,
+}
