@@ -98,7 +98,10 @@ func TestTryLockBusy(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = held.Release(ctx) }()
-		lease, err := l.Acquire(ctx, a)
+		// The set-up's acquire waits as long as it needs (a loaded machine
+		// can take more than the 200 ms LockTimeout to create a row); the
+		// bound is for the Lock calls below.
+		lease, err := l.Acquire(ctx, a, dblock.WithWait(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
