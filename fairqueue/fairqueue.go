@@ -261,7 +261,7 @@ func (l *Locker) Close() error {
 }
 
 func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
-	c, err := mode.Begin(ctx, "fairqueue: acquire", []string{name}, wait, opts)
+	c, err := mode.BeginOne(ctx, "fairqueue: acquire", name, wait, opts)
 	if err != nil {
 		return nil, err
 	}

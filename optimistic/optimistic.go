@@ -157,7 +157,7 @@ func (l *Locker) Close() error {
 }
 
 func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dblock.Option) (lease *dblock.Lease, err error) {
-	c, err := mode.Begin(ctx, "optimistic: acquire", []string{name}, wait, opts)
+	c, err := mode.BeginOne(ctx, "optimistic: acquire", name, wait, opts)
 	if err != nil {
 		return nil, err
 	}

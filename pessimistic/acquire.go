@@ -83,10 +83,11 @@ func run(ctx context.Context, lease *Lease, fn func(ctx context.Context, tx *sql
 }
 
 func (l *Locker) acquire(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (*Lease, error) {
-	r, err := l.prepare(ctx, op, names, try, opts)
+	req, err := l.prepare(ctx, op, names, try, opts)
 	if err != nil {
 		return nil, err
 	}
+	r := &req
 	if lease, done, err := l.admit(ctx, r); done {
 		return lease, err
 	}
@@ -126,24 +127,24 @@ type request struct {
 }
 
 // prepare validates the names and options of an acquisition.
-func (l *Locker) prepare(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (*request, error) {
+func (l *Locker) prepare(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (request, error) {
 	c, err := mode.Begin(ctx, "pessimistic: "+op, names, !try, opts)
 	if err != nil {
-		return nil, err
+		return request{}, err
 	}
 	o := c.Opts
-	r := &request{op: op, label: labelOf(c.Names), names: c.Names, o: o, ttl: l.ttl, try: try}
+	r := request{op: op, label: labelOf(c.Names), names: c.Names, o: o, ttl: l.ttl, try: try}
 	if err := l.checkExclusive(ctx); err != nil {
-		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, r.label, err)
+		return request{}, fmt.Errorf("pessimistic: %s %q: %w", op, r.label, err)
 	}
 	if err := refuseLeaseOnly(o); err != nil {
-		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, r.label, err)
+		return request{}, fmt.Errorf("pessimistic: %s %q: %w", op, r.label, err)
 	}
 	if o.TTLSet {
 		r.ttl = o.TTL
 	}
 	if o.Token && l.caps.RowLocks && !l.sideWanted() {
-		return nil, fmt.Errorf("pessimistic: %s %q: %w", op, r.label, errNoSide)
+		return request{}, fmt.Errorf("pessimistic: %s %q: %w", op, r.label, errNoSide)
 	}
 	r.start = time.Now()
 	return r, nil

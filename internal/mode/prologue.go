@@ -34,13 +34,32 @@ func Begin(ctx context.Context, what string, names []string, wait bool, opts []d
 			return Call{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	c := Call{Names: slices.Compact(slices.Sorted(slices.Values(names))), Wait: wait}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	c := Call{Names: slices.Compact(sorted), Wait: wait}
 	c.Label = strings.Join(c.Names, ",")
 	o, err := Resolve(ctx, opts)
 	if err != nil {
 		return Call{}, fmt.Errorf("%s %q: %w", what, c.Label, err)
 	}
 	c.Opts = o
+	if o.HasWait && o.Wait == 0 {
+		c.Wait = false
+	}
+	return c, nil
+}
+
+// BeginOne is Begin for one name, without the allocations of a list: the
+// Call's Names is nil and its Label is name.
+func BeginOne(ctx context.Context, what, name string, wait bool, opts []dblock.Option) (Call, error) {
+	if err := dblock.ValidateName(name); err != nil {
+		return Call{}, fmt.Errorf("%s: %w", what, err)
+	}
+	o, err := Resolve(ctx, opts)
+	if err != nil {
+		return Call{}, fmt.Errorf("%s %q: %w", what, name, err)
+	}
+	c := Call{Label: name, Opts: o, Wait: wait}
 	if o.HasWait && o.Wait == 0 {
 		c.Wait = false
 	}
