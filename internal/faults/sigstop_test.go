@@ -95,15 +95,20 @@ func TestFaultSIGSTOPLeaseHolder(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			ddl := "CREATE TABLE fenced_writes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, token bigint NOT NULL)"
+			dsn := iso.DSN
 			if kind == store.MySQL {
 				ddl = "CREATE TABLE fenced_writes (id bigint AUTO_INCREMENT PRIMARY KEY, token bigint NOT NULL)"
+				// The freeze may land inside a guarded transaction, whose
+				// share lock blocks the rival until the server ends it: on
+				// MariaDB the application bounds it, as Guard's doc says.
+				dsn = withDSNParam(dsn, "idle_transaction_timeout=1")
 			}
 			if _, err := iso.Store().ExecContext(ctx, ddl); err != nil {
 				t.Fatal(err)
 			}
 			const ttl = time.Second
 			p := startWorker(t, "stopped", map[string]string{
-				"FAULTS_DSN": iso.DSN, "FAULTS_ROLE": "stophold", "FAULTS_NAME": "frozen",
+				"FAULTS_DSN": dsn, "FAULTS_ROLE": "stophold", "FAULTS_NAME": "frozen",
 				"FAULTS_TTL": ttl.String(), "FAULTS_LIFETIME": "60s",
 			})
 			var oldTok int64
@@ -318,11 +323,7 @@ func TestFaultTCPKeepalives(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sep := "?"
-	if strings.Contains(iso.DSN, "?") {
-		sep = "&"
-	}
-	own := openPG(t, iso.DSN+sep+"tcp_keepalives_idle=1&tcp_keepalives_interval=1&tcp_keepalives_count=2")
+	own := openPG(t, withDSNParam(iso.DSN, "tcp_keepalives_idle=1&tcp_keepalives_interval=1&tcp_keepalives_count=2"))
 	if got, want := show(own), [3]string{"1", "1", "2"}; got != want {
 		t.Errorf("keepalives with the DSN's values = %v, want %v", got, want)
 	}
@@ -395,11 +396,7 @@ func TestFaultSIGSTOPInsideGuard(t *testing.T) {
 			dsn := iso.DSN
 			if kind == store.MySQL {
 				ddl = "CREATE TABLE fenced_writes (id bigint AUTO_INCREMENT PRIMARY KEY, token bigint NOT NULL)"
-				sep := "?"
-				if strings.Contains(dsn, "?") {
-					sep = "&"
-				}
-				dsn += sep + "idle_transaction_timeout=2"
+				dsn = withDSNParam(dsn, "idle_transaction_timeout=2")
 			}
 			if _, err := iso.Store().ExecContext(ctx, ddl); err != nil {
 				t.Fatal(err)
@@ -462,6 +459,14 @@ func TestFaultSIGSTOPInsideGuard(t *testing.T) {
 				freedAfter.Round(time.Millisecond), ttl, commit, lost)
 		})
 	}
+}
+
+// withDSNParam appends the query parameter kv (key=value) to dsn.
+func withDSNParam(dsn, kv string) string {
+	if strings.Contains(dsn, "?") {
+		return dsn + "&" + kv
+	}
+	return dsn + "?" + kv
 }
 
 // freezeForRival stops the worker p (SIGSTOP) and lets a rival optimistic
