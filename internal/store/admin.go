@@ -8,6 +8,9 @@ import (
 	"github.com/dblock-go/dblock"
 )
 
+// adminEngine is the binding of the administrators' listings on one database (see engine).
+type adminEngine interface{}
+
 // Administrative reads for `dblock status`. They take no row locks and never
 // wait for one, so they can run at any time without slowing lock traffic.
 

@@ -101,6 +101,8 @@ type Dialect interface {
 	Queue() *QueueSQL
 	// Reap returns the statements of the reaper.
 	Reap() *ReapSQL
+
+	engine
 }
 
 // DB is a database handle with its dialect. Lock packages take a *DB.

@@ -152,42 +152,24 @@ func (db *DB) AcquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 
 func (db *DB) acquireLease(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
 	if p.QueueGuard {
-		return db.acquireGuarded(ctx, p)
+		return db.Dialect.acquireGuarded(ctx, db, p)
 	}
-	q = db.q(q)
-	ttl := p.TTL.Microseconds()
-	var res AcquireResult
-	switch db.Dialect.Kind() {
-	case Postgres:
-		return db.pgAcquire(ctx, q, db.Dialect.Lease().Acquire, p, false)
-	case MySQL:
-		return db.acquireMySQL(ctx, q, p)
-	default: // SQLite
-		var version int64
-		var err error
-		if pool, ok := q.(*sqlx.DB); ok && pool == db.DB {
-			err = db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error {
-				return c.QueryRowxContext(ctx, db.Dialect.Lease().Acquire, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
-					Scan(&version, &res.Reentry)
-			})
-		} else {
-			err = q.QueryRowxContext(ctx, db.Dialect.Lease().Acquire, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
-				Scan(&version, &res.Reentry)
-		}
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			h, err := db.LeaseHolder(ctx, q, p.Name)
-			return AcquireResult{Holder: h}, err
-		case err != nil:
-			err = db.Classify(err)
-			if errors.Is(err, dblock.ErrNotAcquired) {
-				return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
-			}
-			return AcquireResult{}, err
-		}
-		res.Acquired, res.Token = true, dblock.Token(version)
-		return res, nil
-	}
+	return db.Dialect.acquireLease(ctx, db, db.q(q), p)
+}
+
+// leaseEngine is the lease statements' binding on one database.
+type leaseEngine interface {
+	// acquireLease is AcquireLease without QueueGuard; q is not nil.
+	acquireLease(ctx context.Context, db *DB, q Querier, p AcquireParams) (AcquireResult, error)
+	// acquireGuarded is AcquireLease with QueueGuard (autocommit).
+	acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error)
+	releaseLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token) (bool, error)
+	renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error)
+	forceRelease(ctx context.Context, db *DB, q Querier, name string) (bool, error)
+	// beginWriteTx is BeginWriteTx.
+	beginWriteTx(ctx context.Context, db *DB) (tx *sqlx.Tx, end func(), err error)
+	// onPool is onPoolShortBusy with q nil.
+	onPool(ctx context.Context, db *DB, fn func(q Querier) error) error
 }
 
 // sleepCtx waits d, or until ctx ends (returning its error).
@@ -202,145 +184,16 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// pgAcquire runs one of PostgreSQL's acquire statements, the lease's or,
-// with queued, the queue's direct one (which also returns the number of live
-// waiters and, when no row exists, a row of zeroes), and reads its answer.
-func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireParams, queued bool) (AcquireResult, error) {
-	var (
-		res                      AcquireResult
-		owner, mode              string
-		version, expUs, nowUs, n int64
-	)
-	dest := []any{&res.Acquired, &version, &owner, &mode, &expUs, &nowUs, &res.Reentry}
-	if queued {
-		dest = append(dest, &n)
-	}
-	err := q.QueryRowxContext(ctx, query, p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)).Scan(dest...)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return AcquireResult{}, nil // Nothing taken and no row visible: a concurrent insert of the name won.
-	case err != nil:
-		err = db.Classify(err)
-		if errors.Is(err, dblock.ErrNotAcquired) {
-			return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
-		}
-		return AcquireResult{}, err
-	}
-	if res.Acquired {
-		res.Token = dblock.Token(version)
-		return res, nil
-	}
-	res.Waiters = int(n)
-	h := Holder{Exists: !queued || version != 0, Owner: owner, Version: version, Mode: mode, Now: Micros(nowUs)}
-	if expUs != 0 {
-		h.ExpiresAt = Micros(expUs)
-	}
-	if h.Exists && n == 0 && (owner == "" || owner == p.Owner || expUs <= nowUs) {
-		// Takeable, nobody queued, yet skipped: a transaction holds the row locked.
-		h = Holder{Exists: true, Mode: dblock.ModePessimistic, Now: h.Now}
-	}
-	res.Holder = h
-	return res, nil
-}
-
-// acquireGuarded is AcquireLease with QueueGuard.
-func (db *DB) acquireGuarded(ctx context.Context, p AcquireParams) (AcquireResult, error) {
-	ttl := p.TTL.Microseconds()
-	switch db.Dialect.Kind() {
-	case Postgres:
-		return db.pgAcquire(ctx, db.DB, db.Dialect.Queue().Direct, p, true)
-	case SQLite:
-		var (
-			res     AcquireResult
-			version int64
-		)
-		err := db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error {
-			return c.QueryRowxContext(ctx, db.Dialect.Queue().Direct, p.Name, p.Owner, ttl, p.Mode, nullString(p.Metadata)).
-				Scan(&version, &res.Reentry)
-		})
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			// Queued for, or held by another: say which.
-			s, err := db.PeekQueue(ctx, nil, p.Name)
-			return AcquireResult{Holder: s.Holder, Waiters: s.Ahead, Statements: 2}, err
-		case err != nil:
-			err = db.Classify(err)
-			if errors.Is(err, dblock.ErrNotAcquired) {
-				return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
-			}
-			return AcquireResult{}, err
-		}
-		res.Acquired, res.Token = true, dblock.Token(version)
-		return res, nil
-	default:
-		// A lockless look first: under contention the answer is almost
-		// always "queued" or "held", for one statement.
-		s, err := db.PeekQueue(ctx, nil, p.Name)
-		if err != nil {
-			return AcquireResult{}, err
-		}
-		mine := s.Holder.Held() && s.Holder.Owner == p.Owner
-		if !mine && (s.Ahead > 0 || s.Holder.Held()) {
-			return AcquireResult{Holder: s.Holder, Waiters: s.Ahead}, nil
-		}
-		p.QueueGuard = false
-		res, err := db.acquireLease(ctx, nil, p)
-		res.Statements = max(res.Statements, 1) + 1
-		if err != nil || !res.Acquired {
-			return res, err
-		}
-		// Jumped: did a waiter queue before this acquisition began?
-		var reentry, queued int
-		res.Statements++
-		err = db.QueryRowxContext(ctx, db.Dialect.Queue().Jumped, p.Name, p.Owner, int64(res.Token)).Scan(&reentry, &queued)
-		if err != nil || reentry > 1 || queued == 0 {
-			// Unreadable (the lease stands: its keeper finds out whether it
-			// still holds), a reentry, or nobody jumped.
-			return res, nil
-		}
-		res.Statements++
-		released, rerr := db.ReleaseLease(ctx, nil, p.Name, p.Owner, res.Token)
-		if rerr != nil || !released {
-			// Keep the lease rather than leave it held by nobody who knows.
-			return res, nil
-		}
-		return AcquireResult{Waiters: queued, Statements: res.Statements}, nil
-	}
-}
-
 // ReleaseLease runs the release CAS; it reports whether the row named (owner,
 // token) and was released (or its reentry count decremented).
 func (db *DB) ReleaseLease(ctx context.Context, q Querier, name, owner string, token dblock.Token) (bool, error) {
-	q = db.q(q)
-	if db.Dialect.Kind() == Postgres {
-		var notified bool
-		err := q.QueryRowxContext(ctx, db.Dialect.Lease().Release, name, owner, int64(token)).Scan(&notified)
-		if errors.Is(err, sql.ErrNoRows) {
-			return false, nil
-		}
-		return err == nil, db.Classify(err)
-	}
-	return db.execOne(ctx, q, db.Dialect.Lease().Release, name, owner, int64(token))
+	return db.Dialect.releaseLease(ctx, db, db.q(q), name, owner, token)
 }
 
 // RenewLease extends an unexpired lease by ttl from the database's now; it
 // reports whether the row still named (owner, token) unexpired.
 func (db *DB) RenewLease(ctx context.Context, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
-	q = db.q(q)
-	us := ttl.Microseconds()
-	switch db.Dialect.Kind() {
-	case Postgres:
-		var ok bool
-		err := q.QueryRowxContext(ctx, db.Dialect.Lease().Renew, name, owner, int64(token), us).Scan(&ok)
-		if errors.Is(err, sql.ErrNoRows) {
-			return false, nil
-		}
-		return err == nil, db.Classify(err)
-	case MySQL:
-		return db.execOne(ctx, q, db.Dialect.Lease().Renew, us, name, owner, int64(token))
-	default:
-		return db.execOne(ctx, q, db.Dialect.Lease().Renew, name, owner, int64(token), us)
-	}
+	return db.Dialect.renewLease(ctx, db, db.q(q), name, owner, token, ttl)
 }
 
 // LeaseHolder reads name's row and the database clock (Exists false when there is no row).
@@ -383,16 +236,7 @@ func (db *DB) ForceRelease(ctx context.Context, q Querier, name string) (bool, e
 	if err := dblock.ValidateName(name); err != nil {
 		return false, err
 	}
-	q = db.q(q)
-	if db.Dialect.Kind() == Postgres {
-		var ok bool
-		err := q.QueryRowxContext(ctx, db.Dialect.Lease().ForceRelease, name).Scan(&ok)
-		if errors.Is(err, sql.ErrNoRows) {
-			return false, nil
-		}
-		return err == nil, db.Classify(err)
-	}
-	return db.execOne(ctx, q, db.Dialect.Lease().ForceRelease, name)
+	return db.Dialect.forceRelease(ctx, db, db.q(q), name)
 }
 
 func (db *DB) execOne(ctx context.Context, q Querier, query string, args ...any) (bool, error) {
@@ -417,38 +261,11 @@ func (db *DB) execOne(ctx context.Context, q Querier, query string, args ...any)
 // An error from the commit leaves the outcome unknown: every name or none
 // was taken.
 func (db *DB) AcquireLeases(ctx context.Context, ps []AcquireParams) (results []AcquireResult, blocked int, err error) {
-	run := func(tx *sqlx.Tx) error {
-		results = make([]AcquireResult, 0, len(ps))
-		for i, p := range ps {
-			res, err := db.AcquireLease(ctx, tx, p)
-			if err != nil {
-				_ = tx.Rollback()
-				return err
-			}
-			results = append(results, res)
-			if !res.Acquired {
-				blocked = i
-				return db.Classify(tx.Rollback())
-			}
-		}
-		return db.Classify(tx.Commit())
-	}
 	blocked = -1
-	if db.Dialect.Kind() == SQLite {
-		err = db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error {
-			tx, err := c.BeginTxx(ctx, nil)
-			if err != nil {
-				return db.Classify(err)
-			}
-			return run(tx)
-		})
-	} else {
-		var tx *sqlx.Tx
-		if tx, err = db.BeginTxx(ctx, nil); err != nil {
-			err = db.Classify(err)
-		} else {
-			err = run(tx)
-		}
+	tx, end, err := db.BeginWriteTx(ctx)
+	if err == nil {
+		results, blocked, err = db.acquireAllInTx(ctx, tx, ps)
+		end()
 	}
 	if err != nil {
 		if blocked < 0 && errors.Is(err, dblock.ErrNotAcquired) {
@@ -459,4 +276,21 @@ func (db *DB) AcquireLeases(ctx context.Context, ps []AcquireParams) (results []
 		return nil, -1, err
 	}
 	return results, blocked, nil
+}
+
+// acquireAllInTx is AcquireLeases in tx, which it ends.
+func (db *DB) acquireAllInTx(ctx context.Context, tx *sqlx.Tx, ps []AcquireParams) (results []AcquireResult, blocked int, err error) {
+	results = make([]AcquireResult, 0, len(ps))
+	for i, p := range ps {
+		res, err := db.AcquireLease(ctx, tx, p)
+		if err != nil {
+			_ = tx.Rollback()
+			return nil, -1, err
+		}
+		results = append(results, res)
+		if !res.Acquired {
+			return results, i, db.Classify(tx.Rollback())
+		}
+	}
+	return results, -1, db.Classify(tx.Commit())
 }

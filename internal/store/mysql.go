@@ -12,7 +12,10 @@ import (
 
 // mysqlDialect serves MySQL 8 and MariaDB 10.6+; mariadb selects the flavour's
 // statements (MariaDB can bound a single statement's lock wait with SET STATEMENT).
-type mysqlDialect struct{ mariadb bool }
+type mysqlDialect struct {
+	server
+	mariadb bool
+}
 
 var (
 	mysqlFlavor   Dialect = mysqlDialect{}

@@ -7,7 +7,7 @@ import (
 	"github.com/dblock-go/dblock"
 )
 
-type postgres struct{}
+type postgres struct{ server }
 
 var postgresDialect Dialect = postgres{}
 

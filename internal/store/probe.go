@@ -15,6 +15,9 @@ import (
 	"github.com/dblock-go/dblock"
 )
 
+// probeEngine is the binding of probing the server on one database (see engine).
+type probeEngine interface{}
+
 // Administrative probes for `dblock status`, `dblock release` and the exit-75
 // line of `dblock exec`: who holds a name when no lease row says so.
 //

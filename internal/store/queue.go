@@ -9,6 +9,9 @@ import (
 	"time"
 )
 
+// queueEngine is the binding of the fair queue's statements on one database (see engine).
+type queueEngine interface{}
+
 // QueueSQL holds the statements of the fair wait queue (dblock_waiters).
 //
 // Every statement numbers its bind parameters in the order they appear in

@@ -12,6 +12,9 @@ import (
 	"github.com/dblock-go/dblock/internal/backoff"
 )
 
+// reapEngine is the binding of the reaper's statements on one database (see engine).
+type reapEngine interface{}
+
 // ReapSQL holds the statements of the reaper. Every statement touches at most
 // a bounded number of rows, never waits for a row another transaction holds
 // (SKIP LOCKED where the database has row locks), and re-checks its condition

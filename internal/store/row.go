@@ -14,6 +14,9 @@ import (
 	"github.com/dblock-go/dblock"
 )
 
+// rowEngine is the binding of the row locks of the pessimistic mode on one database (see engine).
+type rowEngine interface{}
+
 // RowSQL holds the statements of transaction-held (pessimistic) locks. Every
 // statement runs inside the locking transaction on its pinned connection,
 // except Ensure, which runs in autocommit mode on the pool (PostgreSQL,

@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// sessionEngine is the binding of a pessimistic holder's session on one database (see engine).
+type sessionEngine interface{}
+
 // Incarnation describes one run of the database server, as seen on one
 // connection (ServerIncarnation): a connection cannot outlive the server
 // process it talks to, so everything asked on that connection is asked of

@@ -63,10 +63,10 @@ func (db *DB) shortBusyConn(ctx context.Context) (c *sqlx.Conn, restore func(), 
 // out the pool's busy timeout). A busy database is an error wrapping
 // dblock.ErrNotAcquired.
 func (db *DB) onPoolShortBusy(ctx context.Context, q Querier, fn func(q Querier) error) error {
-	if q != nil || db.Dialect.Kind() != SQLite {
-		return fn(db.q(q))
+	if q != nil {
+		return fn(q)
 	}
-	return db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error { return fn(c) })
+	return db.Dialect.onPool(ctx, db, fn)
 }
 
 // BeginWriteTx begins a transaction on the pool that writes; on SQLite it
@@ -74,10 +74,11 @@ func (db *DB) onPoolShortBusy(ctx context.Context, q Querier, fn func(q Querier)
 // onPoolShortBusy). Call end once the transaction is committed or rolled
 // back.
 func (db *DB) BeginWriteTx(ctx context.Context) (tx *sqlx.Tx, end func(), err error) {
-	if db.Dialect.Kind() != SQLite {
-		tx, err = db.BeginTxx(ctx, nil)
-		return tx, func() {}, db.Classify(err)
-	}
+	return db.Dialect.beginWriteTx(ctx, db)
+}
+
+// beginWriteTx is BeginWriteTx on SQLite.
+func (sqliteDialect) beginWriteTx(ctx context.Context, db *DB) (tx *sqlx.Tx, end func(), err error) {
 	c, restore, err := db.shortBusyConn(ctx)
 	if err != nil {
 		return nil, nil, db.Classify(err)
@@ -87,4 +88,9 @@ func (db *DB) BeginWriteTx(ctx context.Context) (tx *sqlx.Tx, end func(), err er
 		return nil, nil, db.Classify(err)
 	}
 	return tx, restore, nil
+}
+
+// onPool is onPoolShortBusy on SQLite's pool.
+func (sqliteDialect) onPool(ctx context.Context, db *DB, fn func(q Querier) error) error {
+	return db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error { return fn(c) })
 }

@@ -9,6 +9,9 @@ import (
 	"github.com/dblock-go/dblock"
 )
 
+// tokenEngine is the binding of issuing fencing tokens on one database (see engine).
+type tokenEngine interface{}
+
 // BumpToken gives the row of name, locked by tx, a new fencing token, issued
 // on the pool: BumpTokenOn(ctx, tx, nil, name). On SQLite, where nothing can
 // commit while tx holds the database, it bumps the version inside tx instead,

@@ -9,6 +9,9 @@ import (
 	"github.com/dblock-go/dblock/internal/sqlident"
 )
 
+// holdEngine is the binding of bounding a pessimistic hold and ending it on one database (see engine).
+type holdEngine interface{}
+
 // mysqlHoldBoundMin is the smallest hold bound set on MySQL and MariaDB,
 // whose settings take whole seconds: with a bound of one second, a holder
 // that keeps its transaction busy every quarter of it (dblock exec) would

@@ -9,6 +9,9 @@ import (
 	"github.com/dblock-go/dblock/internal/sqlident"
 )
 
+// userRowsEngine is the binding of the application's own rows on one database (see engine).
+type userRowsEngine interface{}
+
 // QuoteIdent validates an identifier (optionally schema.table) and quotes it
 // for the dialect (sqlident.Quote). Errors wrap dblock.ErrInvalidOption.
 func (db *DB) QuoteIdent(ident string) (string, error) {

@@ -16,6 +16,62 @@ import (
 // Lease statements of MySQL and MariaDB, and the acquisition that reads the
 // fencing floor without waiting for it.
 
+// MySQL's lease engine.
+
+func (mysqlDialect) acquireLease(ctx context.Context, db *DB, q Querier, p AcquireParams) (AcquireResult, error) {
+	return db.acquireMySQL(ctx, q, p)
+}
+
+// acquireGuarded: no statement can both check the queue and acquire without
+// waiting, so it looks at the queue, acquires, and gives the name back if a
+// waiter queued before the acquisition began (QueueSQL.Jumped).
+func (mysqlDialect) acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error) {
+	// A lockless look first: under contention the answer is almost
+	// always "queued" or "held", for one statement.
+	s, err := db.PeekQueue(ctx, nil, p.Name)
+	if err != nil {
+		return AcquireResult{}, err
+	}
+	mine := s.Holder.Held() && s.Holder.Owner == p.Owner
+	if !mine && (s.Ahead > 0 || s.Holder.Held()) {
+		return AcquireResult{Holder: s.Holder, Waiters: s.Ahead}, nil
+	}
+	p.QueueGuard = false
+	res, err := db.acquireLease(ctx, nil, p)
+	res.Statements = max(res.Statements, 1) + 1
+	if err != nil || !res.Acquired {
+		return res, err
+	}
+	// Jumped: did a waiter queue before this acquisition began?
+	var reentry, queued int
+	res.Statements++
+	err = db.QueryRowxContext(ctx, db.Dialect.Queue().Jumped, p.Name, p.Owner, int64(res.Token)).Scan(&reentry, &queued)
+	if err != nil || reentry > 1 || queued == 0 {
+		// Unreadable (the lease stands: its keeper finds out whether it
+		// still holds), a reentry, or nobody jumped.
+		return res, nil
+	}
+	res.Statements++
+	released, rerr := db.ReleaseLease(ctx, nil, p.Name, p.Owner, res.Token)
+	if rerr != nil || !released {
+		// Keep the lease rather than leave it held by nobody who knows.
+		return res, nil
+	}
+	return AcquireResult{Waiters: queued, Statements: res.Statements}, nil
+}
+
+func (d mysqlDialect) releaseLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token) (bool, error) {
+	return db.execOne(ctx, q, d.Lease().Release, name, owner, int64(token))
+}
+
+func (d mysqlDialect) renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
+	return db.execOne(ctx, q, d.Lease().Renew, ttl.Microseconds(), name, owner, int64(token))
+}
+
+func (d mysqlDialect) forceRelease(ctx context.Context, db *DB, q Querier, name string) (bool, error) {
+	return db.execOne(ctx, q, d.Lease().ForceRelease, name)
+}
+
 // acquireMySQL is AcquireLease on MySQL/MariaDB. A name with no row whose
 // key another transaction holds locked is free, not held: the lock is a
 // brief one (another acquisition inserting the same name, a reaper batch

@@ -1,0 +1,85 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/dblock-go/dblock"
+)
+
+// PostgreSQL's lease engine: every lease statement answers in one row, the
+// acquire with the holder it found, the release with the notification sent.
+
+func (postgres) acquireLease(ctx context.Context, db *DB, q Querier, p AcquireParams) (AcquireResult, error) {
+	return db.pgAcquire(ctx, q, db.Dialect.Lease().Acquire, p, false)
+}
+
+func (postgres) acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error) {
+	return db.pgAcquire(ctx, db.DB, db.Dialect.Queue().Direct, p, true)
+}
+
+// pgAcquire runs one of PostgreSQL's acquire statements, the lease's or,
+// with queued, the queue's direct one (which also returns the number of live
+// waiters and, when no row exists, a row of zeroes), and reads its answer.
+func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireParams, queued bool) (AcquireResult, error) {
+	var (
+		res                      AcquireResult
+		owner, mode              string
+		version, expUs, nowUs, n int64
+	)
+	dest := []any{&res.Acquired, &version, &owner, &mode, &expUs, &nowUs, &res.Reentry}
+	if queued {
+		dest = append(dest, &n)
+	}
+	err := q.QueryRowxContext(ctx, query, p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)).Scan(dest...)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return AcquireResult{}, nil // Nothing taken and no row visible: a concurrent insert of the name won.
+	case err != nil:
+		err = db.Classify(err)
+		if errors.Is(err, dblock.ErrNotAcquired) {
+			return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
+		}
+		return AcquireResult{}, err
+	}
+	if res.Acquired {
+		res.Token = dblock.Token(version)
+		return res, nil
+	}
+	res.Waiters = int(n)
+	h := Holder{Exists: !queued || version != 0, Owner: owner, Version: version, Mode: mode, Now: Micros(nowUs)}
+	if expUs != 0 {
+		h.ExpiresAt = Micros(expUs)
+	}
+	if h.Exists && n == 0 && (owner == "" || owner == p.Owner || expUs <= nowUs) {
+		// Takeable, nobody queued, yet skipped: a transaction holds the row locked.
+		h = Holder{Exists: true, Mode: dblock.ModePessimistic, Now: h.Now}
+	}
+	res.Holder = h
+	return res, nil
+}
+
+func (postgres) releaseLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token) (bool, error) {
+	return db.queryFlag(ctx, q, db.Dialect.Lease().Release, name, owner, int64(token))
+}
+
+func (postgres) renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
+	return db.queryFlag(ctx, q, db.Dialect.Lease().Renew, name, owner, int64(token), ttl.Microseconds())
+}
+
+func (postgres) forceRelease(ctx context.Context, db *DB, q Querier, name string) (bool, error) {
+	return db.queryFlag(ctx, q, db.Dialect.Lease().ForceRelease, name)
+}
+
+// queryFlag runs a statement that answers one boolean row when it did its
+// work and no row when it found nothing to do, and reports which.
+func (db *DB) queryFlag(ctx context.Context, q Querier, query string, args ...any) (bool, error) {
+	var flag bool
+	err := q.QueryRowxContext(ctx, query, args...).Scan(&flag)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, db.Classify(err)
+}
