@@ -102,6 +102,11 @@ type Dialect interface {
 	// Reap returns the statements of the reaper.
 	Reap() *ReapSQL
 
+	// attach returns the dialect of a new handle on sdb: this one, or one
+	// that knows more of the server (MariaDB or MySQL; SQLite's file); it
+	// refuses a pool dblock cannot work with.
+	attach(ctx context.Context, sdb *sql.DB, a attachment) (Dialect, error)
+
 	engine
 }
 
@@ -132,41 +137,49 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := ping(pingCtx, sdb, kind); err != nil {
+	base := baseDialect(kind)
+	if err := ping(pingCtx, sdb, base); err != nil {
 		_ = sdb.Close()
 		return nil, fmt.Errorf("%w: connect to %s: %w", dblock.ErrUnavailable, Redact(dsn), err)
 	}
-	d, err := dialectOf(pingCtx, sdb, kind)
+	d, err := base.attach(pingCtx, sdb, attachment{dsn: rest, owned: true})
 	if err != nil {
 		_ = sdb.Close()
 		return nil, err
 	}
-	if kind == SQLite {
-		file, _, _ := strings.Cut(rest, "?")
-		d = sqliteDialect{file: file}
-	}
 	return &DB{DB: sqlx.NewDb(sdb, drv.Name), Dialect: d, owned: true, closer: sdb.Close}, nil
 }
 
-// dialectOf returns the dialect of kind, asking a MySQL server its flavour.
-func dialectOf(ctx context.Context, sdb *sql.DB, kind Kind) (Dialect, error) {
+// baseDialect returns the dialect of kind before its server is asked
+// anything (MySQL's, which attach refines into MySQL's or MariaDB's): the
+// one place where a kind picks its engine.
+func baseDialect(kind Kind) Dialect {
 	switch kind {
 	case Postgres:
-		return postgresDialect, nil
+		return postgresDialect
 	case MySQL:
-		return detectMySQL(ctx, sdb)
+		return mysqlFlavor
 	}
-	return sqliteDialectV, nil
+	return sqliteDialectV
 }
 
-// ping checks the first connection. On SQLite it tries again while the file
-// is busy: switching a new file to WAL takes an exclusive lock without
-// calling the busy handler, so processes opening a fresh file at the same
-// moment get SQLITE_BUSY from the connection's set-up.
-func ping(ctx context.Context, sdb *sql.DB, kind Kind) error {
+// attachment is what an engine's attach learns of a new handle: the
+// driver's DSN (Open only) and whether dblock opened the pool (Open) or the
+// caller did (New).
+type attachment struct {
+	dsn   string
+	owned bool
+}
+
+// ping checks the first connection, trying again while the database says
+// it is busy (d.Classify: ErrNotAcquired): on SQLite, switching a new file
+// to WAL takes an exclusive lock without calling the busy handler, so
+// processes opening a fresh file at the same moment get SQLITE_BUSY from
+// the connection's set-up.
+func ping(ctx context.Context, sdb *sql.DB, d Dialect) error {
 	for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
 		err := sdb.PingContext(ctx)
-		if err == nil || kind != SQLite || !errors.Is(sqliteDialectV.Classify(err), dblock.ErrNotAcquired) {
+		if err == nil || !errors.Is(d.Classify(err), dblock.ErrNotAcquired) {
 			return err
 		}
 		t := time.NewTimer(backoff)
@@ -190,14 +203,9 @@ func New(ctx context.Context, db *sql.DB, kind Kind) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := dialectOf(ctx, db, kind)
+	d, err := baseDialect(kind).attach(ctx, db, attachment{})
 	if err != nil {
 		return nil, err
-	}
-	if kind == MySQL {
-		if err := checkChangedRows(ctx, db); err != nil {
-			return nil, err
-		}
 	}
 	return &DB{DB: sqlx.NewDb(db, drv.Name), Dialect: d}, nil
 }
@@ -378,55 +386,6 @@ func PermissionDenied(err error) bool {
 	}
 	n, ok := mysqlCode(err)
 	return ok && (n == 1142 || n == 1143 || n == 1044)
-}
-
-// Probe statements: each reads no row (or the one fence row) but names every
-// column the lock statements use, so it fails as they would.
-const (
-	probeLocks   = `SELECT name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata FROM dblock_locks WHERE 1 = 0`
-	probeWaiters = `SELECT id, name, owner, created_at, heartbeat_at, expires_at FROM dblock_waiters WHERE 1 = 0`
-	probeFence   = `SELECT floor FROM dblock_fence WHERE id = 1`
-	probeSeq     = `SELECT has_sequence_privilege('dblock_token_seq', 'USAGE')
-    AND has_sequence_privilege(pg_get_serial_sequence('dblock_waiters', 'id'), 'USAGE')`
-)
-
-// ProbeSchema checks, with reads only, that the objects dblock's statements
-// use are there and readable by this connection's role: every column of
-// dblock_locks and dblock_waiters, and the source of fencing tokens
-// (PostgreSQL: the sequences of tokens and waiter ids, usable; MySQL and
-// SQLite: the row of dblock_fence). It needs none of the goose version table. A missing
-// object is an error wrapping dblock.ErrSchemaMissing with the migrate hint;
-// a missing privilege is the server's error, which PermissionDenied
-// recognises. It cannot tell whether a migration that adds only an index is
-// applied.
-func (db *DB) ProbeSchema(ctx context.Context) error {
-	for _, q := range []string{probeLocks, probeWaiters} {
-		rows, err := db.QueryContext(ctx, q)
-		if err != nil {
-			return db.Classify(err)
-		}
-		_ = rows.Close()
-	}
-	switch db.Dialect.Kind() {
-	case Postgres:
-		var usable bool
-		if err := db.QueryRowxContext(ctx, probeSeq).Scan(&usable); err != nil {
-			return db.Classify(err)
-		}
-		if !usable {
-			return errors.New("dblock: permission denied for the sequences dblock_token_seq and dblock_waiters_id_seq: grant USAGE on them to this role")
-		}
-	default:
-		var floor int64
-		err := db.QueryRowxContext(ctx, probeFence).Scan(&floor)
-		if errors.Is(err, sql.ErrNoRows) {
-			return schemaMissing(db.Dialect, errors.New("dblock_fence has no row with id 1"))
-		}
-		if err != nil {
-			return db.Classify(err)
-		}
-	}
-	return nil
 }
 
 // IsRetryable reports whether err is worth retrying as it is: a deadlock

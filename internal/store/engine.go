@@ -21,4 +21,5 @@ type engine interface {
 	probeEngine
 	reapEngine
 	queueEngine
+	schemaEngine
 }

@@ -126,6 +126,20 @@ func detectMySQL(ctx context.Context, db *sql.DB) (Dialect, error) {
 	return MySQLDialect(strings.Contains(strings.ToLower(version), "mariadb")), nil
 }
 
+// attach learns the flavour (MariaDB or MySQL) and, on a pool the caller
+// opened, refuses one that counts matched rows as affected (Open's own
+// pools never do).
+func (mysqlDialect) attach(ctx context.Context, sdb *sql.DB, a attachment) (Dialect, error) {
+	d, err := detectMySQL(ctx, sdb)
+	if err != nil || a.owned {
+		return d, err
+	}
+	if err := checkChangedRows(ctx, sdb); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
 // checkChangedRows refuses a MySQL pool whose connections report matched
 // rows rather than changed rows as affected (go-sql-driver's
 // clientFoundRows=true): a lease acquire that found the name held changes
@@ -176,13 +190,9 @@ func checkChangedRows(ctx context.Context, db *sql.DB) error {
 // SELECT ... FOR UPDATE locks the row on the node that ran it only.
 var ErrMultiPrimary = errors.New("row locks are local to one node of a multi-primary (Galera) cluster")
 
-// RowLocksExclusive reports whether a row lock on this database excludes
-// every client: false on a MariaDB/MySQL node with Galera replication on
-// (wsrep_on with a provider), true elsewhere.
-func (db *DB) RowLocksExclusive(ctx context.Context) (bool, error) {
-	if db.Dialect.Kind() != MySQL {
-		return true, nil
-	}
+// rowLocksExclusive asks whether Galera replication is on (see
+// RowLocksExclusive).
+func (mysqlDialect) rowLocksExclusive(ctx context.Context, db *DB) (bool, error) {
 	var on, provider sql.NullString
 	err := db.QueryRowxContext(ctx, "SELECT @@GLOBAL.wsrep_on, @@GLOBAL.wsrep_provider").Scan(&on, &provider)
 	if mysqlError(err, 1193) { // Unknown system variable: no Galera (MySQL).

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"strconv"
 
@@ -29,6 +31,8 @@ func (postgres) IdentQuote() string       { return `"` }
 func (postgres) MigrateHint() string {
 	return `dblock migrate up (or: goose -dir migrations/postgres -table dblock_db_version postgres "$DSN" up)`
 }
+
+func (d postgres) attach(context.Context, *sql.DB, attachment) (Dialect, error) { return d, nil }
 
 func (postgres) Lease() *LeaseSQL { return &pgLease }
 func (postgres) Row() *RowSQL     { return &pgRow }

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 
@@ -55,6 +57,12 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// attach keeps the database file of an Open for MigrateHint.
+func (sqliteDialect) attach(_ context.Context, _ *sql.DB, a attachment) (Dialect, error) {
+	file, _, _ := strings.Cut(a.dsn, "?")
+	return sqliteDialect{file: file}, nil
 }
 
 func (sqliteDialect) Lease() *LeaseSQL { return &sqliteLease }
