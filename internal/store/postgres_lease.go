@@ -62,24 +62,13 @@ func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireP
 }
 
 func (postgres) releaseLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token) (bool, error) {
-	return db.queryFlag(ctx, q, db.Dialect.Lease().Release, name, owner, int64(token))
+	return db.execOne(ctx, q, db.Dialect.Lease().Release, name, owner, int64(token))
 }
 
 func (postgres) renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
-	return db.queryFlag(ctx, q, db.Dialect.Lease().Renew, name, owner, int64(token), ttl.Microseconds())
+	return db.execOne(ctx, q, db.Dialect.Lease().Renew, name, owner, int64(token), ttl.Microseconds())
 }
 
 func (postgres) forceRelease(ctx context.Context, db *DB, q Querier, name string) (bool, error) {
-	return db.queryFlag(ctx, q, db.Dialect.Lease().ForceRelease, name)
-}
-
-// queryFlag runs a statement that answers one boolean row when it did its
-// work and no row when it found nothing to do, and reports which.
-func (db *DB) queryFlag(ctx context.Context, q Querier, query string, args ...any) (bool, error) {
-	var flag bool
-	err := q.QueryRowxContext(ctx, query, args...).Scan(&flag)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, db.Classify(err)
+	return db.execOne(ctx, q, db.Dialect.Lease().ForceRelease, name)
 }
