@@ -163,9 +163,7 @@ type leaseEngine interface {
 	acquireLease(ctx context.Context, db *DB, q Querier, p AcquireParams) (AcquireResult, error)
 	// acquireGuarded is AcquireLease with QueueGuard (autocommit).
 	acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error)
-	releaseLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token) (bool, error)
 	renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error)
-	forceRelease(ctx context.Context, db *DB, q Querier, name string) (bool, error)
 	// beginWriteTx is BeginWriteTx.
 	beginWriteTx(ctx context.Context, db *DB) (tx *sqlx.Tx, end func(), err error)
 	// onPool is onPoolShortBusy with q nil.
@@ -187,7 +185,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // ReleaseLease runs the release CAS; it reports whether the row named (owner,
 // token) and was released (or its reentry count decremented).
 func (db *DB) ReleaseLease(ctx context.Context, q Querier, name, owner string, token dblock.Token) (bool, error) {
-	return db.Dialect.releaseLease(ctx, db, db.q(q), name, owner, token)
+	return db.execOne(ctx, db.q(q), db.Dialect.Lease().Release, name, owner, int64(token))
 }
 
 // RenewLease extends an unexpired lease by ttl from the database's now; it
@@ -236,7 +234,7 @@ func (db *DB) ForceRelease(ctx context.Context, q Querier, name string) (bool, e
 	if err := dblock.ValidateName(name); err != nil {
 		return false, err
 	}
-	return db.Dialect.forceRelease(ctx, db, db.q(q), name)
+	return db.execOne(ctx, db.q(q), db.Dialect.Lease().ForceRelease, name)
 }
 
 func (db *DB) execOne(ctx context.Context, q Querier, query string, args ...any) (bool, error) {

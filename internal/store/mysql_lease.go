@@ -60,16 +60,8 @@ func (mysqlDialect) acquireGuarded(ctx context.Context, db *DB, p AcquireParams)
 	return AcquireResult{Waiters: queued, Statements: res.Statements}, nil
 }
 
-func (d mysqlDialect) releaseLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token) (bool, error) {
-	return db.execOne(ctx, q, d.Lease().Release, name, owner, int64(token))
-}
-
 func (d mysqlDialect) renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
 	return db.execOne(ctx, q, d.Lease().Renew, ttl.Microseconds(), name, owner, int64(token))
-}
-
-func (d mysqlDialect) forceRelease(ctx context.Context, db *DB, q Querier, name string) (bool, error) {
-	return db.execOne(ctx, q, d.Lease().ForceRelease, name)
 }
 
 // acquireMySQL is AcquireLease on MySQL/MariaDB. A name with no row whose

@@ -9,8 +9,9 @@ import (
 	"github.com/dblock-go/dblock"
 )
 
-// PostgreSQL's lease engine: every lease statement answers in one row, the
-// acquire with the holder it found, the release with the notification sent.
+// PostgreSQL's lease engine: the acquire answers in one row, with the
+// holder it found when it took nothing, or (the fair queue's direct
+// acquire) the waiters ahead.
 
 func (postgres) acquireLease(ctx context.Context, db *DB, q Querier, p AcquireParams) (AcquireResult, error) {
 	return db.pgAcquire(ctx, q, db.Dialect.Lease().Acquire, p, false)
@@ -61,14 +62,6 @@ func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireP
 	return res, nil
 }
 
-func (postgres) releaseLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token) (bool, error) {
-	return db.execOne(ctx, q, db.Dialect.Lease().Release, name, owner, int64(token))
-}
-
 func (postgres) renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
 	return db.execOne(ctx, q, db.Dialect.Lease().Renew, name, owner, int64(token), ttl.Microseconds())
-}
-
-func (postgres) forceRelease(ctx context.Context, db *DB, q Querier, name string) (bool, error) {
-	return db.execOne(ctx, q, db.Dialect.Lease().ForceRelease, name)
 }

@@ -61,14 +61,6 @@ func (db *DB) sqliteAcquire(ctx context.Context, q Querier, query string, p Acqu
 	return res, nil
 }
 
-func (d sqliteDialect) releaseLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token) (bool, error) {
-	return db.execOne(ctx, q, d.Lease().Release, name, owner, int64(token))
-}
-
 func (d sqliteDialect) renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
 	return db.execOne(ctx, q, d.Lease().Renew, name, owner, int64(token), ttl.Microseconds())
-}
-
-func (d sqliteDialect) forceRelease(ctx context.Context, db *DB, q Querier, name string) (bool, error) {
-	return db.execOne(ctx, q, d.Lease().ForceRelease, name)
 }
