@@ -13,10 +13,9 @@ import (
 	"github.com/dblock-go/dblock/internal/backoff"
 )
 
-// Lease statements of MySQL and MariaDB, and the acquisition that reads the
-// fencing floor without waiting for it.
-
-// MySQL's lease engine.
+// MySQL's and MariaDB's lease engine: the acquisition that reads the
+// fencing floor without waiting for it, the fair queue's guard in three
+// statements, and the renewal's argument order.
 
 func (mysqlDialect) acquireLease(ctx context.Context, db *DB, q Querier, p AcquireParams) (AcquireResult, error) {
 	return db.acquireMySQL(ctx, q, p)
