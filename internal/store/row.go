@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -15,7 +14,20 @@ import (
 )
 
 // rowEngine is the binding of the row locks of the pessimistic mode on one database (see engine).
-type rowEngine interface{}
+type rowEngine interface {
+	// ensureRow is EnsureRow on q (not nil).
+	ensureRow(ctx context.Context, db *DB, q Querier, name string) error
+	// lockRow runs the statement of LockRow in tx, reading its row with scan;
+	// its errors are unclassified.
+	lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, scan func(*sqlx.Row) error) error
+	// lockRows runs the statement of LockRows for names in tx through run,
+	// which sends it and reads its rows; its errors are unclassified.
+	lockRows(ctx context.Context, db *DB, tx Querier, names []string, p RowLockParams, run func(query string, args []any) error) error
+	// sessionRef builds the SessionRef of a lock statement's row: id, the
+	// database's extra column (PostgreSQL: now() in µs; MySQL: @@server_id),
+	// the database clock in µs and the session's hold bound (MySQL).
+	sessionRef(id, extra, nowUs, bound int64) SessionRef
+}
 
 // RowSQL holds the statements of transaction-held (pessimistic) locks. Every
 // statement runs inside the locking transaction on its pinned connection,
@@ -100,71 +112,46 @@ type SessionRef struct {
 	Bound int64
 }
 
-// sessionRef builds the SessionRef of a lock statement's row: id, the
-// dialect's extra column (PostgreSQL: now() in µs; MySQL: @@server_id), the
-// database clock in µs and the session's hold bound (MySQL).
-func (db *DB) sessionRef(id, extra, nowUs, bound int64) SessionRef {
-	ref := SessionRef{ID: id, At: Micros(nowUs), Bound: bound}
-	switch db.Dialect.Kind() {
-	case Postgres:
-		ref.TxStart = Micros(extra)
-	case MySQL:
-		ref.Server = extra
-	}
-	return ref
-}
-
 // EnsureRow makes sure name has a row, inserting a free one if needed. On
 // PostgreSQL and MySQL run it on the pool (autocommit), never inside a
 // transaction that others would then wait on; on SQLite run it inside the
 // locking transaction, where it also takes the database's write lock. A
 // row locked by someone else is reported as existing.
 func (db *DB) EnsureRow(ctx context.Context, q Querier, name string) error {
-	query := db.Dialect.Row().Ensure
-	if mariaDB(db) {
-		query = mariadbNoWait + query
-	} else if db.Dialect.Kind() == MySQL {
-		// MySQL 8 cannot tell the upsert not to wait: its duplicate-key
-		// check waits for a holder's row lock (at least 1 s, the smallest
-		// innodb_lock_wait_timeout). A consistent read first, which waits
-		// for nothing, skips the insert when the row already exists (a
-		// racing first acquisition created it), so TryAcquire does not wait
-		// there; only a row created between the two statements can still
-		// make the insert wait.
-		var one int
-		err := db.q(q).QueryRowxContext(ctx, db.Dialect.Lease().Exists, name).Scan(&one)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return db.Classify(err)
-		}
-	}
-	var err error
-	if db.Dialect.Kind() == MySQL {
-		// Retries while a reaper raises the fencing floor (see mysqlAcquire).
-		_, _, err = db.execFenced(ctx, db.q(q), query, name)
-	} else {
-		_, err = db.q(q).ExecContext(ctx, query, name)
-	}
+	return db.Dialect.ensureRow(ctx, db, db.q(q), name)
+}
+
+// ensuredRow reads err, the outcome of EnsureRow's insert on q, and returns
+// EnsureRow's error.
+func (db *DB) ensuredRow(ctx context.Context, q Querier, name string, err error) error {
 	err = db.Classify(err)
-	if errors.Is(err, dblock.ErrNotAcquired) {
-		// Either the row exists and a holder has it locked (nothing to
-		// insert), or — MySQL under REPEATABLE READ — another transaction's
-		// locking read of a missing neighbour holds a gap lock here. A
-		// consistent read, which waits for no lock, tells them apart; in the
-		// second case the caller retries.
-		var one int
-		rerr := db.q(q).QueryRowxContext(ctx, db.Dialect.Lease().Exists, name).Scan(&one)
-		if rerr == nil {
-			return nil
-		}
-		if !errors.Is(rerr, sql.ErrNoRows) {
-			return db.Classify(rerr)
-		}
+	if !errors.Is(err, dblock.ErrNotAcquired) {
 		return err
 	}
+	// Either the row exists and a holder has it locked (nothing to
+	// insert), or — MySQL under REPEATABLE READ — another transaction's
+	// locking read of a missing neighbour holds a gap lock here. A
+	// consistent read, which waits for no lock, tells them apart; in the
+	// second case the caller retries.
+	exists, rerr := db.rowExists(ctx, q, name)
+	switch {
+	case rerr != nil:
+		return db.Classify(rerr)
+	case exists:
+		return nil
+	}
 	return err
+}
+
+// rowExists reads, with a consistent read that waits for no lock, whether
+// name has a row; its error is unclassified.
+func (db *DB) rowExists(ctx context.Context, q Querier, name string) (bool, error) {
+	var one int
+	err := q.QueryRowxContext(ctx, db.Dialect.Lease().Exists, name).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func mariaDB(db *DB) bool {
@@ -185,7 +172,6 @@ func (db *DB) MariaDB() bool { return mariaDB(db) }
 // sets the session's innodb_lock_wait_timeout for the statement and restores
 // it. On SQLite the transaction's write lock is the lock: this only reads.
 func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockParams) (RowLock, error) {
-	rs := db.Dialect.Row()
 	var (
 		rl           RowLock
 		expUs, nowUs int64
@@ -195,33 +181,7 @@ func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockPar
 	scan := func(row *sqlx.Row) error {
 		return row.Scan(&rl.Holder.Owner, &rl.Holder.Mode, &expUs, &nowUs, &id, &extra, &bound)
 	}
-	var err error
-	switch db.Dialect.Kind() {
-	case Postgres:
-		idle := pgMillis(db.HoldBound(p.IdleTimeout))
-		if p.NoWait {
-			err = scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name, idle))
-		} else {
-			err = scan(tx.QueryRowxContext(ctx, rs.Lock, name, idle, pgMillis(waitFor(ctx, p.Wait))))
-			if err == nil {
-				_, err = tx.ExecContext(ctx, "SET LOCAL lock_timeout TO DEFAULT")
-			}
-		}
-	case MySQL:
-		switch {
-		case p.NoWait:
-			err = scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name))
-		case mariaDB(db):
-			q := fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout=%d FOR ", mysqlSeconds(waitFor(ctx, p.Wait))) + rs.Lock
-			err = scan(tx.QueryRowxContext(ctx, q, name))
-		default:
-			err = db.mysqlSessionWait(ctx, tx, waitFor(ctx, p.Wait), func() error {
-				return scan(tx.QueryRowxContext(ctx, rs.Lock, name))
-			})
-		}
-	default:
-		err = scan(tx.QueryRowxContext(ctx, rs.Lock, name))
-	}
+	err := db.Dialect.lockRow(ctx, db, tx, name, p, scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return RowLock{}, nil
 	}
@@ -234,7 +194,7 @@ func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockPar
 		rl.Holder.ExpiresAt = Micros(expUs)
 	}
 	rl.Holder.Now = Micros(nowUs)
-	rl.Session = db.sessionRef(id, extra, nowUs, bound)
+	rl.Session = db.Dialect.sessionRef(id, extra, nowUs, bound)
 	return rl, nil
 }
 
@@ -252,91 +212,69 @@ func (db *DB) LockRows(ctx context.Context, tx Querier, names []string, p RowLoc
 	if len(names) == 0 {
 		return nil, SessionRef{}, nil
 	}
-	rs := db.Dialect.Row()
-	kind := db.Dialect.Kind()
-	var args []any
-	first := 1
-	text := rs.LockMany
-	if p.NoWait {
-		text = rs.LockManyNoWait
-	}
-	if kind == Postgres {
-		args = append(args, pgMillis(db.HoldBound(p.IdleTimeout)))
-		if !p.NoWait {
-			args = append(args, pgMillis(waitFor(ctx, p.Wait)))
-		}
-		first = len(args) + 1
-	}
-	ph := make([]string, len(names))
-	for i, n := range names {
-		ph[i] = db.Dialect.Placeholder(first + i)
-		args = append(args, n)
-	}
-	suffix := ""
-	if p.NoWait && kind != SQLite {
-		suffix = " NOWAIT"
-	}
-	query := fmt.Sprintf(text, strings.Join(ph, ", "), suffix)
-	if kind == MySQL && !p.NoWait && mariaDB(db) {
-		query = fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout=%d FOR ", mysqlSeconds(waitFor(ctx, p.Wait))) + query
-	}
 	var (
 		out     []LockedName
 		session SessionRef
 	)
-	run := func() error {
+	run := func(query string, args []any) error {
 		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var (
-				ln           LockedName
-				expUs, nowUs int64
-				id, extra    int64
-				bound        int64
-			)
-			if err := rows.Scan(&ln.Name, &ln.Holder.Owner, &ln.Holder.Mode, &expUs, &nowUs, &id, &extra, &bound); err != nil {
+			ln, ref, err := db.scanLockedName(rows)
+			if err != nil {
 				return err
 			}
-			session = db.sessionRef(id, extra, nowUs, bound)
-			ln.Holder.Exists = true
-			if expUs != 0 {
-				ln.Holder.ExpiresAt = Micros(expUs)
-			}
-			ln.Holder.Now = Micros(nowUs)
+			session = ref
 			out = append(out, ln)
 		}
 		return rows.Err()
 	}
-	var err error
-	if kind == MySQL && !p.NoWait && !mariaDB(db) {
-		err = db.mysqlSessionWait(ctx, tx, waitFor(ctx, p.Wait), run)
-	} else {
-		err = run()
-	}
-	if err == nil && kind == Postgres && !p.NoWait {
-		_, err = tx.ExecContext(ctx, "SET LOCAL lock_timeout TO DEFAULT")
-	}
-	if err != nil {
+	if err := db.Dialect.lockRows(ctx, db, tx, names, p, run); err != nil {
 		return nil, SessionRef{}, db.Classify(err)
 	}
 	return out, session, nil
 }
 
-// mysqlSessionWait runs fn with the session's innodb_lock_wait_timeout set to
-// wait, and restores the previous value (MySQL 8 cannot bound one statement).
-func (db *DB) mysqlSessionWait(ctx context.Context, tx Querier, wait time.Duration, fn func() error) error {
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(
-		"SET @dblock_saved_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = %d", mysqlSeconds(wait))); err != nil {
-		return err
+// scanLockedName reads one row of the LockMany statements: the name, its
+// lease columns and the locking session.
+func (db *DB) scanLockedName(rows *sql.Rows) (LockedName, SessionRef, error) {
+	var (
+		ln           LockedName
+		expUs, nowUs int64
+		id, extra    int64
+		bound        int64
+	)
+	if err := rows.Scan(&ln.Name, &ln.Holder.Owner, &ln.Holder.Mode, &expUs, &nowUs, &id, &extra, &bound); err != nil {
+		return LockedName{}, SessionRef{}, err
 	}
-	err := fn()
-	if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), "SET SESSION innodb_lock_wait_timeout = @dblock_saved_lwt"); rerr != nil && err == nil {
-		err = rerr
+	ln.Holder.Exists = true
+	if expUs != 0 {
+		ln.Holder.ExpiresAt = Micros(expUs)
 	}
-	return err
+	ln.Holder.Now = Micros(nowUs)
+	return ln, db.Dialect.sessionRef(id, extra, nowUs, bound), nil
+}
+
+// lockManyQuery renders d's LockMany statement (LockManyNoWait with noWait)
+// for names, whose placeholders follow the arguments args already has, and
+// the lock clause suffix; it returns the text and args with the names
+// appended.
+func lockManyQuery(d Dialect, noWait bool, args []any, names []string, suffix string) (string, []any) {
+	rs := d.Row()
+	text := rs.LockMany
+	if noWait {
+		text = rs.LockManyNoWait
+	}
+	first := len(args) + 1
+	ph := make([]string, len(names))
+	for i, n := range names {
+		ph[i] = d.Placeholder(first + i)
+		args = append(args, n)
+	}
+	return fmt.Sprintf(text, strings.Join(ph, ", "), suffix), args
 }
 
 // waitFor returns the wait bound: the smaller of wait (when positive) and
@@ -352,32 +290,4 @@ func waitFor(ctx context.Context, wait time.Duration) time.Duration {
 		}
 	}
 	return wait
-}
-
-// pgMillis renders d as a PostgreSQL milliseconds setting; "0" disables.
-func pgMillis(d time.Duration) string {
-	if d <= 0 {
-		return "0"
-	}
-	ms := d.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
-	if ms > math.MaxInt32 {
-		ms = math.MaxInt32
-	}
-	return fmt.Sprintf("%d", ms)
-}
-
-// mysqlSeconds renders a lock-wait bound in whole seconds (rounded up, at
-// least 1; zero means unbounded, which is the server's maximum).
-func mysqlSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 100000000
-	}
-	s := int64(math.Ceil(d.Seconds()))
-	if s < 1 {
-		s = 1
-	}
-	return s
 }

@@ -3,12 +3,24 @@ package store
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 )
 
 // sessionEngine is the binding of a pessimistic holder's session on one database (see engine).
-type sessionEngine interface{}
+type sessionEngine interface {
+	// serverIncarnation is ServerIncarnation on q (not nil).
+	serverIncarnation(ctx context.Context, db *DB, q Querier) (Incarnation, error)
+	// sessionsAlive is SessionsAlive on q (not nil).
+	sessionsAlive(ctx context.Context, db *DB, q Querier, refs []SessionRef) ([]bool, error)
+	// writeLock is SQLiteWriteLock.
+	writeLock(ctx context.Context, db *DB, tx Querier) error
+	// sessionID is SessionID.
+	sessionID(ctx context.Context, db *DB, q Querier) (int64, error)
+	// cancelStatement is CancelStatement on q (not nil).
+	cancelStatement(ctx context.Context, db *DB, q Querier, id int64) error
+	// killSession is KillSession on q (not nil).
+	killSession(ctx context.Context, db *DB, q Querier, id int64) error
+}
 
 // Incarnation describes one run of the database server, as seen on one
 // connection (ServerIncarnation): a connection cannot outlive the server
@@ -62,33 +74,7 @@ func (inc Incarnation) Covers(ref SessionRef) bool {
 // SessionsAlive does not depend on it (a session is also known by its
 // transaction's start).
 func (db *DB) ServerIncarnation(ctx context.Context, q Querier) (Incarnation, error) {
-	var inc Incarnation
-	switch db.Dialect.Kind() {
-	case Postgres:
-		var startUs, nowUs int64
-		err := db.q(q).QueryRowxContext(ctx, `SELECT `+pgUs("pg_postmaster_start_time()")+`, `+pgUs("clock_timestamp()")).Scan(&startUs, &nowUs)
-		if err != nil {
-			return inc, db.Classify(err)
-		}
-		inc.Started, inc.Learned = Micros(startUs), Micros(nowUs)
-	case MySQL:
-		// Uptime is the whole seconds between the server's start and the
-		// statement's start, both truncated to the second; read the clock
-		// after it, so that the clock's second, less Uptime, plus one
-		// second, is at or after the start.
-		var name string
-		var uptime int64
-		if err := db.q(q).QueryRowxContext(ctx, "SHOW GLOBAL STATUS LIKE 'Uptime'").Scan(&name, &uptime); err != nil {
-			return inc, db.Classify(err)
-		}
-		var nowUs int64
-		if err := db.q(q).QueryRowxContext(ctx, `SELECT @@server_id, `+myUs("UTC_TIMESTAMP(6)")).Scan(&inc.Server, &nowUs); err != nil {
-			return inc, db.Classify(err)
-		}
-		inc.Learned = Micros(nowUs)
-		inc.Started = inc.Learned.Truncate(time.Second).Add(time.Duration(1-uptime) * time.Second)
-	}
-	return inc, nil
+	return db.Dialect.serverIncarnation(ctx, db, db.q(q))
 }
 
 // SessionsAlive reports, for each of refs, whether its session still
@@ -101,74 +87,7 @@ func (db *DB) ServerIncarnation(ctx context.Context, q Querier) (Incarnation, er
 // again): pass only refs known to belong to the incarnation that q talks
 // to (see Incarnation.Covers). SQLite has no sessions: every ref is alive.
 func (db *DB) SessionsAlive(ctx context.Context, q Querier, refs []SessionRef) ([]bool, error) {
-	alive := make([]bool, len(refs))
-	kind := db.Dialect.Kind()
-	if kind == SQLite {
-		for i := range alive {
-			alive[i] = true
-		}
-		return alive, nil
-	}
-	var (
-		ph   []string
-		args []any
-		seen = map[int64]bool{}
-	)
-	for _, r := range refs {
-		if seen[r.ID] {
-			continue
-		}
-		seen[r.ID] = true
-		ph = append(ph, db.Dialect.Placeholder(len(ph)+1))
-		args = append(args, r.ID)
-	}
-	if len(ph) == 0 {
-		return alive, nil
-	}
-	type found struct {
-		txUs  int64
-		state string
-	}
-	sessions := make(map[int64]found, len(args))
-	rows, err := db.q(q).QueryContext(ctx, fmt.Sprintf(db.Dialect.Row().Alive, strings.Join(ph, ", ")), args...)
-	if err != nil {
-		return nil, db.Classify(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id int64
-			f  found
-		)
-		dest := []any{&id}
-		if kind == Postgres {
-			dest = append(dest, &f.txUs, &f.state)
-		}
-		if err := rows.Scan(dest...); err != nil {
-			return nil, err
-		}
-		sessions[id] = f
-	}
-	if err := rows.Err(); err != nil {
-		return nil, db.Classify(err)
-	}
-	for i, r := range refs {
-		f, ok := sessions[r.ID]
-		switch {
-		case !ok:
-		case kind != Postgres:
-			alive[i] = true
-		case f.txUs != 0:
-			// The session is in a transaction: the locking one?
-			alive[i] = f.txUs == r.TxStart.UnixMicro()
-		default:
-			// xact_start hidden (another role's session, or
-			// track_activities off: state is then NULL or 'disabled'),
-			// or the session is in no transaction at all ('idle').
-			alive[i] = f.state != "idle"
-		}
-	}
-	return alive, nil
+	return db.Dialect.sessionsAlive(ctx, db, db.q(q), refs)
 }
 
 // SQLiteBusyTimeout reads the connection's busy timeout and sets it to d,
@@ -184,38 +103,16 @@ func (db *DB) SQLiteBusyTimeout(ctx context.Context, conn Querier, d time.Durati
 	return time.Duration(prev) * time.Millisecond, nil
 }
 
-// sqliteWriteLock changes nothing but, being a write, takes the database's
-// write lock in a transaction begun DEFERRED; it is cheaper to prepare than
-// the insert of EnsureRow.
-const sqliteWriteLock = "UPDATE dblock_fence SET floor = floor WHERE 0"
-
 // SQLiteWriteLock takes the database's write lock in tx (SQLite only; a
 // no-op elsewhere), whatever mode the pool begins transactions in.
 func (db *DB) SQLiteWriteLock(ctx context.Context, tx Querier) error {
-	if db.Dialect.Kind() != SQLite {
-		return nil
-	}
-	_, err := tx.ExecContext(ctx, sqliteWriteLock)
-	return db.Classify(err)
+	return db.Dialect.writeLock(ctx, db, tx)
 }
 
 // SessionID returns the server's id of q's connection (PostgreSQL backend
 // pid, MySQL CONNECTION_ID()); zero on SQLite.
 func (db *DB) SessionID(ctx context.Context, q Querier) (int64, error) {
-	var query string
-	switch db.Dialect.Kind() {
-	case Postgres:
-		query = "SELECT pg_backend_pid()"
-	case MySQL:
-		query = "SELECT CONNECTION_ID()"
-	default:
-		return 0, nil
-	}
-	var id int64
-	if err := q.QueryRowxContext(ctx, query).Scan(&id); err != nil {
-		return 0, db.Classify(err)
-	}
-	return id, nil
+	return db.Dialect.sessionID(ctx, db, q)
 }
 
 // CancelStatement cancels the statement the session id is running, from q
@@ -225,14 +122,7 @@ func (db *DB) SessionID(ctx context.Context, q Querier) (int64, error) {
 // granted the lock, and hold it until the server notices the closed
 // connection.
 func (db *DB) CancelStatement(ctx context.Context, q Querier, id int64) error {
-	var err error
-	switch db.Dialect.Kind() {
-	case Postgres:
-		_, err = db.q(q).ExecContext(ctx, "SELECT pg_cancel_backend($1)", id)
-	case MySQL:
-		_, err = db.q(q).ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id))
-	}
-	return db.Classify(err)
+	return db.Dialect.cancelStatement(ctx, db, db.q(q), id)
 }
 
 // KillSession ends the server session id from q (nil: the pool;
@@ -240,15 +130,5 @@ func (db *DB) CancelStatement(ctx context.Context, q Querier, id int64) error {
 // transaction; a session already gone is not an error. SQLite has no
 // sessions: nil.
 func (db *DB) KillSession(ctx context.Context, q Querier, id int64) error {
-	var err error
-	switch db.Dialect.Kind() {
-	case Postgres:
-		_, err = db.q(q).ExecContext(ctx, "SELECT pg_terminate_backend($1)", id)
-	case MySQL:
-		_, err = db.q(q).ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
-		if mysqlError(err, 1094) { // Unknown thread id: gone already.
-			err = nil
-		}
-	}
-	return db.Classify(err)
+	return db.Dialect.killSession(ctx, db, db.q(q), id)
 }

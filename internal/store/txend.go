@@ -10,13 +10,14 @@ import (
 )
 
 // holdEngine is the binding of bounding a pessimistic hold and ending it on one database (see engine).
-type holdEngine interface{}
-
-// mysqlHoldBoundMin is the smallest hold bound set on MySQL and MariaDB,
-// whose settings take whole seconds: with a bound of one second, a holder
-// that keeps its transaction busy every quarter of it (dblock exec) would
-// lose the hold to one statement 750 ms late; with two, 1.5 s late.
-const mysqlHoldBoundMin = 2 * time.Second
+type holdEngine interface {
+	// holdBound is HoldBound for d > 0.
+	holdBound(d time.Duration) time.Duration
+	// setHoldBound is SetHoldBound.
+	setHoldBound(ctx context.Context, db *DB, tx Querier, d time.Duration, current int64) error
+	// endHold is EndHold.
+	endHold(ctx context.Context, db *DB, tx Querier, commit bool) (open bool, err error)
+}
 
 // HoldBound returns how long the server lets a pessimistic hold of TTL d
 // stay idle before it ends the transaction (SetHoldBound, and the idle
@@ -28,13 +29,7 @@ func (db *DB) HoldBound(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	switch db.Dialect.Kind() {
-	case Postgres:
-		return ceilTo(d, time.Millisecond)
-	case MySQL:
-		return max(ceilTo(d, time.Second), mysqlHoldBoundMin)
-	}
-	return 0
+	return db.Dialect.holdBound(d)
 }
 
 // ceilTo rounds d > 0 up to a multiple of unit.
@@ -59,50 +54,7 @@ func ceilTo(d, unit time.Duration) time.Duration {
 //   - PostgreSQL sets idle_in_transaction_session_timeout inside the lock
 //     statement (local to the transaction), and SQLite has no sessions: nil.
 func (db *DB) SetHoldBound(ctx context.Context, tx Querier, d time.Duration, current int64) error {
-	if db.Dialect.Kind() != MySQL {
-		return nil
-	}
-	secs := int64(max(db.HoldBound(d), mysqlHoldBoundMin) / time.Second)
-	var stmt string
-	switch {
-	case db.stickyHoldBound() && current == secs:
-		return nil
-	case db.stickyHoldBound():
-		stmt = fmt.Sprintf("SET SESSION idle_transaction_timeout = %d", secs)
-	case mariaDB(db):
-		stmt = fmt.Sprintf("SET @dblock_saved_itt = @@SESSION.idle_transaction_timeout, SESSION idle_transaction_timeout = %d", secs)
-	default:
-		stmt = fmt.Sprintf("SET @dblock_saved_wt = @@SESSION.wait_timeout, SESSION wait_timeout = %d", secs)
-	}
-	_, err := tx.ExecContext(ctx, stmt)
-	return db.Classify(err)
-}
-
-// stickyHoldBound reports whether the hold bound stays on the session after
-// a hold (see SetHoldBound): MariaDB, on a pool Open opened.
-func (db *DB) stickyHoldBound() bool { return db.owned && mariaDB(db) }
-
-// mariadbEndHoldRestore restores the idle bound saved by SetHoldBound and,
-// in the same round trip, checks that the transaction is still open: when it
-// is not (the server rolled it back as a deadlock victim, or a statement
-// committed it implicitly), IF evaluates the subquery, which fails with
-// error 1242. The restore is then not applied either; the caller destroys
-// the connection. mariadbTxOpen is the check alone, as a SET (an OK packet,
-// no result set to read).
-const (
-	mariadbEndHoldRestore = `SET SESSION idle_transaction_timeout = IF(@@in_transaction = 1, @dblock_saved_itt,
-    (SELECT 1 UNION SELECT 2))`
-	mariadbTxOpen = `SET @dblock_tx_open = IF(@@in_transaction = 1, 1, (SELECT 1 UNION SELECT 2))`
-)
-
-// mariadbEndHold runs stmt (mariadbEndHoldRestore or mariadbTxOpen) and
-// reports whether the transaction was open.
-func (db *DB) mariadbEndHold(ctx context.Context, tx Querier, stmt string) (bool, error) {
-	_, err := tx.ExecContext(ctx, stmt)
-	if mysqlError(err, 1242) {
-		return false, nil
-	}
-	return err == nil, db.Classify(err)
+	return db.Dialect.setHoldBound(ctx, db, tx, d, current)
 }
 
 // EndHold runs on the locking transaction tx just before its COMMIT
@@ -115,32 +67,7 @@ func (db *DB) mariadbEndHold(ctx context.Context, tx Querier, stmt string) (bool
 // aborted) until its end, and its COMMIT then reports the rollback (see
 // CommitRolledBack).
 func (db *DB) EndHold(ctx context.Context, tx Querier, commit bool) (open bool, err error) {
-	if db.Dialect.Kind() != MySQL {
-		return true, nil
-	}
-	if db.stickyHoldBound() {
-		if !commit {
-			return true, nil // Nothing to restore, and a rollback needs no check.
-		}
-		return db.mariadbEndHold(ctx, tx, mariadbTxOpen)
-	}
-	if mariaDB(db) {
-		return db.mariadbEndHold(ctx, tx, mariadbEndHoldRestore)
-	}
-	// MySQL 8 has no @@in_transaction; SET TRANSACTION (the next
-	// transaction's characteristics) is refused with error 1568 exactly
-	// when a transaction is in progress, and needs no privilege.
-	if _, err := tx.ExecContext(ctx, "SET SESSION wait_timeout = @dblock_saved_wt"); err != nil {
-		return false, db.Classify(err)
-	}
-	_, err = tx.ExecContext(ctx, "SET TRANSACTION READ WRITE")
-	switch {
-	case mysqlError(err, 1568):
-		return true, nil
-	case err == nil:
-		return false, nil
-	}
-	return false, db.Classify(err)
+	return db.Dialect.endHold(ctx, db, tx, commit)
 }
 
 // CommitRolledBack reports whether a COMMIT's error says the server rolled

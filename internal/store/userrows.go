@@ -10,16 +10,20 @@ import (
 )
 
 // userRowsEngine is the binding of the application's own rows on one database (see engine).
-type userRowsEngine interface{}
+type userRowsEngine interface {
+	// checkUserRows refuses the options of p that the database cannot
+	// honour (errors wrap dblock.ErrInvalidOption).
+	checkUserRows(p UserRowsParams) error
+	// userRowsQuery readies tx for LockUserRows' locking read of table
+	// (quoted) by col (quoted), whose plain SELECT is query, and returns the
+	// read's text; its errors are classified.
+	userRowsQuery(ctx context.Context, db *DB, tx Querier, table, col, query string, p UserRowsParams) (string, error)
+}
 
 // QuoteIdent validates an identifier (optionally schema.table) and quotes it
 // for the dialect (sqlident.Quote). Errors wrap dblock.ErrInvalidOption.
 func (db *DB) QuoteIdent(ident string) (string, error) {
-	q := `"`
-	if db.Dialect.Kind() == MySQL {
-		q = "`"
-	}
-	return sqlident.Quote(ident, q, true)
+	return sqlident.Quote(ident, db.Dialect.IdentQuote(), true)
 }
 
 // UserRowsParams are the inputs of LockUserRows.
@@ -48,8 +52,8 @@ func (db *DB) LockUserRows(ctx context.Context, tx Querier, p UserRowsParams) ([
 	if p.NoWait && p.SkipLocked {
 		return nil, fmt.Errorf("%w: NoWait and SkipLocked are exclusive", dblock.ErrInvalidOption)
 	}
-	if db.Dialect.Kind() == SQLite && (p.NoWait || p.SkipLocked) {
-		return nil, fmt.Errorf("%w: SQLite has no row locks: NoWait and SkipLocked are not supported (the write transaction locks the whole database)", dblock.ErrInvalidOption)
+	if err := db.Dialect.checkUserRows(p); err != nil {
+		return nil, err
 	}
 	table, err := db.QuoteIdent(p.Table)
 	if err != nil {
@@ -70,20 +74,9 @@ func (db *DB) LockUserRows(ctx context.Context, tx Querier, p UserRowsParams) ([
 		ph[i] = db.Dialect.Placeholder(i + 1)
 	}
 	query := fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s) ORDER BY %s", col, table, col, strings.Join(ph, ", "), col)
-	if db.Dialect.Kind() == SQLite {
-		// WHERE 0 matches nothing, yet the statement is a write and
-		// takes the database's write lock.
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET %s = %s WHERE 0", table, col, col)); err != nil {
-			return nil, db.Classify(err)
-		}
-	} else {
-		query += " FOR UPDATE"
-		switch {
-		case p.NoWait:
-			query += " NOWAIT"
-		case p.SkipLocked:
-			query += " SKIP LOCKED"
-		}
+	query, err = db.Dialect.userRowsQuery(ctx, db, tx, table, col, query, p)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := tx.QueryContext(ctx, query, p.Keys...)
 	if err != nil {

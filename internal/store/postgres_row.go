@@ -1,0 +1,67 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// PostgreSQL's row-lock engine: the lock statements set the transaction's
+// idle bound and lock_timeout themselves (local to the transaction), and
+// lock_timeout goes back to its default once a waiting lock is had.
+
+func (d postgres) ensureRow(ctx context.Context, db *DB, q Querier, name string) error {
+	_, err := q.ExecContext(ctx, d.Row().Ensure, name)
+	return db.ensuredRow(ctx, q, name, err)
+}
+
+func (d postgres) lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, scan func(*sqlx.Row) error) error {
+	rs := d.Row()
+	idle := pgMillis(db.HoldBound(p.IdleTimeout))
+	if p.NoWait {
+		return scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name, idle))
+	}
+	err := scan(tx.QueryRowxContext(ctx, rs.Lock, name, idle, pgMillis(waitFor(ctx, p.Wait))))
+	if err == nil {
+		_, err = tx.ExecContext(ctx, "SET LOCAL lock_timeout TO DEFAULT")
+	}
+	return err
+}
+
+// lockRows binds the idle bound and, unless NoWait, the lock timeout before
+// the names.
+func (d postgres) lockRows(ctx context.Context, db *DB, tx Querier, names []string, p RowLockParams, run func(string, []any) error) error {
+	args := []any{pgMillis(db.HoldBound(p.IdleTimeout))}
+	if !p.NoWait {
+		args = append(args, pgMillis(waitFor(ctx, p.Wait)))
+	}
+	query, args := lockManyQuery(d, p.NoWait, args, names, d.lockManySuffix(p.NoWait))
+	err := run(query, args)
+	if err == nil && !p.NoWait {
+		_, err = tx.ExecContext(ctx, "SET LOCAL lock_timeout TO DEFAULT")
+	}
+	return err
+}
+
+// sessionRef: the extra column is the locking transaction's now().
+func (postgres) sessionRef(id, extra, nowUs, bound int64) SessionRef {
+	return SessionRef{ID: id, TxStart: Micros(extra), At: Micros(nowUs), Bound: bound}
+}
+
+// pgMillis renders d as a PostgreSQL milliseconds setting; "0" disables.
+func pgMillis(d time.Duration) string {
+	if d <= 0 {
+		return "0"
+	}
+	ms := d.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	if ms > math.MaxInt32 {
+		ms = math.MaxInt32
+	}
+	return fmt.Sprintf("%d", ms)
+}
