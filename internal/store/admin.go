@@ -9,7 +9,16 @@ import (
 )
 
 // adminEngine is the binding of the administrators' listings on one database (see engine).
-type adminEngine interface{}
+type adminEngine interface {
+	// listLocksSQL is ListLocks' statement, with filter (an AND on the
+	// column name, or "") after its WHERE: the held rows, their times in µs
+	// since the epoch (0 for NULL) and the database clock, by name.
+	listLocksSQL(filter string) string
+	// listWaitersSQL is ListWaiters' statement, with filter (an AND on the
+	// column w.name, or "") after its WHERE: the live waiters, each with its
+	// position in its name's queue, their times in µs and the database clock.
+	listWaitersSQL(filter string) string
+}
 
 // Administrative reads for `dblock status`. They take no row locks and never
 // wait for one, so they can run at any time without slowing lock traffic.
@@ -55,26 +64,7 @@ func (db *DB) ListLocks(ctx context.Context, names []string) ([]LockRow, error) 
 	if err := validateNames(names); err != nil {
 		return nil, err
 	}
-	var query string
-	switch db.Dialect.Kind() {
-	case Postgres:
-		query = `SELECT name, owner, version, reentry, coalesce(mode, ''),
-    coalesce(` + pgUs("acquired_at") + `, 0), coalesce(` + pgUs("expires_at") + `, 0),
-    ` + pgUs("updated_at") + `, coalesce(metadata, ''), ` + pgUs("now()") + `
-FROM dblock_locks WHERE owner IS NOT NULL` + db.nameFilter("name", names, 1, " AND ") + `
-ORDER BY name`
-	case MySQL:
-		query = `SELECT name, owner, version, reentry, IFNULL(mode, ''),
-    IFNULL(` + myUs("acquired_at") + `, 0), IFNULL(` + myUs("expires_at") + `, 0),
-    ` + myUs("updated_at") + `, IFNULL(metadata, ''), ` + myUs("UTC_TIMESTAMP(6)") + `
-FROM dblock_locks WHERE owner IS NOT NULL` + db.nameFilter("name", names, 1, " AND ") + `
-ORDER BY name`
-	default:
-		query = `SELECT name, owner, version, reentry, IFNULL(mode, ''),
-    IFNULL(acquired_at, 0), IFNULL(expires_at, 0), updated_at, IFNULL(metadata, ''), ` + sqliteNow + `
-FROM dblock_locks WHERE owner IS NOT NULL` + db.nameFilter("name", names, 1, " AND ") + `
-ORDER BY name`
-	}
+	query := db.Dialect.listLocksSQL(db.nameFilter("name", names, 1, " AND "))
 	rows, err := db.QueryContext(ctx, query, nameArgs(names)...)
 	if err != nil {
 		return nil, db.Classify(err)
@@ -109,32 +99,7 @@ func (db *DB) ListWaiters(ctx context.Context, names []string) ([]WaiterRow, err
 	if err := validateNames(names); err != nil {
 		return nil, err
 	}
-	var query string
-	switch db.Dialect.Kind() {
-	case Postgres:
-		query = `SELECT id, name, owner, position, ` + pgUs("created_at") + `, ` + pgUs("heartbeat_at") + `,
-    ` + pgUs("expires_at") + `, ` + pgUs("now()") + `
-FROM (
-    SELECT w.*, row_number() OVER (PARTITION BY w.name ORDER BY w.created_at, w.id) AS position
-    FROM dblock_waiters w WHERE w.expires_at > now()` + db.nameFilter("w.name", names, 1, " AND ") + `
-) q
-ORDER BY name, position`
-	case MySQL:
-		query = `SELECT id, name, owner, position, ` + myUs("created_at") + `, ` + myUs("heartbeat_at") + `,
-    ` + myUs("expires_at") + `, ` + myUs("UTC_TIMESTAMP(6)") + `
-FROM (
-    SELECT w.*, ROW_NUMBER() OVER (PARTITION BY w.name ORDER BY w.created_at, w.id) AS position
-    FROM dblock_waiters w WHERE w.expires_at > UTC_TIMESTAMP(6)` + db.nameFilter("w.name", names, 1, " AND ") + `
-) q
-ORDER BY name, position`
-	default:
-		query = `SELECT id, name, owner, position, created_at, heartbeat_at, expires_at, ` + sqliteNow + `
-FROM (
-    SELECT w.*, row_number() OVER (PARTITION BY w.name ORDER BY w.created_at, w.id) AS position
-    FROM dblock_waiters w WHERE w.expires_at > ` + sqliteNow + db.nameFilter("w.name", names, 1, " AND ") + `
-) q
-ORDER BY name, position`
-	}
+	query := db.Dialect.listWaitersSQL(db.nameFilter("w.name", names, 1, " AND "))
 	rows, err := db.QueryContext(ctx, query, nameArgs(names)...)
 	if err != nil {
 		return nil, db.Classify(err)

@@ -2,21 +2,19 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
-	"errors"
-	"fmt"
 	"io"
 	"sort"
 	"time"
-
-	"github.com/jmoiron/sqlx"
-
-	"github.com/dblock-go/dblock"
 )
 
 // probeEngine is the binding of probing the server on one database (see engine).
-type probeEngine interface{}
+type probeEngine interface {
+	// probeTxHolds is ProbeTxHolds once the names were checked.
+	probeTxHolds(ctx context.Context, db *DB, names []string, limit int) (TxHolds, error)
+	// clockNowSQL is ClockNow's statement, answering the database clock in
+	// µs since the epoch.
+	clockNowSQL() string
+}
 
 // Administrative probes for `dblock status`, `dblock release` and the exit-75
 // line of `dblock exec`: who holds a name when no lease row says so.
@@ -30,12 +28,6 @@ type probeEngine interface{}
 // TxProbeLimitDefault bounds how many rows ProbeTxHolds probes when it is
 // given no names.
 const TxProbeLimitDefault = 1000
-
-// sqliteProbeBusyTimeout is how long the SQLite probe waits for the write
-// lock before calling it held: the bound a lease acquire waits too
-// (sqliteLeaseBusyTimeout), so that ordinary writers, which hold the lock for
-// one commit, are not taken for a transaction hold.
-const sqliteProbeBusyTimeout = sqliteLeaseBusyTimeout
 
 // TxHolds is what ProbeTxHolds found.
 type TxHolds struct {
@@ -95,38 +87,7 @@ func (db *DB) ProbeTxHolds(ctx context.Context, names []string, limit int) (TxHo
 	if err := validateNames(names); err != nil {
 		return TxHolds{}, err
 	}
-	if db.Dialect.Kind() == SQLite {
-		locked, err := db.sqliteWriteLocked(ctx)
-		return TxHolds{WriteLocked: locked}, err
-	}
-	if limit <= 0 {
-		limit = TxProbeLimitDefault
-	}
-	var out TxHolds
-	cands, err := db.txCandidates(ctx, names, limit+1)
-	if err != nil {
-		return TxHolds{}, err
-	}
-	if len(names) == 0 && len(cands) > limit {
-		cands, out.Limited = cands[:limit], true
-	}
-	for round := 0; round < 2 && len(cands) > 0; round++ {
-		if round > 0 {
-			// Those still naming no live lease.
-			if cands, err = db.txCandidates(ctx, cands, 0); err != nil {
-				return TxHolds{}, err
-			}
-			if len(cands) == 0 {
-				break
-			}
-		}
-		if cands, err = db.skipped(ctx, cands); err != nil {
-			return TxHolds{}, err
-		}
-	}
-	sort.Strings(cands)
-	out.Names = cands
-	return out, nil
+	return db.Dialect.probeTxHolds(ctx, db, names, limit)
 }
 
 // ReadOnlyRefused reports whether err is the server refusing a locking read
@@ -141,144 +102,10 @@ func ReadOnlyRefused(err error) bool {
 	return mysqlError(err, 1792)
 }
 
-// txCandidates returns the names (all, or those of names) whose row names no
-// live lease holder, in name order, at most limit of them (0: no limit). On
-// PostgreSQL only rows with xmax set are returned: a row lock sets it.
-func (db *DB) txCandidates(ctx context.Context, names []string, limit int) ([]string, error) {
-	var where string
-	switch db.Dialect.Kind() {
-	case Postgres:
-		where = `(owner IS NULL OR expires_at IS NULL OR expires_at <= now()) AND xmax::text <> '0'`
-	default:
-		where = `(owner IS NULL OR expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))`
-	}
-	query := `SELECT name FROM dblock_locks WHERE ` + where + db.nameFilter("name", names, 1, " AND ") + ` ORDER BY name`
-	if limit > 0 {
-		query += fmt.Sprintf(" LIMIT %d", limit)
-	}
-	return db.names(ctx, db.DB, query, nameArgs(names))
-}
-
-// skipped returns those of names (rows that exist) that a shared locking
-// read with SKIP LOCKED skips: rows another transaction holds locked.
-func (db *DB) skipped(ctx context.Context, names []string) ([]string, error) {
-	var clause string
-	switch {
-	case db.Dialect.Kind() == Postgres:
-		clause = " FOR KEY SHARE SKIP LOCKED"
-	case mariaDB(db):
-		clause = " LOCK IN SHARE MODE SKIP LOCKED"
-	default:
-		clause = " FOR SHARE SKIP LOCKED"
-	}
-	table := "dblock_locks"
-	if db.Dialect.Kind() == MySQL {
-		// The primary key, where a pessimistic holder's lock is: through a
-		// covering secondary index the shared lock would be taken on that
-		// index's records, which conflict with nothing the holder locked.
-		table += " FORCE INDEX (PRIMARY)"
-	}
-	query := `SELECT name FROM ` + table + ` WHERE` + db.nameFilter("name", names, 1, " ") + clause
-	var (
-		free []string
-		err  error
-	)
-	if db.Dialect.Kind() == Postgres {
-		free, err = db.names(ctx, db.DB, query, nameArgs(names))
-	} else {
-		// InnoDB takes no lock for a locking read in autocommit mode, so it
-		// would skip nothing: the read runs in a transaction of its own,
-		// READ COMMITTED so that it locks no gap, rolled back at once.
-		var tx *sqlx.Tx
-		tx, err = db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		if err != nil {
-			return nil, db.Classify(err)
-		}
-		free, err = db.names(ctx, tx, query, nameArgs(names))
-		_ = tx.Rollback()
-	}
-	if err != nil {
-		return nil, err
-	}
-	seen := make(map[string]bool, len(free))
-	for _, n := range free {
-		seen[n] = true
-	}
-	var out []string
-	for _, n := range names {
-		if !seen[n] {
-			out = append(out, n)
-		}
-	}
-	return out, nil
-}
-
-func (db *DB) names(ctx context.Context, q Querier, query string, args []any) ([]string, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, db.Classify(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var name []byte
-		if err := rows.Scan(&name); err != nil {
-			return nil, db.Classify(err)
-		}
-		out = append(out, string(name))
-	}
-	return out, db.Classify(rows.Err())
-}
-
-// sqliteWriteLocked reports whether another connection holds the database's
-// write lock for longer than sqliteProbeBusyTimeout.
-func (db *DB) sqliteWriteLocked(ctx context.Context) (locked bool, err error) {
-	c, err := db.Connx(ctx)
-	if err != nil {
-		return false, db.Classify(err)
-	}
-	defer c.Close()
-	prev, err := db.SQLiteBusyTimeout(ctx, c, sqliteProbeBusyTimeout)
-	if err != nil {
-		return false, err
-	}
-	restore := func(c *sqlx.Conn, stmts ...string) {
-		for _, s := range stmts {
-			if _, err := c.ExecContext(context.WithoutCancel(ctx), s); err != nil {
-				// A connection left in a transaction or with the short
-				// timeout must not go back to the pool.
-				_ = c.Raw(func(any) error { return driver.ErrBadConn })
-				return
-			}
-		}
-	}
-	_, err = c.ExecContext(ctx, "BEGIN IMMEDIATE")
-	err = db.Classify(err)
-	switch {
-	case err == nil:
-		restore(c, "ROLLBACK", fmt.Sprintf("PRAGMA busy_timeout = %d", prev.Milliseconds()))
-		return false, nil
-	case errors.Is(err, dblock.ErrNotAcquired):
-		restore(c, fmt.Sprintf("PRAGMA busy_timeout = %d", prev.Milliseconds()))
-		return true, nil
-	}
-	restore(c, fmt.Sprintf("PRAGMA busy_timeout = %d", prev.Milliseconds()))
-	return false, err
-}
-
 // ClockNow reads the database clock.
 func (db *DB) ClockNow(ctx context.Context) (time.Time, error) {
-	var query string
-	switch db.Dialect.Kind() {
-	case Postgres:
-		query = `SELECT ` + pgUs("clock_timestamp()")
-	case MySQL:
-		query = `SELECT ` + myUs("UTC_TIMESTAMP(6)")
-	default:
-		query = `SELECT ` + sqliteNow
-	}
 	var us int64
-	if err := db.QueryRowxContext(ctx, query).Scan(&us); err != nil {
+	if err := db.QueryRowxContext(ctx, db.Dialect.clockNowSQL()).Scan(&us); err != nil {
 		return time.Time{}, db.Classify(err)
 	}
 	return Micros(us), nil

@@ -2,15 +2,18 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 )
 
 // queueEngine is the binding of the fair queue's statements on one database (see engine).
-type queueEngine interface{}
+type queueEngine interface {
+	// enqueue is Enqueue on q (not nil).
+	enqueue(ctx context.Context, db *DB, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error)
+	// leaveQueue is LeaveQueue on q (not nil).
+	leaveQueue(ctx context.Context, db *DB, q Querier, id int64) (bool, error)
+}
 
 // QueueSQL holds the statements of the fair wait queue (dblock_waiters).
 //
@@ -91,25 +94,16 @@ type QueueState struct {
 // timeout from the database's now.
 func (db *DB) Enqueue(ctx context.Context, q Querier, name, owner string, timeout time.Duration) (t WaiterTicket, err error) {
 	err = db.onPoolShortBusy(ctx, q, func(q Querier) error {
-		t, err = db.enqueue(ctx, q, name, owner, timeout)
+		t, err = db.Dialect.enqueue(ctx, db, q, name, owner, timeout)
 		return err
 	})
 	return t, err
 }
 
-func (db *DB) enqueue(ctx context.Context, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
+// enqueueReturning runs Enqueue's statement where it returns the waiter's id
+// and created_at (PostgreSQL, SQLite).
+func (db *DB) enqueueReturning(ctx context.Context, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
 	sqlText := db.Dialect.Queue().Enqueue
-	if db.Dialect.Kind() == MySQL {
-		r, err := q.ExecContext(ctx, sqlText, name, owner, timeout.Microseconds())
-		if err != nil {
-			return WaiterTicket{}, db.Classify(err)
-		}
-		id, err := r.LastInsertId()
-		if err != nil {
-			return WaiterTicket{}, err
-		}
-		return WaiterTicket{ID: id}, nil
-	}
 	var t WaiterTicket
 	var us int64
 	if err := q.QueryRowxContext(ctx, sqlText, name, owner, timeout.Microseconds()).Scan(&t.ID, &us); err != nil {
@@ -225,20 +219,8 @@ func (db *DB) TakeWaiter(ctx context.Context, tx Querier, id int64) (bool, error
 // there. On PostgreSQL the waiters of its name are notified.
 func (db *DB) LeaveQueue(ctx context.Context, q Querier, id int64) (left bool, err error) {
 	err = db.onPoolShortBusy(ctx, q, func(q Querier) error {
-		left, err = db.leaveQueue(ctx, q, id)
+		left, err = db.Dialect.leaveQueue(ctx, db, q, id)
 		return err
 	})
 	return left, err
-}
-
-func (db *DB) leaveQueue(ctx context.Context, q Querier, id int64) (bool, error) {
-	if db.Dialect.Kind() == Postgres {
-		var notified bool
-		err := q.QueryRowxContext(ctx, db.Dialect.Queue().Leave, id).Scan(&notified)
-		if errors.Is(err, sql.ErrNoRows) {
-			return false, nil
-		}
-		return err == nil, db.Classify(err)
-	}
-	return db.execOne(ctx, q, db.Dialect.Queue().Leave, id)
 }

@@ -7,13 +7,20 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/internal/backoff"
 )
 
 // reapEngine is the binding of the reaper's statements on one database (see engine).
-type reapEngine interface{}
+type reapEngine interface {
+	// reapExpired is ReapExpired.
+	reapExpired(ctx context.Context, db *DB, p ReapParams) (ReapResult, error)
+	// reapWaiters is ReapWaiters.
+	reapWaiters(ctx context.Context, db *DB, p ReapParams) (ReapResult, error)
+	// reapIdle is ReapIdle.
+	reapIdle(ctx context.Context, db *DB, p ReapParams) (ReapResult, error)
+	// checkFloor is ReapCheck once the tables were found: where tokens start
+	// from the fencing floor (MySQL, SQLite), it checks that its row exists.
+	checkFloor(ctx context.Context, db *DB) error
+}
 
 // ReapSQL holds the statements of the reaper. Every statement touches at most
 // a bounded number of rows, never waits for a row another transaction holds
@@ -124,27 +131,13 @@ type ReapGauges struct {
 // NULL, reentry 0, expires_at NULL); on PostgreSQL each freed name is notified
 // on NotifyChannel in the same statement, waking its waiters.
 func (db *DB) ReapExpired(ctx context.Context, p ReapParams) (ReapResult, error) {
-	s := db.Dialect.Reap()
-	switch db.Dialect.Kind() {
-	case Postgres, SQLite:
-		n, err := db.reapCount(ctx, s.FreeExpired, p.Limit)
-		return ReapResult{Rows: n, More: n >= p.Limit}, err
-	default:
-		return db.reapMySQL(ctx, p, s.ExpiredCandidates, s.LockExpired, s.FreeLocked, false)
-	}
+	return db.Dialect.reapExpired(ctx, db, p)
 }
 
 // ReapWaiters deletes one batch of waiters whose heartbeat deadline passed more
 // than p.Age ago. On PostgreSQL each name whose queue changed is notified.
 func (db *DB) ReapWaiters(ctx context.Context, p ReapParams) (ReapResult, error) {
-	s := db.Dialect.Reap()
-	switch db.Dialect.Kind() {
-	case Postgres, SQLite:
-		n, err := db.reapCount(ctx, s.DeleteWaiters, p.Limit, p.Age.Microseconds())
-		return ReapResult{Rows: n, More: n >= p.Limit}, err
-	default:
-		return db.reapMySQL(ctx, p, s.WaiterCandidates, s.LockWaiters, s.DeleteLockedWaiters, true)
-	}
+	return db.Dialect.reapWaiters(ctx, db, p)
 }
 
 // ReapIdle deletes one batch of rows free for longer than p.Age. On MySQL and
@@ -161,57 +154,7 @@ func (db *DB) ReapWaiters(ctx context.Context, p ReapParams) (ReapResult, error)
 // floor with a skip-locked shared lock (see mysqlAcquire), and none of
 // them waits or fails for a pass.
 func (db *DB) ReapIdle(ctx context.Context, p ReapParams) (ReapResult, error) {
-	s := db.Dialect.Reap()
-	age := p.Age.Microseconds()
-	switch db.Dialect.Kind() {
-	case Postgres:
-		n, err := db.reapCount(ctx, s.DeleteIdle, p.Limit, age)
-		return ReapResult{Rows: n, More: n >= p.Limit}, err
-	case SQLite:
-		var res ReapResult
-		err := db.reapTx(ctx, nil, func(tx *sql.Tx) error {
-			names, maxVersion, err := db.lockIdle(ctx, tx, s.LockIdle, age, p.Limit)
-			if err != nil {
-				return err
-			}
-			res.More = len(names) >= p.Limit
-			if len(names) == 0 {
-				return nil
-			}
-			if err := db.raiseFloorTx(ctx, tx, maxVersion); err != nil {
-				return err
-			}
-			res.Rows, err = db.deleteIdle(ctx, tx, names, age, maxVersion)
-			res.MaxVersion = maxVersion
-			return err
-		})
-		return res, err
-	default:
-		var res ReapResult
-		names, maxVersion, err := db.idleCandidates(ctx, s.IdleCandidates, age, p.Limit)
-		if err != nil || len(names) == 0 {
-			return res, err
-		}
-		res.More = len(names) >= p.Limit
-		if err := db.raiseFloor(ctx, maxVersion); err != nil {
-			return ReapResult{}, err
-		}
-		err = db.reapTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(tx *sql.Tx) error {
-			args := append(append(names, age), maxVersion)
-			locked, err := db.candidatesTx(ctx, tx, ListPlaceholders(s.LockIdle, len(names)), args...)
-			if err != nil || len(locked) == 0 {
-				return err
-			}
-			res.Rows, err = db.deleteIdle(ctx, tx, locked, age, maxVersion)
-			res.MaxVersion = maxVersion
-			return err
-		})
-		if res.Rows == 0 {
-			// Every candidate was locked or changed: no progress to make now.
-			res.More = false
-		}
-		return res, err
-	}
+	return db.Dialect.reapIdle(ctx, db, p)
 }
 
 // ReapGauges reads the number of held leases and waiters and the age of the
@@ -225,100 +168,6 @@ func (db *DB) ReapGauges(ctx context.Context) (ReapGauges, error) {
 	}
 	g.OldestStale = time.Duration(us) * time.Microsecond
 	return g, nil
-}
-
-// reapCount runs a one-statement batch that reports its row count.
-func (db *DB) reapCount(ctx context.Context, query string, limit int, args ...any) (int, error) {
-	if db.Dialect.Kind() == Postgres {
-		var n int64
-		if err := db.QueryRowxContext(ctx, query, append([]any{limit}, args...)...).Scan(&n); err != nil {
-			return 0, db.Classify(err)
-		}
-		return int(n), nil
-	}
-	r, err := db.ExecContext(ctx, query, append([]any{limit}, args...)...)
-	if err != nil {
-		return 0, db.Classify(err)
-	}
-	n, err := r.RowsAffected()
-	if err != nil {
-		return 0, db.Classify(err)
-	}
-	return int(n), nil
-}
-
-// reapMySQL runs a three-step batch: a non-locking read of candidates, then,
-// in a READ COMMITTED transaction, a SKIP LOCKED lock of the candidates still
-// stale and the change of exactly those. withAge passes p.Age to every
-// statement (waiters); leases use the clock alone.
-func (db *DB) reapMySQL(ctx context.Context, p ReapParams, candQ, lockQ, changeQ string, withAge bool) (ReapResult, error) {
-	var extra []any
-	if withAge {
-		extra = []any{p.Age.Microseconds()}
-	}
-	cands, err := db.candidates(ctx, candQ, append(extra, p.Limit)...)
-	if err != nil || len(cands) == 0 {
-		return ReapResult{}, err
-	}
-	res := ReapResult{More: len(cands) >= p.Limit}
-	err = db.reapTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(tx *sql.Tx) error {
-		locked, err := db.candidatesTx(ctx, tx, ListPlaceholders(lockQ, len(cands)), append(cands, extra...)...)
-		if err != nil || len(locked) == 0 {
-			return err
-		}
-		r, err := tx.ExecContext(ctx, ListPlaceholders(changeQ, len(locked)), append(locked, extra...)...)
-		if err != nil {
-			return err
-		}
-		n, err := r.RowsAffected()
-		res.Rows = int(n)
-		return err
-	})
-	if res.Rows == 0 {
-		res.More = false
-	}
-	return res, err
-}
-
-// candidates reads one column of keys (names or ids) without locking.
-func (db *DB) candidates(ctx context.Context, query string, args ...any) ([]any, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, db.Classify(err)
-	}
-	out, err := scanKeys(rows)
-	return out, db.Classify(err)
-}
-
-func (db *DB) candidatesTx(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]any, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	return scanKeys(rows)
-}
-
-func scanKeys(rows *sql.Rows) ([]any, error) {
-	defer rows.Close()
-	var out []any
-	for rows.Next() {
-		var k any
-		if err := rows.Scan(&k); err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
-}
-
-// lockIdle runs a statement returning (name, version) rows in tx and reports
-// the names and the highest version.
-func (db *DB) lockIdle(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]any, int64, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, 0, err
-	}
-	return scanIdle(rows)
 }
 
 // scanIdle reads (name, version) rows and reports the names and the highest version.
@@ -342,17 +191,6 @@ func scanIdle(rows *sql.Rows) ([]any, int64, error) {
 	return names, maxVersion, rows.Err()
 }
 
-// idleCandidates reads (name, version) rows without locking and returns the
-// names and the highest version.
-func (db *DB) idleCandidates(ctx context.Context, query string, args ...any) ([]any, int64, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, 0, db.Classify(err)
-	}
-	names, maxVersion, err := scanIdle(rows)
-	return names, maxVersion, db.Classify(err)
-}
-
 // readFloor reads the fencing floor without locking.
 func (db *DB) readFloor(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -363,79 +201,6 @@ func (db *DB) readFloor(ctx context.Context, q interface {
 		return 0, schemaMissing(db.Dialect, errors.New("dblock_fence has no row with id 1"))
 	}
 	return floor, err
-}
-
-// raiseFloorTx raises the fencing floor to at least v in tx (SQLite),
-// skipping the write when the floor, which only grows, is already there.
-func (db *DB) raiseFloorTx(ctx context.Context, tx *sql.Tx, v int64) error {
-	floor, err := db.readFloor(ctx, tx)
-	if err != nil || floor >= v {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, db.Dialect.Reap().RaiseFloor, v)
-	return err
-}
-
-// Pauses between the attempts of a MySQL floor raise that found the fence
-// row locked by acquisitions.
-const (
-	raiseRetryMin = time.Millisecond
-	raiseRetryMax = 50 * time.Millisecond
-)
-
-// raiseFloor makes the fencing floor at least v and commits (MySQL), unless
-// it is already there. The raise never waits for the fence row: while
-// acquisitions hold shared locks on it, the attempt fails at once and is
-// repeated after a growing, jittered pause until ctx ends. (A raise that
-// waited would make every acquisition skip the row, and retry, for as long
-// as it waited.)
-func (db *DB) raiseFloor(ctx context.Context, v int64) error {
-	floor, err := db.readFloor(ctx, db.DB.DB)
-	if err != nil {
-		return db.Classify(err)
-	}
-	if floor >= v {
-		return nil
-	}
-	pause := raiseRetryMin
-	for attempt := 1; ; attempt++ {
-		err := db.raiseOnce(ctx, v)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, dblock.ErrNotAcquired) {
-			return err
-		}
-		t := time.NewTimer(backoff.Jitter(pause))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("raise the fencing floor: fence row still locked after %d attempts: %w", attempt, err)
-		case <-t.C:
-		}
-		pause = min(2*pause, raiseRetryMax)
-	}
-}
-
-// raiseOnce is one attempt of raiseFloor; an error wrapping
-// dblock.ErrNotAcquired means the fence row was locked.
-func (db *DB) raiseOnce(ctx context.Context, v int64) error {
-	s := db.Dialect.Reap()
-	if s.LockFloor == "" {
-		_, err := db.ExecContext(ctx, s.RaiseFloor, v)
-		return db.Classify(err)
-	}
-	return db.reapTx(ctx, nil, func(tx *sql.Tx) error {
-		var floor int64
-		if err := tx.QueryRowContext(ctx, s.LockFloor).Scan(&floor); err != nil {
-			return err
-		}
-		if floor >= v {
-			return nil
-		}
-		_, err := tx.ExecContext(ctx, s.RaiseFloor, v)
-		return err
-	})
 }
 
 // deleteIdle deletes the locked names that are still free and idle and whose
@@ -471,9 +236,5 @@ func (db *DB) ReapCheck(ctx context.Context) error {
 	if _, err := db.ReapGauges(ctx); err != nil {
 		return err
 	}
-	if db.Dialect.Kind() == Postgres {
-		return nil
-	}
-	_, err := db.readFloor(ctx, db.DB.DB)
-	return db.Classify(err)
+	return db.Dialect.checkFloor(ctx, db)
 }

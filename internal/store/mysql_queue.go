@@ -1,0 +1,26 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// MySQL's and MariaDB's queue engine: the insert cannot return the waiter,
+// so its id comes from LAST_INSERT_ID (and its created_at from a later
+// CheckWaiter), and leaving reports the affected rows.
+
+func (d mysqlDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
+	r, err := q.ExecContext(ctx, d.Queue().Enqueue, name, owner, timeout.Microseconds())
+	if err != nil {
+		return WaiterTicket{}, db.Classify(err)
+	}
+	id, err := r.LastInsertId()
+	if err != nil {
+		return WaiterTicket{}, err
+	}
+	return WaiterTicket{ID: id}, nil
+}
+
+func (d mysqlDialect) leaveQueue(ctx context.Context, db *DB, q Querier, id int64) (bool, error) {
+	return db.execOne(ctx, q, d.Queue().Leave, id)
+}

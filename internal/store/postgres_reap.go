@@ -1,0 +1,36 @@
+package store
+
+import "context"
+
+// PostgreSQL's reaper engine: each batch is one statement that answers how
+// many rows it freed or deleted (notifying the names whose lock or queue
+// changed), and idle rows are deleted without a fencing floor, since tokens
+// come from a sequence.
+
+func (d postgres) reapExpired(ctx context.Context, db *DB, p ReapParams) (ReapResult, error) {
+	n, err := db.pgReapCount(ctx, d.Reap().FreeExpired, p.Limit)
+	return ReapResult{Rows: n, More: n >= p.Limit}, err
+}
+
+func (d postgres) reapWaiters(ctx context.Context, db *DB, p ReapParams) (ReapResult, error) {
+	n, err := db.pgReapCount(ctx, d.Reap().DeleteWaiters, p.Limit, p.Age.Microseconds())
+	return ReapResult{Rows: n, More: n >= p.Limit}, err
+}
+
+func (d postgres) reapIdle(ctx context.Context, db *DB, p ReapParams) (ReapResult, error) {
+	n, err := db.pgReapCount(ctx, d.Reap().DeleteIdle, p.Limit, p.Age.Microseconds())
+	return ReapResult{Rows: n, More: n >= p.Limit}, err
+}
+
+// checkFloor: PostgreSQL has no fencing floor.
+func (postgres) checkFloor(context.Context, *DB) error { return nil }
+
+// pgReapCount runs a one-statement batch (limit first, then args) that
+// answers its row count in one row.
+func (db *DB) pgReapCount(ctx context.Context, query string, limit int, args ...any) (int, error) {
+	var n int64
+	if err := db.QueryRowxContext(ctx, query, append([]any{limit}, args...)...).Scan(&n); err != nil {
+		return 0, db.Classify(err)
+	}
+	return int(n), nil
+}
