@@ -44,6 +44,13 @@ func (mysqlDialect) Now() string            { return "UTC_TIMESTAMP(6)" }
 // MariaDB reports whether the server is MariaDB.
 func (d mysqlDialect) MariaDB() bool { return d.mariadb }
 
+// MariaDB reports whether db is a MariaDB server (for tests: the engines
+// read their own flavour).
+func (db *DB) MariaDB() bool {
+	m, ok := db.Dialect.(mysqlDialect)
+	return ok && m.mariadb
+}
+
 // MigrateHint names goose's DSN form: go-sql-driver's, without the mysql://
 // scheme of a dblock DSN, and with parseTime (goose reads its own times).
 func (mysqlDialect) MigrateHint() string {

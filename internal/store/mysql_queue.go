@@ -7,7 +7,7 @@ import (
 
 // MySQL's and MariaDB's queue engine: the insert cannot return the waiter,
 // so its id comes from LAST_INSERT_ID (and its created_at from a later
-// CheckWaiter), and leaving reports the affected rows.
+// CheckWaiter).
 
 func (d mysqlDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
 	r, err := q.ExecContext(ctx, d.Queue().Enqueue, name, owner, timeout.Microseconds())
@@ -21,6 +21,3 @@ func (d mysqlDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owne
 	return WaiterTicket{ID: id}, nil
 }
 
-func (d mysqlDialect) leaveQueue(ctx context.Context, db *DB, q Querier, id int64) (bool, error) {
-	return db.execOne(ctx, q, d.Queue().Leave, id)
-}

@@ -11,8 +11,6 @@ import (
 type queueEngine interface {
 	// enqueue is Enqueue on q (not nil).
 	enqueue(ctx context.Context, db *DB, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error)
-	// leaveQueue is LeaveQueue on q (not nil).
-	leaveQueue(ctx context.Context, db *DB, q Querier, id int64) (bool, error)
 }
 
 // QueueSQL holds the statements of the fair wait queue (dblock_waiters).
@@ -219,7 +217,7 @@ func (db *DB) TakeWaiter(ctx context.Context, tx Querier, id int64) (bool, error
 // there. On PostgreSQL the waiters of its name are notified.
 func (db *DB) LeaveQueue(ctx context.Context, q Querier, id int64) (left bool, err error) {
 	err = db.onPoolShortBusy(ctx, q, func(q Querier) error {
-		left, err = db.Dialect.leaveQueue(ctx, db, q, id)
+		left, err = db.execOne(ctx, q, db.Dialect.Queue().Leave, id)
 		return err
 	})
 	return left, err

@@ -154,14 +154,6 @@ func (db *DB) rowExists(ctx context.Context, q Querier, name string) (bool, erro
 	return err == nil, err
 }
 
-func mariaDB(db *DB) bool {
-	m, ok := db.Dialect.(interface{ MariaDB() bool })
-	return ok && m.MariaDB()
-}
-
-// MariaDB reports whether db is a MariaDB server.
-func (db *DB) MariaDB() bool { return mariaDB(db) }
-
 // LockRow locks name's row in tx (a transaction on a pinned connection) and
 // reads it. A lock that could not be had in time is an error wrapping
 // dblock.ErrNotAcquired; a deadlock wraps dblock.ErrDeadlock.
