@@ -6,7 +6,9 @@ package store
 // by database asks db.Dialect (whose three implementations, postgres,
 // mysqlDialect and sqliteDialect, are the engines) instead of switching on
 // the kind. The methods live beside their statements, one file per
-// database and concern: postgres_*.go, mysql_*.go, sqlite_*.go.
+// database and concern: postgres_*.go, mysql_*.go, sqlite_*.go, and
+// server_*.go for what PostgreSQL and MySQL do alike (the server type,
+// embedded in both).
 //
 // The interface is the union of one interface per concern, declared in the
 // file of that concern's DB methods.

@@ -20,4 +20,3 @@ func (d mysqlDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owne
 	}
 	return WaiterTicket{ID: id}, nil
 }
-

@@ -12,4 +12,3 @@ import (
 func (postgres) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
 	return db.enqueueReturning(ctx, q, name, owner, timeout)
 }
-

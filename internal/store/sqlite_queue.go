@@ -10,4 +10,3 @@ import (
 func (sqliteDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
 	return db.enqueueReturning(ctx, q, name, owner, timeout)
 }
-

@@ -1,7 +1,9 @@
 // SQLite's statements, written out (?1 name, ?2 owner, ?3 ttl µs or version,
 // ?4 mode, ?5 metadata for leases; times are stored as µs since the epoch).
-// The code that runs them is in the file of its concern. testdata/sql/
-// sqlite.sql holds them as the database sees them.
+// The code that binds and reads them is SQLite's engine
+// (sqlite_<concern>.go, or the concern's file where every database runs a
+// statement alike). testdata/sql/sqlite.sql holds them as the database
+// sees them.
 
 package store
 

@@ -2,9 +2,9 @@
 // $3 ttl µs or version, $4 mode, $5 metadata), row locks, the fair queue and
 // the reaper ($1 limit, $2 age µs). Times are read as µs since the epoch
 // (pgUs). Each statement's doc says what it binds and returns; the code
-// that runs it is in the file of its concern (lease.go, row.go, queue.go,
-// reap.go). testdata/sql/postgres.sql holds them all as the server sees
-// them.
+// that binds and reads it is PostgreSQL's engine (postgres_<concern>.go,
+// or the concern's file where every database runs its statement alike).
+// testdata/sql/postgres.sql holds them all as the server sees them.
 
 package store
 

@@ -1,9 +1,9 @@
 // MySQL 8's and MariaDB's statements, written out (positional ? for every
 // argument): where the two differ, each has its own, named for it. Times
-// are read as µs since the epoch (myUs). The code that runs them is in the
-// file of its concern (lease.go and lease_mysql.go, row.go, queue.go,
-// reap.go). testdata/sql/mysql.sql and mariadb.sql hold them as the server
-// sees them.
+// are read as µs since the epoch (myUs). The code that binds and reads
+// them is MySQL's engine (mysql_<concern>.go, or the concern's file where
+// every database runs a statement alike). testdata/sql/mysql.sql and
+// mariadb.sql hold them as the server sees them.
 
 package store
 
