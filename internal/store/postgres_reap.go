@@ -8,26 +8,23 @@ import "context"
 // come from a sequence.
 
 func (d postgres) reapExpired(ctx context.Context, db *DB, p ReapParams) (ReapResult, error) {
-	n, err := db.pgReapCount(ctx, d.Reap().FreeExpired, p.Limit)
-	return ReapResult{Rows: n, More: n >= p.Limit}, err
+	return reapCounted(ctx, db, d, d.Reap().FreeExpired, p)
 }
 
 func (d postgres) reapWaiters(ctx context.Context, db *DB, p ReapParams) (ReapResult, error) {
-	n, err := db.pgReapCount(ctx, d.Reap().DeleteWaiters, p.Limit, p.Age.Microseconds())
-	return ReapResult{Rows: n, More: n >= p.Limit}, err
+	return reapCounted(ctx, db, d, d.Reap().DeleteWaiters, p, p.Age.Microseconds())
 }
 
 func (d postgres) reapIdle(ctx context.Context, db *DB, p ReapParams) (ReapResult, error) {
-	n, err := db.pgReapCount(ctx, d.Reap().DeleteIdle, p.Limit, p.Age.Microseconds())
-	return ReapResult{Rows: n, More: n >= p.Limit}, err
+	return reapCounted(ctx, db, d, d.Reap().DeleteIdle, p, p.Age.Microseconds())
 }
 
 // checkFloor: PostgreSQL has no fencing floor.
 func (postgres) checkFloor(context.Context, *DB) error { return nil }
 
-// pgReapCount runs a one-statement batch (limit first, then args) that
+// reapCount runs a one-statement batch (limit first, then args) that
 // answers its row count in one row.
-func (db *DB) pgReapCount(ctx context.Context, query string, limit int, args ...any) (int, error) {
+func (postgres) reapCount(ctx context.Context, db *DB, query string, limit int, args ...any) (int, error) {
 	var n int64
 	if err := db.QueryRowxContext(ctx, query, append([]any{limit}, args...)...).Scan(&n); err != nil {
 		return 0, db.Classify(err)

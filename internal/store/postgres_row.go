@@ -14,8 +14,7 @@ import (
 // lock_timeout goes back to its default once a waiting lock is had.
 
 func (d postgres) ensureRow(ctx context.Context, db *DB, q Querier, name string) error {
-	_, err := q.ExecContext(ctx, d.Row().Ensure, name)
-	return db.ensuredRow(ctx, q, name, err)
+	return db.insertRow(ctx, q, d.Row().Ensure, name)
 }
 
 func (d postgres) lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, scan func(*sqlx.Row) error) error {

@@ -22,6 +22,21 @@ type reapEngine interface {
 	checkFloor(ctx context.Context, db *DB) error
 }
 
+// reapCounter is the engine of a database whose expired-lease and
+// dead-waiter batches are each one statement that answers its count
+// (PostgreSQL, SQLite): reapCount runs one (limit first, then args).
+type reapCounter interface {
+	Reap() *ReapSQL
+	reapCount(ctx context.Context, db *DB, query string, limit int, args ...any) (int, error)
+}
+
+// reapCounted runs the one-statement batch query of c; more may remain when
+// it reached the limit.
+func reapCounted(ctx context.Context, db *DB, c reapCounter, query string, p ReapParams, args ...any) (ReapResult, error) {
+	n, err := c.reapCount(ctx, db, query, p.Limit, args...)
+	return ReapResult{Rows: n, More: n >= p.Limit}, err
+}
+
 // ReapSQL holds the statements of the reaper. Every statement touches at most
 // a bounded number of rows, never waits for a row another transaction holds
 // (SKIP LOCKED where the database has row locks), and re-checks its condition

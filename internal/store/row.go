@@ -121,6 +121,12 @@ func (db *DB) EnsureRow(ctx context.Context, q Querier, name string) error {
 	return db.Dialect.ensureRow(ctx, db, db.q(q), name)
 }
 
+// insertRow runs the insert of EnsureRow, query, on q.
+func (db *DB) insertRow(ctx context.Context, q Querier, query, name string) error {
+	_, err := q.ExecContext(ctx, query, name)
+	return db.ensuredRow(ctx, q, name, err)
+}
+
 // ensuredRow reads err, the outcome of EnsureRow's insert on q, and returns
 // EnsureRow's error.
 func (db *DB) ensuredRow(ctx context.Context, q Querier, name string, err error) error {

@@ -11,13 +11,11 @@ import (
 // floor to their highest version and deletes them in one write transaction.
 
 func (d sqliteDialect) reapExpired(ctx context.Context, db *DB, p ReapParams) (ReapResult, error) {
-	n, err := db.sqliteReapCount(ctx, d.Reap().FreeExpired, p.Limit)
-	return ReapResult{Rows: n, More: n >= p.Limit}, err
+	return reapCounted(ctx, db, d, d.Reap().FreeExpired, p)
 }
 
 func (d sqliteDialect) reapWaiters(ctx context.Context, db *DB, p ReapParams) (ReapResult, error) {
-	n, err := db.sqliteReapCount(ctx, d.Reap().DeleteWaiters, p.Limit, p.Age.Microseconds())
-	return ReapResult{Rows: n, More: n >= p.Limit}, err
+	return reapCounted(ctx, db, d, d.Reap().DeleteWaiters, p, p.Age.Microseconds())
 }
 
 // reapIdle raises the floor and deletes in the same write transaction.
@@ -50,9 +48,9 @@ func (sqliteDialect) checkFloor(ctx context.Context, db *DB) error {
 	return db.Classify(err)
 }
 
-// sqliteReapCount runs a one-statement batch (limit first, then args) and
+// reapCount runs a one-statement batch (limit first, then args) and
 // reports its affected rows.
-func (db *DB) sqliteReapCount(ctx context.Context, query string, limit int, args ...any) (int, error) {
+func (sqliteDialect) reapCount(ctx context.Context, db *DB, query string, limit int, args ...any) (int, error) {
 	r, err := db.ExecContext(ctx, query, append([]any{limit}, args...)...)
 	if err != nil {
 		return 0, db.Classify(err)

@@ -11,8 +11,7 @@ import (
 // the insert of a missing row runs inside that transaction.
 
 func (d sqliteDialect) ensureRow(ctx context.Context, db *DB, q Querier, name string) error {
-	_, err := q.ExecContext(ctx, d.Row().Ensure, name)
-	return db.ensuredRow(ctx, q, name, err)
+	return db.insertRow(ctx, q, d.Row().Ensure, name)
 }
 
 func (d sqliteDialect) lockRow(ctx context.Context, _ *DB, tx Querier, name string, _ RowLockParams, scan func(*sqlx.Row) error) error {
