@@ -6,6 +6,11 @@
 // owner-only CAS. How a lease was acquired is the mode's business; what
 // happens after is the same for every lease mode.
 //
+// The watchdog of a lease is a goroutine started by a timer when its first
+// event is due (the first renewal at TTL/3, or the local deadline if a
+// short MaxHold puts it earlier): a hold that ends sooner, as most do,
+// costs one timer and no goroutine (watch.go).
+//
 // Invariants: renewal stops before the release statement runs (Release
 // cancels the watchdog and waits for it), a transient renewal error is
 // retried until the local deadline and never reported as a loss before it,

@@ -98,15 +98,13 @@ func (p Params) firstTTL() time.Duration {
 // Start returns the handle of a lease just acquired and starts its watchdog.
 // After Close it releases the lease in the database and returns dblock.ErrClosed.
 func (k *Keeper) Start(p Params) (*dblock.Lease, error) {
-	ctx, cancel := context.WithCancel(context.Background())
 	h := &held{
 		k: k, p: p, key: holdKey{p.Name, p.Owner, p.Token},
-		ctx: ctx, stop: cancel, watchDone: make(chan struct{}), deadline: p.ReqStart.Add(p.firstTTL()), acquired: time.Now(),
+		watchDone: make(chan struct{}), deadline: p.ReqStart.Add(p.firstTTL()), acquired: time.Now(),
 	}
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
-		cancel()
 		relCtx, relCancel := context.WithTimeout(context.Background(), k.cfg.ReleaseTimeout)
 		defer relCancel()
 		k.count()
@@ -129,7 +127,7 @@ func (k *Keeper) Start(p Params) (*dblock.Lease, error) {
 	k.held[h.lease] = h
 	k.wg.Add(1)
 	k.mu.Unlock()
-	go h.watch()
+	h.armWatch()
 	return h.lease, nil
 }
 
@@ -263,12 +261,18 @@ type held struct {
 	lease     *dblock.Lease
 	ctl       mode.Control
 	acquired  time.Time
-	ctx       context.Context // Cancelled when Release begins; belongs to the lease, not to any caller.
-	stop      context.CancelFunc
-	watchDone chan struct{}
+	watchDone chan struct{} // Closed once the watchdog ended, or was stopped before it started.
+
+	// ctx is the watchdog's, set when it starts (see armWatch) and
+	// cancelled when Release begins or the lease is lost; it belongs to
+	// the lease, not to any caller.
+	ctx  context.Context
+	stop context.CancelFunc
 
 	mu       sync.Mutex
-	deadline time.Time // Local monotonic time until which the lease can be trusted.
+	deadline time.Time  // Local monotonic time until which the lease can be trusted.
+	watching watchState // Guarded by mu.
+	wake     *time.Timer
 }
 
 func (h *held) attrs(extra ...slog.Attr) []slog.Attr {
@@ -302,7 +306,8 @@ func (h *held) renewLoop() error {
 	expiry := time.NewTimer(time.Until(deadline))
 	defer expiry.Stop()
 	interval := h.p.TTL / 3
-	renewTimer := time.NewTimer(interval)
+	// The watchdog starts when the first renewal is due (armWatch).
+	renewTimer := time.NewTimer(max(0, time.Until(h.acquired.Add(interval))))
 	defer renewTimer.Stop()
 	renewC := renewTimer.C
 	retry := min(max(interval/4, h.k.cfg.RetryMin), 2*time.Second)
@@ -392,7 +397,7 @@ func (h *held) lose(reason error) {
 	}
 	if !h.ctl.Releasing() {
 		h.k.forget(h)
-		h.stop()
+		h.halt()
 	}
 	h.k.logger.LogAttrs(context.Background(), slog.LevelWarn, h.k.cfg.Prefix+": lease lost",
 		h.attrs(slog.String("error", reason.Error()))...)
@@ -432,7 +437,7 @@ func (h *held) classify(ctx context.Context) error {
 
 // release is the Lease's release: it stops renewal first, then runs the CAS.
 func (h *held) release(ctx context.Context) error {
-	h.stop()
+	h.halt()
 	<-h.watchDone
 	defer h.k.forget(h)
 	ok, err := h.releaseRow(ctx)

@@ -362,3 +362,46 @@ func TestReleaseEndsAtDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchdogStartsByTheFirstDueEvent: the watchdog starts when its first
+// event is due, not with the lease. A lease capped (MaxHold) below TTL/3
+// ends as lost with ErrExpired at the cap, long before a first renewal
+// would be due; a renewed lease is still held after several TTLs.
+func TestWatchdogStartsByTheFirstDueEvent(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		k := newKeeper(t, leasekeeper.Config{DB: iso.Store()})
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		owner := dblock.NewOwner()
+		name := locktest.RandomName("capped")
+		const ttl, hold = time.Minute, 300 * time.Millisecond
+		reqStart := time.Now()
+		res, err := iso.Store().AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeOptimistic, TTL: hold})
+		if err != nil || !res.Acquired {
+			t.Fatalf("acquire: %+v %v", res, err)
+		}
+		capped, err := k.Start(leasekeeper.Params{Name: name, Owner: owner, Mode: dblock.ModeOptimistic,
+			Token: res.Token, TTL: ttl, MaxHold: hold, ReqStart: reqStart, Reentry: res.Reentry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		receive(t, capped.Done(), "Done of a lease capped at 300 ms")
+		if took := time.Since(reqStart); took > ttl/3 {
+			t.Fatalf("the capped lease ended after %v, not at its cap", took)
+		}
+		if err := capped.Err(); !errors.Is(err, dblock.ErrExpired) {
+			t.Fatalf("capped lease: %v, want ErrExpired", err)
+		}
+
+		const short = 600 * time.Millisecond
+		renewed := start(t, k, iso.DB, locktest.RandomName("renewed"), short, true)
+		time.Sleep(3 * short)
+		if err := renewed.Err(); err != nil {
+			t.Fatalf("renewed lease after %v (TTL %v): %v", 3*short, short, err)
+		}
+		if err := renewed.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
