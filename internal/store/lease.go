@@ -32,6 +32,10 @@ type LeaseSQL struct {
 	Guard string
 	// ForceRelease frees a name whoever holds it (administrators only).
 	ForceRelease string
+	// Proclaim replaces the metadata of an unexpired lease; a CAS on (name,
+	// owner, version). PostgreSQL and SQLite bind (name, owner, version,
+	// metadata), MySQL (metadata, name, owner, version).
+	Proclaim string
 	// Exists finds a name's row without locking it.
 	Exists string
 	// FloorInTx and AcquireInTx (MySQL/MariaDB) replace Acquire inside a
@@ -164,6 +168,7 @@ type leaseEngine interface {
 	// acquireGuarded is AcquireLease with QueueGuard (autocommit).
 	acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error)
 	renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error)
+	proclaim(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, metadata string) (bool, error)
 	// beginWriteTx is BeginWriteTx.
 	beginWriteTx(ctx context.Context, db *DB) (tx *sqlx.Tx, end func(), err error)
 	// onPool is onPoolShortBusy with q nil.
@@ -192,6 +197,13 @@ func (db *DB) ReleaseLease(ctx context.Context, q Querier, name, owner string, t
 // reports whether the row still named (owner, token) unexpired.
 func (db *DB) RenewLease(ctx context.Context, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
 	return db.Dialect.renewLease(ctx, db, db.q(q), name, owner, token, ttl)
+}
+
+// SetLeaseMetadata replaces the metadata of the lease (owner, token) on name
+// while it is unexpired by the database clock (an empty metadata stores
+// NULL); it reports whether the row still named (owner, token) unexpired.
+func (db *DB) SetLeaseMetadata(ctx context.Context, q Querier, name, owner string, token dblock.Token, metadata string) (bool, error) {
+	return db.Dialect.proclaim(ctx, db, db.q(q), name, owner, token, metadata)
 }
 
 // LeaseHolder reads name's row and the database clock (Exists false when there is no row).

@@ -63,6 +63,10 @@ func (d mysqlDialect) renewLease(ctx context.Context, db *DB, q Querier, name, o
 	return db.execOne(ctx, q, d.Lease().Renew, ttl.Microseconds(), name, owner, int64(token))
 }
 
+func (d mysqlDialect) proclaim(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, metadata string) (bool, error) {
+	return db.execOne(ctx, q, d.Lease().Proclaim, nullString(metadata), name, owner, int64(token))
+}
+
 // acquireMySQL is AcquireLease on MySQL/MariaDB. A name with no row whose
 // key another transaction holds locked is free, not held: the lock is a
 // brief one (another acquisition inserting the same name, a reaper batch

@@ -110,6 +110,9 @@ const mysqlRenew = `UPDATE dblock_locks SET
     updated_at = UTC_TIMESTAMP(6)
 WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)`
 
+const mysqlProclaim = `UPDATE dblock_locks SET metadata = ?, updated_at = UTC_TIMESTAMP(6)
+WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)`
+
 var mysqlHolder = `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `, reentry
 FROM dblock_locks WHERE name = ?`
 
@@ -129,7 +132,7 @@ WHERE name = ? AND owner IS NOT NULL`
 const mariadbNoWait = "SET STATEMENT innodb_lock_wait_timeout=0 FOR "
 
 var mysqlLease = LeaseSQL{
-	Acquire: mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew,
+	Acquire: mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew, Proclaim: mysqlProclaim,
 	FloorInTx: mysqlFloorText + mysqlShareSkipLocked, AcquireInTx: mysqlAcquireValues,
 	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
 	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
@@ -139,7 +142,7 @@ var mysqlLease = LeaseSQL{
 // row held by us, which other statements lock for one autocommit statement at
 // most, and failing them at once would leave the lease to expire.
 var mariadbLease = LeaseSQL{
-	Acquire: mariadbNoWait + mariadbAcquire, Release: mysqlRelease, Renew: mysqlRenew,
+	Acquire: mariadbNoWait + mariadbAcquire, Release: mysqlRelease, Renew: mysqlRenew, Proclaim: mysqlProclaim,
 	FloorInTx: mysqlFloorText + mariadbShareSkipLocked, AcquireInTx: mariadbNoWait + mysqlAcquireValues,
 	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
 	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",

@@ -65,3 +65,7 @@ func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireP
 func (postgres) renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
 	return db.execOne(ctx, q, db.Dialect.Lease().Renew, name, owner, int64(token), ttl.Microseconds())
 }
+
+func (d postgres) proclaim(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, metadata string) (bool, error) {
+	return db.execOne(ctx, q, d.Lease().Proclaim, name, owner, int64(token), nullString(metadata))
+}

@@ -101,6 +101,9 @@ WHERE name = $1 AND owner IS NOT NULL
 RETURNING pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL`,
 
 	Exists: `SELECT 1 FROM dblock_locks WHERE name = $1`,
+
+	Proclaim: `UPDATE dblock_locks SET metadata = $4, updated_at = now()
+WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()`,
 }
 
 // pgLockCols are the columns every pessimistic lock statement returns: the

@@ -64,3 +64,7 @@ func (db *DB) sqliteAcquire(ctx context.Context, q Querier, query string, p Acqu
 func (d sqliteDialect) renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
 	return db.execOne(ctx, q, d.Lease().Renew, name, owner, int64(token), ttl.Microseconds())
 }
+
+func (d sqliteDialect) proclaim(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, metadata string) (bool, error) {
+	return db.execOne(ctx, q, d.Lease().Proclaim, name, owner, int64(token), nullString(metadata))
+}

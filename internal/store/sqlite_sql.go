@@ -29,6 +29,9 @@ RETURNING version, reentry`,
     updated_at = ` + sqliteNow + `
 WHERE name = ?1 AND owner = ?2 AND version = ?3`,
 
+	Proclaim: `UPDATE dblock_locks SET metadata = ?4, updated_at = ` + sqliteNow + `
+WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
+
 	Renew: `UPDATE dblock_locks SET
     expires_at = max(expires_at, ` + sqliteNow + ` + ?4),
     updated_at = ` + sqliteNow + `

@@ -43,6 +43,10 @@ LOCK IN SHARE MODE;
 UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ? AND owner IS NOT NULL;
 
+-- LeaseSQL.Proclaim
+UPDATE dblock_locks SET metadata = ?, updated_at = UTC_TIMESTAMP(6)
+WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6);
+
 -- LeaseSQL.Exists
 SELECT 1 FROM dblock_locks WHERE name = ?;
 

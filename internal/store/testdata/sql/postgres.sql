@@ -72,6 +72,10 @@ UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at
 WHERE name = $1 AND owner IS NOT NULL
 RETURNING pg_notify('dblock', name)::text IS NOT NULL;
 
+-- LeaseSQL.Proclaim
+UPDATE dblock_locks SET metadata = $4, updated_at = now()
+WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now();
+
 -- LeaseSQL.Exists
 SELECT 1 FROM dblock_locks WHERE name = $1;
 

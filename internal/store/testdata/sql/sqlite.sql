@@ -41,6 +41,10 @@ WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > CAST(unixepoch(
 UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE name = ?1 AND owner IS NOT NULL;
 
+-- LeaseSQL.Proclaim
+UPDATE dblock_locks SET metadata = ?4, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
+
 -- LeaseSQL.Exists
 SELECT 1 FROM dblock_locks WHERE name = ?1;
 
