@@ -33,6 +33,7 @@ func TestLockPackagesLinkNoDriver(t *testing.T) {
 		"github.com/dblock-go/dblock/optimistic":       "",
 		"github.com/dblock-go/dblock/pessimistic":      "",
 		"github.com/dblock-go/dblock/fairqueue":        "",
+		"github.com/dblock-go/dblock/election":         "",
 		"github.com/dblock-go/dblock/reaper":           "",
 		"github.com/dblock-go/dblock/userrows":         "",
 		"github.com/dblock-go/dblock/migrations":       "",
