@@ -69,6 +69,7 @@ Commands:
   exec --lock NAME -- CMD     run CMD while holding the lock NAME
   status [--json] [NAME...]   list held locks and fair-queue waiters
   release --lock NAME --force free a lock whoever holds it (administrators only)
+  leader [--watch] NAME       print the leader of an election (package election)
   reaper                      free expired leases and dead waiters on a schedule
 
 Global flags:
@@ -93,7 +94,7 @@ Environment:
               level on stderr (off by default: errors are one line)
 
 Exit codes: 0 ok (exec: CMD's status), 1 error, 64 bad usage, 69 database
-unreachable, 75 lock not acquired (release: held by a transaction), 76 lock
+unreachable, 75 lock not acquired (release: held by a transaction; leader: no leader), 76 lock
 lost, 78 run "dblock migrate up", 126/127 CMD not runnable/not found, 128+N
 killed by signal N.
 
@@ -147,6 +148,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = a.status(ctx, cmdArgs)
 	case "release":
 		err = a.release(ctx, cmdArgs)
+	case "leader":
+		err = a.leader(ctx, cmdArgs)
 	case "reaper":
 		err = a.reaper(ctx, cmdArgs)
 	case "help":
@@ -155,7 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version())
 		return exitOK
 	default:
-		err = usageErrorf("unknown command %q (want migrate, exec, status, release or reaper; see dblock --help)", cmd)
+		err = usageErrorf("unknown command %q (want migrate, exec, status, release, leader or reaper; see dblock --help)", cmd)
 	}
 	if err != nil {
 		return a.fail(err)
@@ -274,7 +277,7 @@ func (a *app) help(args []string) int {
 	}
 	text, ok := commandHelp[args[0]]
 	if !ok {
-		return a.fail(usageErrorf("help: unknown command %q (want migrate, exec, status, release or reaper)", args[0]))
+		return a.fail(usageErrorf("help: unknown command %q (want migrate, exec, status, release, leader or reaper)", args[0]))
 	}
 	fmt.Fprint(a.stdout, text)
 	return exitOK
@@ -286,6 +289,7 @@ var commandHelp = map[string]string{
 	"exec":    execHelp,
 	"status":  statusHelp,
 	"release": releaseHelp,
+	"leader":  leaderHelp,
 	"reaper":  reaperHelp,
 }
 
