@@ -130,11 +130,17 @@ var leaseModes = []struct {
 	{dblock.ModeFair, func(db *dialect.DB) (dblock.Locker, error) {
 		return fairqueue.New(db, &fairqueue.Config{Logger: quiet})
 	}},
+	{modeElection, func(db *dialect.DB) (dblock.Locker, error) {
+		return newElectionLocker(db, connDeathTTL), nil
+	}},
 }
+
+// connDeathTTL is the lease of TestFaultConnectionDeathLease's holder.
+const connDeathTTL = 1500 * time.Millisecond
 
 // TestFaultConnectionDeathLease kills, server-side and repeatedly, every
 // connection of a process holding a renewed lease (optimistic or fair;
-// pg_terminate_backend, MariaDB KILL). The watchdog must keep renewing on
+// pg_terminate_backend, MariaDB KILL), or an elected leader's. The watchdog must keep renewing on
 // fresh connections before the deadline: the lease is never reported lost,
 // nobody else can take the name meanwhile, and Release succeeds.
 func TestFaultConnectionDeathLease(t *testing.T) {
@@ -162,7 +168,7 @@ func connDeathLease(t *testing.T, kind store.Kind, newLocker func(db *dialect.DB
 	}
 	defer rival.Close()
 
-	const ttl = 1500 * time.Millisecond
+	const ttl = connDeathTTL
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	lease, err := holder.Acquire(ctx, "conn-death", dblock.WithTTL(ttl))

@@ -22,9 +22,10 @@ import (
 	"github.com/dblock-go/dblock/internal/store"
 )
 
-// deathModes are the Locker modes registered in lockerFactories.
+// deathModes are the Locker modes registered in lockerFactories, and
+// election.
 func deathModes() []string {
-	var modes []string
+	modes := []string{modeElection}
 	for m := range lockerFactories {
 		modes = append(modes, m)
 	}

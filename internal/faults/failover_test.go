@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/election"
 	"github.com/dblock-go/dblock/internal/faults/history"
 	"github.com/dblock-go/dblock/internal/store"
 )
@@ -80,6 +82,14 @@ func failoverTrial(t *testing.T, syncRep, partition bool) failoverResult {
 		wg      sync.WaitGroup
 	)
 	hotRecs := make([]*history.Recorder, 2)
+	// The second worker on the shared name is a candidate of an election
+	// called "hot": its terms go into the same history as the first
+	// worker's leases, so the checks cover elected terms too.
+	candidate, err := election.New(client, "hot", &election.Config{TTL: hotTTL, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer candidate.Close()
 	for w := range 3 {
 		if w < 2 {
 			hotRecs[w], _ = history.NewRecorder(fmt.Sprintf("hot%d", w), "")
@@ -109,8 +119,11 @@ func failoverTrial(t *testing.T, syncRep, partition bool) failoverResult {
 					acks = append(acks, ack{name, owner, res.Token, time.Now(), call})
 					mu.Unlock()
 				}
-				if w < 2 {
+				switch w {
+				case 0:
 					hotCycle(client, hotRecs[w])
+				case 1:
+					electionCycle(candidate, hotRecs[w])
 				}
 			}
 		}()
@@ -132,7 +145,7 @@ func failoverTrial(t *testing.T, syncRep, partition bool) failoverResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	// The promoted standby inherited synchronous_standby_names: without this
 	// its first write would wait for a standby that does not exist.
-	_, err := newPrimary.SQL().ExecContext(ctx, "ALTER SYSTEM SET synchronous_standby_names = ''")
+	_, err = newPrimary.SQL().ExecContext(ctx, "ALTER SYSTEM SET synchronous_standby_names = ''")
 	if err == nil {
 		_, err = newPrimary.SQL().ExecContext(ctx, "SELECT pg_reload_conf()")
 	}
@@ -273,6 +286,36 @@ func hotCycle(db *dialect.DB, rec *history.Recorder) {
 		rec.Return(id, history.Release, "hot", int64(res.Token), history.OK, nil)
 	default:
 		rec.Return(id, history.Release, "hot", int64(res.Token), history.NotHeld, nil)
+	}
+}
+
+// electionCycle campaigns for the election "hot" (for 2 s at most) and
+// resigns, recording both as an acquire and a release of the name.
+func electionCycle(e *election.Election, rec *history.Recorder) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	id := rec.Call(history.Acquire, "hot", hotTTL, 0)
+	term, err := e.Campaign(ctx, "candidate")
+	if err != nil {
+		var held *dblock.HeldError
+		if errors.As(err, &held) && held.Owner != "" {
+			rec.Return(id, history.Acquire, "hot", 0, history.Busy, nil)
+		} else {
+			rec.Return(id, history.Acquire, "hot", 0, history.Unknown, err)
+		}
+		return
+	}
+	tok := int64(term.Token())
+	rec.Return(id, history.Acquire, "hot", tok, history.OK, nil)
+	id = rec.Call(history.Release, "hot", 0, tok)
+	was, err := e.Resign(ctx)
+	switch {
+	case err != nil:
+		rec.Return(id, history.Release, "hot", tok, history.Unknown, err)
+	case was:
+		rec.Return(id, history.Release, "hot", tok, history.OK, nil)
+	default:
+		rec.Return(id, history.Release, "hot", tok, history.NotHeld, nil)
 	}
 }
 

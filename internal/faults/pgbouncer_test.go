@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/election"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
@@ -119,6 +121,57 @@ pidfile = %s
 	}
 }
 
+// bouncerElection: through PgBouncer in transaction mode a candidate is
+// elected, a second one waits, the leader resigns and the second is elected
+// in a later term (its LISTEN session cannot be held, so it polls), and an
+// observer saw both terms in order.
+func bouncerElection(ctx context.Context, t *testing.T, db *dialect.DB) {
+	cfg := &election.Config{TTL: 5 * time.Second, ObserveInterval: 50 * time.Millisecond, Logger: quiet}
+	cands := make([]*election.Election, 3)
+	for i := range cands {
+		e, err := election.New(db, "bouncer-election", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		cands[i] = e
+	}
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen := cands[2].Observe(octx)
+	first, err := cands[0].Campaign(ctx, "a")
+	if err != nil {
+		t.Fatalf("campaign through PgBouncer: %v", err)
+	}
+	won := make(chan *dblock.Lease, 1)
+	go func() {
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer wcancel()
+		term, err := cands[1].Campaign(wctx, "b")
+		if err != nil {
+			t.Errorf("second campaign: %v", err)
+		}
+		won <- term
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if was, err := cands[0].Resign(ctx); err != nil || !was {
+		t.Fatalf("resign through PgBouncer: %v %v", was, err)
+	}
+	second := <-won
+	if second == nil || second.Token() <= first.Token() {
+		t.Fatalf("second term %v is not after the first, %d", second, first.Token())
+	}
+	for l := range seen {
+		if l.Term < first.Token() {
+			t.Fatalf("observer saw term %d before the first, %d", l.Term, first.Token())
+		}
+		if l.Term == second.Token() {
+			return
+		}
+	}
+	t.Fatal("the observer's stream ended before the second term")
+}
+
 // TestFaultPgBouncer runs dblock through PgBouncer in transaction pooling
 // mode. PgBouncer 1.18 (Debian 12) does not support named prepared
 // statements across transactions, so the DSN selects pgx's exec mode
@@ -186,6 +239,8 @@ func TestFaultPgBouncer(t *testing.T) {
 			t.Logf("%s: waiter acquired %v after the release", m.name, time.Since(released).Round(time.Millisecond))
 		})
 	}
+
+	t.Run("election", func(t *testing.T) { bouncerElection(ctx, t, db) })
 
 	t.Run("pessimistic callback", func(t *testing.T) {
 		pl, err := pessimistic.New(db, &pessimistic.Config{Logger: quiet})

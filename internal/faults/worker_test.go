@@ -24,7 +24,7 @@ import (
 //
 //	FAULTS_WORKER    client id (non-empty selects worker mode)
 //	FAULTS_DSN       dblock DSN of the database
-//	FAULTS_MODE      "raw" (dialect lease statements) or a Locker mode
+//	FAULTS_MODE      "raw" (dialect lease statements), "election", or a Locker mode
 //	FAULTS_NAME      lock name
 //	FAULTS_TTL       lease TTL
 //	FAULTS_HISTORY   history file (appended)
@@ -168,6 +168,9 @@ func newClient(mode string, db *dialect.DB) (lockClient, error) {
 	if mode == "raw" {
 		return rawClient{db}, nil
 	}
+	if mode == modeElection {
+		return newElectionClient(db), nil
+	}
 	f, ok := lockerFactories[mode]
 	if !ok {
 		return nil, fmt.Errorf("unknown mode %q", mode)
@@ -220,6 +223,8 @@ func runWorker() int {
 		return stopPessimisticHolder(ctx, db, os.Getenv("FAULTS_NAME"), ttl)
 	case "guardstop":
 		return guardStopHolder(ctx, db, os.Getenv("FAULTS_NAME"), ttl)
+	case "stopelect":
+		return stopLeader(ctx, db, os.Getenv("FAULTS_NAME"), ttl)
 	}
 	mode := os.Getenv("FAULTS_MODE")
 	c, err := newClient(mode, db)
