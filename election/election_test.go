@@ -245,7 +245,8 @@ func checkObserved(t *testing.T, i int, s []election.Leader, last election.Leade
 
 // TestRunCampaignsAgain: Run runs fn for a term; when the term is taken away
 // fn's context is cancelled with the loss, and Run campaigns again and runs
-// fn for a new, greater term; when Run's context ends it resigns and
+// fn for a new, greater term; when Run's context ends fn's is cancelled
+// while the term still holds, and Run resigns once fn has returned, then
 // returns nil, and the office is free.
 func TestRunCampaignsAgain(t *testing.T) {
 	t.Parallel()
@@ -266,7 +267,15 @@ func TestRunCampaignsAgain(t *testing.T) {
 				}
 				started <- l.Term
 				<-fctx.Done()
-				causes <- context.Cause(fctx)
+				cause := context.Cause(fctx)
+				if errors.Is(cause, context.Canceled) {
+					// Run's own end: the term must still be held
+					// until fn returns (Run resigns after).
+					if now, err := e.Leader(ctx); err != nil || now.Term != l.Term {
+						cause = fmt.Errorf("resigned before fn returned: %+v, %v", now, err)
+					}
+				}
+				causes <- cause
 				return nil
 			})
 		}()
