@@ -3,39 +3,17 @@ package election_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/dblock-go/dblock/dialect"
-	_ "github.com/dblock-go/dblock/dialect/sqlite" // The examples run on an SQLite file.
 	"github.com/dblock-go/dblock/election"
-	"github.com/dblock-go/dblock/migrations"
+	"github.com/dblock-go/dblock/internal/exampledb"
 )
-
-// exampleDB opens a migrated SQLite database in a temporary directory; the
-// returned function closes it and removes the directory.
-func exampleDB() (*dialect.DB, func()) {
-	dir, err := os.MkdirTemp("", "dblock-example")
-	if err != nil {
-		panic(err)
-	}
-	ctx := context.Background()
-	db, err := dialect.Open(ctx, "sqlite://"+filepath.Join(dir, "election.db"))
-	if err != nil {
-		panic(err)
-	}
-	if err := migrations.Up(ctx, db); err != nil {
-		panic(err)
-	}
-	return db, func() { _ = db.Close(); _ = os.RemoveAll(dir) }
-}
 
 // One replica does the background work: Run campaigns, runs the work while
 // this replica leads, and campaigns again if leadership is lost, until ctx
 // ends.
 func ExampleElection_Run() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("election.db")
 	defer cleanup()
 	e, err := election.New(db, "billing-scheduler", nil)
 	if err != nil {
@@ -58,7 +36,7 @@ func ExampleElection_Run() {
 
 // Campaign, read the leader, hand over.
 func ExampleElection_Campaign() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("election.db")
 	defer cleanup()
 	ctx := context.Background()
 	a, err := election.New(db, "primary", nil)

@@ -4,38 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
-	_ "github.com/dblock-go/dblock/dialect/sqlite" // The example runs on an SQLite file.
 	"github.com/dblock-go/dblock/fairqueue"
-	"github.com/dblock-go/dblock/migrations"
+	"github.com/dblock-go/dblock/internal/exampledb"
 )
-
-// exampleDB opens a migrated SQLite database in a temporary directory; the
-// returned function closes it and removes the directory.
-func exampleDB() (*dialect.DB, func()) {
-	dir, err := os.MkdirTemp("", "dblock-example")
-	if err != nil {
-		panic(err)
-	}
-	ctx := context.Background()
-	db, err := dialect.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db"))
-	if err != nil {
-		panic(err)
-	}
-	if err := migrations.Up(ctx, db); err != nil {
-		panic(err)
-	}
-	return db, func() { _ = db.Close(); _ = os.RemoveAll(dir) }
-}
 
 // Waiters take the name in the order they arrived.
 func ExampleLocker_Acquire() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("locks.db")
 	defer cleanup()
 	locker, err := fairqueue.New(db, nil)
 	if err != nil {
@@ -85,7 +63,7 @@ func ExampleLocker_Acquire() {
 
 // TryAcquire does not jump the queue: it fails while anyone waits.
 func ExampleLocker_TryAcquire() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("locks.db")
 	defer cleanup()
 	locker, err := fairqueue.New(db, nil)
 	if err != nil {
@@ -109,7 +87,7 @@ func ExampleLocker_TryAcquire() {
 
 // A waiter watches its own place in the queue, whatever its owner.
 func ExampleWithPositionFunc() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("locks.db")
 	defer cleanup()
 	locker, err := fairqueue.New(db, nil)
 	if err != nil {

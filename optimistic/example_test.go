@@ -4,38 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
-	_ "github.com/dblock-go/dblock/dialect/sqlite" // The example runs on an SQLite file.
-	"github.com/dblock-go/dblock/migrations"
+	"github.com/dblock-go/dblock/internal/exampledb"
 	"github.com/dblock-go/dblock/optimistic"
 )
 
-// exampleDB opens a migrated SQLite database in a temporary directory; the
-// returned function closes it and removes the directory.
-func exampleDB() (*dialect.DB, func()) {
-	dir, err := os.MkdirTemp("", "dblock-example")
-	if err != nil {
-		panic(err)
-	}
-	ctx := context.Background()
-	db, err := dialect.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db"))
-	if err != nil {
-		panic(err)
-	}
-	if err := migrations.Up(ctx, db); err != nil {
-		panic(err)
-	}
-	return db, func() { _ = db.Close(); _ = os.RemoveAll(dir) }
-}
-
 // A lock held while a job runs, renewed in the background, released after.
 func ExampleLocker_Do() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("locks.db")
 	defer cleanup()
 	locker, err := optimistic.New(db, nil)
 	if err != nil {
@@ -56,7 +34,7 @@ func ExampleLocker_Do() {
 
 // TryAcquire returns at once when another owner holds the name, naming it.
 func ExampleLocker_TryAcquire() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("locks.db")
 	defer cleanup()
 	locker, err := optimistic.New(db, nil)
 	if err != nil {
@@ -86,7 +64,7 @@ func ExampleLocker_TryAcquire() {
 // A lease with an explicit TTL is not renewed: Done closes when it runs out,
 // Err says why, and fencing tokens only grow.
 func ExampleLocker_Acquire_expiry() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("locks.db")
 	defer cleanup()
 	locker, err := optimistic.New(db, nil)
 	if err != nil {
@@ -120,7 +98,7 @@ func ExampleLocker_Acquire_expiry() {
 // Guard makes a write in the caller's transaction commit only while the lock
 // is really held.
 func ExampleLocker_Guard() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("locks.db")
 	defer cleanup()
 	locker, err := optimistic.New(db, nil)
 	if err != nil {
@@ -156,7 +134,7 @@ func ExampleLocker_Guard() {
 // A transfer locks both accounts or neither: no caller ever holds one while
 // waiting for the other, so two opposite transfers cannot deadlock.
 func ExampleLocker_AcquireMany() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("locks.db")
 	defer cleanup()
 	locker, err := optimistic.New(db, nil)
 	if err != nil {

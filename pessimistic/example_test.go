@@ -5,44 +5,18 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/dialect"
-	_ "github.com/dblock-go/dblock/dialect/sqlite" // The example runs on an SQLite file.
-	"github.com/dblock-go/dblock/migrations"
+	"github.com/dblock-go/dblock/internal/exampledb"
 	"github.com/dblock-go/dblock/pessimistic"
 )
-
-// exampleDB opens a migrated SQLite database in a temporary directory; the
-// returned function closes it and removes the directory.
-func exampleDB() (*dialect.DB, func()) {
-	dir, err := os.MkdirTemp("", "dblock-example")
-	if err != nil {
-		panic(err)
-	}
-	ctx := context.Background()
-	db, err := dialect.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db"))
-	if err != nil {
-		panic(err)
-	}
-	if err := migrations.Up(ctx, db); err != nil {
-		panic(err)
-	}
-	if _, err := db.SQL().ExecContext(ctx, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)"); err != nil {
-		panic(err)
-	}
-	if _, err := db.SQL().ExecContext(ctx, "INSERT INTO accounts (id, balance) VALUES (42, 100)"); err != nil {
-		panic(err)
-	}
-	return db, func() { _ = db.Close(); _ = os.RemoveAll(dir) }
-}
 
 // The critical section runs in the locking transaction: its writes commit
 // with the lock, or roll back with it when fn fails.
 func ExampleLocker_Do() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("locks.db",
+		"CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)",
+		"INSERT INTO accounts (id, balance) VALUES (42, 100)")
 	defer cleanup()
 	locker, err := pessimistic.New(db, nil)
 	if err != nil {
@@ -78,7 +52,9 @@ func ExampleLocker_Do() {
 // The handle form: the caller uses the transaction, asks for a fencing
 // token, and commits.
 func ExampleLocker_Acquire() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("locks.db",
+		"CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)",
+		"INSERT INTO accounts (id, balance) VALUES (42, 100)")
 	defer cleanup()
 	locker, err := pessimistic.New(db, nil)
 	if err != nil {
@@ -104,7 +80,9 @@ func ExampleLocker_Acquire() {
 
 // TryAcquire returns at once when the name is held.
 func ExampleLocker_TryAcquire() {
-	db, cleanup := exampleDB()
+	db, cleanup := exampledb.Open("locks.db",
+		"CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)",
+		"INSERT INTO accounts (id, balance) VALUES (42, 100)")
 	defer cleanup()
 	locker, err := pessimistic.New(db, nil)
 	if err != nil {
