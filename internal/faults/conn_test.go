@@ -139,10 +139,11 @@ var leaseModes = []struct {
 const connDeathTTL = 1500 * time.Millisecond
 
 // TestFaultConnectionDeathLease kills, server-side and repeatedly, every
-// connection of a process holding a renewed lease (optimistic or fair;
-// pg_terminate_backend, MariaDB KILL), or an elected leader's. The watchdog must keep renewing on
-// fresh connections before the deadline: the lease is never reported lost,
-// nobody else can take the name meanwhile, and Release succeeds.
+// connection of a process holding a renewed lease (optimistic, fair, or an
+// elected leader's term; pg_terminate_backend, MariaDB KILL). The watchdog
+// must keep renewing on fresh connections before the deadline: the lease is
+// never reported lost, nobody else can take the name meanwhile, and Release
+// succeeds.
 func TestFaultConnectionDeathLease(t *testing.T) {
 	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		for _, mode := range leaseModes {
