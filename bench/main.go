@@ -41,6 +41,9 @@ func envOr(key, def string) string {
 }
 
 func main() {
+	if job := os.Getenv(envChild); job != "" {
+		os.Exit(childMain(job)) // A process of the cross-process cell.
+	}
 	var (
 		dbs      = flag.String("db", "postgres,mysql", "databases to run, comma separated: postgres, mysql")
 		duration = flag.Duration("duration", 4*time.Second, "measured time per cell (after a warm-up of a quarter of it, at most 1s)")
@@ -239,12 +242,21 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 		contended = append(contended, c)
 	}
 	runGroup(contended)
+	var procs *procCell
+	if only == nil || only[keyOptAcquire] {
+		fmt.Fprintf(os.Stderr, "bench: %s %d processes x %d goroutines on one name\n", e.label, procCount, procGoroutines)
+		procs = runProcCell(ctx, e, procName(e), warm, dur)
+		if rerr := e.reset(ctx); rerr != nil && procs.err == nil {
+			procs.err = rerr
+		}
+	}
 	namesCells := namesCheck(e, newCell, only)
 	runGroup(namesCells)
 
 	fmt.Fprintf(w, "## %s\n\n`%s`\n\n", e.label, e.version)
 	printUncontended(w, uncontended)
 	printContended(w, contended)
+	printProcs(w, e, procs, find(contended, keyOptAcquire, 8))
 	printNames(w, namesCells)
 	printBars(w, e, uncontended, contended, namesCells)
 	return nil

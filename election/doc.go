@@ -7,11 +7,13 @@
 // proclaimed) is the lease's metadata. So `dblock status` lists the leader
 // and the reaper frees a dead leader's expired term, as for any lock.
 //
-//	e, err := election.New(db, "billing-scheduler", nil)
-//	...
+//	e, err := election.New(db, "billing-scheduler", nil) // one per candidate
+//	if err != nil {
+//		return err
+//	}
 //	defer e.Close()
-//	err = e.Run(ctx, hostname, func(ctx context.Context) error {
-//		return scheduler.Serve(ctx) // until ctx ends: shutdown, or the term lost
+//	return e.Run(ctx, hostname, func(ctx context.Context) error {
+//		return scheduler.Serve(ctx) // until shutdown, or until the term is lost
 //	})
 //
 // The calls follow etcd's concurrency.Election: Campaign blocks until

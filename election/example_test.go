@@ -3,36 +3,11 @@ package election_test
 import (
 	"context"
 	"fmt"
-	"time"
 
+	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/election"
 	"github.com/dblock-go/dblock/internal/exampledb"
 )
-
-// One replica does the background work: Run campaigns, runs the work while
-// this replica leads, and campaigns again if leadership is lost, until ctx
-// ends.
-func ExampleElection_Run() {
-	db, cleanup := exampledb.Open("election.db")
-	defer cleanup()
-	e, err := election.New(db, "billing-scheduler", nil)
-	if err != nil {
-		panic(err)
-	}
-	defer e.Close()
-
-	ctx, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer stop()
-	err = e.Run(ctx, "replica-1", func(ctx context.Context) error {
-		fmt.Println("leading: scheduling billing runs")
-		<-ctx.Done() // Until shutdown, or until the term is lost.
-		return nil
-	})
-	fmt.Println("run returned:", err)
-	// Output:
-	// leading: scheduling billing runs
-	// run returned: <nil>
-}
 
 // Campaign, read the leader, hand over.
 func ExampleElection_Campaign() {
@@ -71,4 +46,42 @@ func ExampleElection_Campaign() {
 	// leader: 10.0.0.1:5000 term matches: true
 	// resigned: true <nil>
 	// next term is later: true
+}
+
+// billingScheduler is the work of the package's doc example: it runs until
+// its context ends.
+type billingScheduler struct{ served chan<- string }
+
+func (b billingScheduler) Serve(ctx context.Context) error {
+	b.served <- "serving"
+	<-ctx.Done()
+	return nil
+}
+
+// lead is the package doc's example, as a function.
+func lead(ctx context.Context, db *dialect.DB, hostname string, scheduler billingScheduler) error {
+	e, err := election.New(db, "billing-scheduler", nil) // one per candidate
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	return e.Run(ctx, hostname, func(ctx context.Context) error {
+		return scheduler.Serve(ctx) // until shutdown, or until the term is lost
+	})
+}
+
+// The package doc's example: lead until shutdown.
+func Example() {
+	db, cleanup := exampledb.Open("election.db")
+	defer cleanup()
+	ctx, shutdown := context.WithCancel(context.Background())
+	served := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- lead(ctx, db, "replica-1", billingScheduler{served}) }()
+	fmt.Println(<-served)
+	shutdown()
+	fmt.Println("lead returned:", <-done)
+	// Output:
+	// serving
+	// lead returned: <nil>
 }

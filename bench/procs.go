@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/optimistic"
+)
+
+// Fairness across processes: the same contention as the contended cell (8
+// goroutines on one name, optimistic Acquire with defaults), spread over
+// procCount OS processes of procGoroutines goroutines each, which only the
+// database connects. Each process is this binary re-executed as a child
+// (envChild set), which runs its goroutines from a shared wall-clock start
+// for the cell's duration and prints its counts and waits as JSON.
+
+const (
+	procCount      = 4
+	procGoroutines = 2
+	envChild       = "DBLOCK_BENCH_CHILD" // the child's JSON job
+)
+
+// childJob is a child's task.
+type childJob struct {
+	DSN        string        `json:"dsn"`
+	Name       string        `json:"name"`
+	Goroutines int           `json:"goroutines"`
+	Start      time.Time     `json:"start"` // wall clock: the children start together
+	Duration   time.Duration `json:"duration"`
+}
+
+// childResult is what a child prints.
+type childResult struct {
+	Counts []int           `json:"counts"` // acquisitions per goroutine
+	Waits  []time.Duration `json:"waits"`  // every acquire's wait
+	Err    string          `json:"err,omitempty"`
+}
+
+// procCell is the measured cross-process cell.
+type procCell struct {
+	skip     string
+	err      error
+	ops      int
+	elapsed  time.Duration
+	perProc  []int
+	perG     []int
+	wait     []time.Duration
+	firstErr string
+}
+
+func (c *procCell) opsPerSec() float64 {
+	if c.elapsed <= 0 {
+		return 0
+	}
+	return float64(c.ops) / c.elapsed.Seconds()
+}
+
+// childMain is the body of a child process; it returns the exit code.
+func childMain(job string) int {
+	var j childJob
+	if err := json.Unmarshal([]byte(job), &j); err != nil {
+		fmt.Fprintln(os.Stderr, "bench child:", err)
+		return 2
+	}
+	res := runChild(j)
+	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+		return 2
+	}
+	return 0
+}
+
+// runChild runs j's goroutines on one optimistic Locker of its own.
+func runChild(j childJob) childResult {
+	ctx := context.Background()
+	db, err := dialect.Open(ctx, j.DSN)
+	if err != nil {
+		return childResult{Err: err.Error()}
+	}
+	defer db.Close()
+	l, err := optimistic.New(db, nil)
+	if err != nil {
+		return childResult{Err: err.Error()}
+	}
+	defer l.Close()
+	time.Sleep(time.Until(j.Start))
+	end := j.Start.Add(j.Duration)
+	var (
+		mu  sync.Mutex
+		res = childResult{Counts: make([]int, j.Goroutines)}
+		wg  sync.WaitGroup
+	)
+	for g := range j.Goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				t0 := time.Now()
+				lease, err := l.Acquire(ctx, j.Name)
+				if err != nil {
+					mu.Lock()
+					res.Err = err.Error()
+					mu.Unlock()
+					return
+				}
+				waited := time.Since(t0)
+				if err := lease.Release(ctx); err != nil {
+					mu.Lock()
+					res.Err = err.Error()
+					mu.Unlock()
+					return
+				}
+				mu.Lock()
+				res.Counts[g]++
+				res.Waits = append(res.Waits, waited)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+// runProcCell runs the cross-process cell on e for dur (after warm).
+func runProcCell(ctx context.Context, e *env, name string, warm, dur time.Duration) *procCell {
+	self, err := os.Executable()
+	if err != nil {
+		return &procCell{err: err}
+	}
+	job, _ := json.Marshal(childJob{DSN: e.dsn, Name: name, Goroutines: procGoroutines,
+		Start: time.Now().Add(2*time.Second + warm), Duration: dur})
+	outs := make([][]byte, procCount)
+	errs := make([]error, procCount)
+	var wg sync.WaitGroup
+	for i := range procCount {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.CommandContext(ctx, self)
+			cmd.Env = append(os.Environ(), envChild+"="+string(job))
+			cmd.Stderr = io.Discard
+			outs[i], errs[i] = cmd.Output()
+		}()
+	}
+	wg.Wait()
+	c := &procCell{elapsed: dur}
+	for i := range procCount {
+		var r childResult
+		if err := errors.Join(errs[i], json.Unmarshal(outs[i], &r)); err != nil {
+			return &procCell{err: fmt.Errorf("child %d: %w", i, err)}
+		}
+		if r.Err != "" && c.firstErr == "" {
+			c.firstErr = r.Err
+		}
+		total := 0
+		for _, n := range r.Counts {
+			total += n
+		}
+		c.perProc = append(c.perProc, total)
+		c.perG = append(c.perG, r.Counts...)
+		c.wait = append(c.wait, r.Waits...)
+		c.ops += total
+	}
+	slices.Sort(c.wait)
+	return c
+}
+
+// printProcs prints the cross-process table and its bars against the
+// in-process contended cell of the same scenario (inProc).
+func printProcs(w io.Writer, e *env, c *procCell, inProc *cell) {
+	fmt.Fprintf(w, "### Across processes: %d OS processes × %d goroutines on one name (optimistic Acquire+Release, defaults)\n\n", procCount, procGoroutines)
+	switch {
+	case c == nil || c.skip != "":
+		fmt.Fprintln(w, "not run")
+		fmt.Fprintln(w)
+		return
+	case c.err != nil:
+		fmt.Fprintf(w, "failed: %v\n\n", c.err)
+		return
+	}
+	pLo, pHi := minMax(c.perProc)
+	gLo, gHi := minMax(c.perG)
+	errNote := ""
+	if c.firstErr != "" {
+		errNote = " (error: " + firstLine(c.firstErr) + ")"
+	}
+	fmt.Fprintln(w, "| acquisitions/s | ÷ in-process contended | per process min..max (ratio) | per goroutine min..max (ratio) | wait p50 | wait p99 | wait max |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
+	ratio := 0.0
+	if usable(inProc) {
+		ratio = c.opsPerSec() / inProc.opsPerSec()
+	}
+	fmt.Fprintf(w, "| %.0f%s | %s | %d..%d (%.2f) | %d..%d (%.2f) | %s | %s | %s |\n\n", c.opsPerSec(), errNote, fmtRatio(ratio),
+		pLo, pHi, ratioOf(pLo, pHi), gLo, gHi, ratioOf(gLo, gHi), fmtDur(pct(c.wait, .5)), fmtDur(pct(c.wait, .99)), fmtDur(maxDur(c.wait)))
+	have := c.ops > 0 && usable(inProc)
+	fmt.Fprintln(w, verdict(have, ratioOf(pLo, pHi) >= 0.8 && ratioOf(gLo, gHi) >= 0.8, "fairness across processes",
+		fmt.Sprintf("across processes: min/max %.2f per process, %.2f per goroutine (bar ≥ 0.8)", ratioOf(pLo, pHi), ratioOf(gLo, gHi))))
+	fmt.Fprintln(w, verdict(have, ratio >= 0.9, "throughput across processes",
+		fmt.Sprintf("across processes: %.3f× the in-process contended acquisitions/s (bar ≥ 0.9×)", ratio)))
+	fmt.Fprintln(w)
+}
+
+// ratioOf is lo/hi, 0 when hi is 0.
+func ratioOf(lo, hi int) float64 {
+	if hi == 0 {
+		return 0
+	}
+	return float64(lo) / float64(hi)
+}
+
+// procName is the cross-process cell's lock name.
+func procName(e *env) string { return e.prefix + "/procs/" + strconv.Itoa(procCount) }
