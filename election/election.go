@@ -71,6 +71,8 @@ type Election struct {
 	log    *slog.Logger
 	locker *optimistic.Locker
 
+	campaigning chan struct{} // One Campaign at a time (a semaphore that respects ctx).
+
 	mu   sync.Mutex
 	term *dblock.Lease // The term this candidate holds or last held.
 
@@ -98,7 +100,8 @@ func New(db *dialect.DB, name string, cfg *Config) (*Election, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election: new: %w", err)
 	}
-	return &Election{name: name, db: store.Of(db), cfg: c, log: mode.Logger(c.Logger), locker: l, closing: make(chan struct{})}, nil
+	return &Election{name: name, db: store.Of(db), cfg: c, log: mode.Logger(c.Logger), locker: l,
+		campaigning: make(chan struct{}, 1), closing: make(chan struct{})}, nil
 }
 
 // fill checks c and sets its defaults.
@@ -135,9 +138,17 @@ func (e *Election) Name() string { return e.name }
 // A term is returned only while it holds: it was won by the database's
 // clock, and its local deadline (request start + TTL) has not passed. If
 // this candidate already holds a live term, Campaign proclaims value and
-// returns that term. The wait ends with ctx; the error then wraps
-// dblock.ErrNotAcquired and the cause, as the lock modes' Acquire does.
+// returns that term; concurrent calls on one Election run one after the
+// other, so they end with the same term. The wait ends with ctx; the error
+// then wraps dblock.ErrNotAcquired and the cause, as the lock modes'
+// Acquire does.
 func (e *Election) Campaign(ctx context.Context, value string) (*dblock.Lease, error) {
+	select {
+	case e.campaigning <- struct{}{}:
+		defer func() { <-e.campaigning }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("election %q: campaign: %w: %w", e.name, dblock.ErrNotAcquired, context.Cause(ctx))
+	}
 	if term := e.current(); term != nil {
 		if err := e.Proclaim(ctx, value); err == nil || !errors.Is(err, ErrNotLeader) {
 			return term, err

@@ -339,3 +339,42 @@ func TestNewRefusesBadInput(t *testing.T) {
 		t.Fatalf("rows after refused calls: %v, %v", rows, err)
 	}
 }
+
+// TestConcurrentCampaignsShareTheTerm: campaigns of one candidate run one
+// after the other, so concurrent calls end with the same term, and a
+// campaign that gives up while another runs says so.
+func TestConcurrentCampaignsShareTheTerm(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx := testCtx(t)
+		name := locktest.RandomName("office")
+		holder := candidate(t, iso.DB, name, nil)
+		if _, err := holder.Campaign(ctx, "holder"); err != nil {
+			t.Fatal(err)
+		}
+		e := candidate(t, iso.DB, name, nil)
+		terms := make(chan *dblock.Lease, 2)
+		for range 2 {
+			go func() {
+				term, err := e.Campaign(ctx, "e")
+				if err != nil {
+					t.Errorf("campaign: %v", err)
+				}
+				terms <- term
+			}()
+		}
+		time.Sleep(50 * time.Millisecond)
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		if _, err := e.Campaign(short, "e"); !errors.Is(err, dblock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("campaign that gave up: %v, want ErrNotAcquired with the deadline", err)
+		}
+		if _, err := holder.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a, b := receive(t, terms, "a campaign"), receive(t, terms, "a campaign")
+		if a == nil || a != b {
+			t.Fatalf("concurrent campaigns of one candidate ended with %v and %v, want one term", a, b)
+		}
+	})
+}
