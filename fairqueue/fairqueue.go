@@ -127,6 +127,7 @@ type Locker struct {
 	hub    *wake.Hub // nil when notifications are off or unsupported.
 	keeper *leasekeeper.Keeper
 	local  signals
+	quiet  quietNames // Names whose direct acquisitions need not look at the queue first.
 	beats  beats
 	bg     sync.WaitGroup // The heartbeat goroutine.
 	// writeMu serialises this Locker's writes on SQLite (one writer per
@@ -339,6 +340,7 @@ func (a *attempt) direct(wait bool) (*dblock.Lease, error) {
 	backoff := l.cfg.PollMin
 	p := a.params
 	p.QueueGuard = true
+	p.QueueQuiet = l.quiet.quiet(a.name)
 	for try := 1; ; try++ {
 		// The take runs on a context that outlives the caller's: a
 		// statement cancelled in flight may still commit, and a lease
@@ -358,6 +360,7 @@ func (a *attempt) direct(wait bool) (*dblock.Lease, error) {
 			return a.started(res, reqStart)
 		}
 		if err == nil {
+			l.quiet.contended(a.name)
 			if !wait {
 				return nil, a.notAcquired(store.QueueState{Ahead: res.Waiters, Holder: res.Holder})
 			}

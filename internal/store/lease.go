@@ -71,6 +71,13 @@ type AcquireParams struct {
 	// finding any, releases at once (see QueueSQL.Jumped). Autocommit only
 	// (q nil).
 	QueueGuard bool
+	// QueueQuiet, with QueueGuard, says that the caller has not met a
+	// holder or a queue for the name lately: MySQL then acquires at once
+	// and relies on the check after the acquisition alone (two statements
+	// instead of three when nobody queues; a waiter that did queue gets the
+	// name back from the release that follows). Elsewhere it changes
+	// nothing.
+	QueueQuiet bool
 }
 
 // AcquireResult is the outcome of AcquireLease.

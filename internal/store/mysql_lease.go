@@ -22,22 +22,27 @@ func (mysqlDialect) acquireLease(ctx context.Context, db *DB, q Querier, p Acqui
 }
 
 // acquireGuarded: no statement can both check the queue and acquire without
-// waiting, so it looks at the queue, acquires, and gives the name back if a
-// waiter queued before the acquisition began (QueueSQL.Jumped).
+// waiting, so it looks at the queue (unless p.QueueQuiet), acquires, and
+// gives the name back if a waiter queued before the acquisition began
+// (QueueSQL.Jumped).
 func (mysqlDialect) acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error) {
-	// A lockless look first: under contention the answer is almost
-	// always "queued" or "held", for one statement.
-	s, err := db.PeekQueue(ctx, nil, p.Name)
-	if err != nil {
-		return AcquireResult{}, err
-	}
-	mine := s.Holder.Held() && s.Holder.Owner == p.Owner
-	if !mine && (s.Ahead > 0 || s.Holder.Held()) {
-		return AcquireResult{Holder: s.Holder, Waiters: s.Ahead}, nil
+	statements := 0
+	if !p.QueueQuiet {
+		// A lockless look first: under contention the answer is almost
+		// always "queued" or "held", for one statement.
+		s, err := db.PeekQueue(ctx, nil, p.Name)
+		if err != nil {
+			return AcquireResult{}, err
+		}
+		mine := s.Holder.Held() && s.Holder.Owner == p.Owner
+		if !mine && (s.Ahead > 0 || s.Holder.Held()) {
+			return AcquireResult{Holder: s.Holder, Waiters: s.Ahead}, nil
+		}
+		statements++
 	}
 	p.QueueGuard = false
 	res, err := db.acquireLease(ctx, nil, p)
-	res.Statements = max(res.Statements, 1) + 1
+	res.Statements = max(res.Statements, 1) + statements
 	if err != nil || !res.Acquired {
 		return res, err
 	}

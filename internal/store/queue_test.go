@@ -143,15 +143,24 @@ func TestQueueStatements(t *testing.T) {
 // TestQueueGuard checks the fair direct acquisition: refused while a live
 // waiter queues (and then the name is left as it was), allowed when the
 // queue is empty, past a dead waiter, and for the owner that holds the name
-// (reentry) whatever the queue.
+// (reentry) whatever the queue; the same with QueueQuiet (MySQL: no look
+// at the queue before the acquisition, two statements instead of three when
+// nobody queues).
 func TestQueueGuard(t *testing.T) {
 	t.Parallel()
+	for _, quiet := range []bool{false, true} {
+		t.Run(fmt.Sprintf("quiet=%v", quiet), func(t *testing.T) { queueGuard(t, quiet) })
+	}
+}
+
+func queueGuard(t *testing.T, quiet bool) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := context.Background()
 		db := iso.DB
 		guarded := func(name, owner string) store.AcquireResult {
 			t.Helper()
-			r, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeFair, TTL: time.Minute, QueueGuard: true})
+			r, err := store.Of(db).AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeFair, TTL: time.Minute,
+				QueueGuard: true, QueueQuiet: quiet})
 			if err != nil {
 				t.Fatalf("guarded acquire %s/%s: %v", name, owner, err)
 			}
@@ -192,6 +201,9 @@ func TestQueueGuard(t *testing.T) {
 			r = guarded(name, "newcomer")
 			if !r.Acquired || r.Token <= before {
 				t.Fatalf("guarded acquire of an empty queue: %+v (before %d)", r, before)
+			}
+			if want := 3; iso.Kind == store.MySQL && quiet && r.Statements != want-1 || iso.Kind == store.MySQL && !quiet && r.Statements != want {
+				t.Fatalf("MySQL guarded acquire (quiet %v) of an empty queue sent %d statements", quiet, r.Statements)
 			}
 			// The holder re-enters past a queue; a stranger does not.
 			if _, err := store.Of(db).Enqueue(ctx, nil, name, "late", time.Minute); err != nil {
