@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// keyFloorAsync is the best hand-written lease on PostgreSQL: the floor's
+// durable acquire, and a release committed with synchronous_commit off, so
+// one log flush per acquire+release, as dblock's release does. Issue 18's
+// fallback bar compares dblock's optimistic mode with it.
+const keyFloorAsync = "floor-async"
+
+// pgFloorReleaseAsync is pgFloorRelease committed asynchronously.
+const pgFloorReleaseAsync = `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = now()
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+WHERE name = $1 AND owner = $2 AND version = $3`
+
+func init() {
+	register(&scenario{
+		key: keyFloorAsync, order: 12, kinds: []store.Kind{store.Postgres},
+		title: "floor, best case: upsert + CAS update committed asynchronously (hand-written)",
+		about: "The floor with its release committed with synchronous_commit off (the acquire stays " +
+			"durable): one log flush per acquire+release, as dblock's lease release does. The best " +
+			"hand-written lease on PostgreSQL, and the reference of the bar when 1.5× the floor is out of reach.",
+		setup: func(_ context.Context, e *env, _ bool) (*instance, error) {
+			return &instance{
+				worker: func(_ context.Context, g int) (*worker, error) {
+					owner := fmt.Sprintf("floor-async-%s-%d", e.prefix, g)
+					return &worker{
+						acquire: func(ctx context.Context, name string) (releaseFunc, error) {
+							for {
+								v, ok, err := floorTry(ctx, e.db, name, owner)
+								if err != nil {
+									return nil, err
+								}
+								if ok {
+									return func(ctx context.Context) error { return floorReleaseAsync(ctx, e, name, owner, v) }, nil
+								}
+								if err := sleepCtx(ctx, pollInterval); err != nil {
+									return nil, err
+								}
+							}
+						},
+						close: func() {},
+					}, nil
+				},
+				close: func() {},
+			}, nil
+		},
+	})
+}
+
+// floorReleaseAsync frees the floor's row, committing without a flush.
+func floorReleaseAsync(ctx context.Context, e *env, name, owner string, version int64) error {
+	r, err := e.db.SQL().ExecContext(ctx, pgFloorReleaseAsync, name, owner, version)
+	if err != nil {
+		return err
+	}
+	if n, err := r.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("floor release %q: %d rows, %w", name, n, err)
+	}
+	return nil
+}
