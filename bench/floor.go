@@ -75,6 +75,11 @@ func floorRelease(ctx context.Context, db *dialect.DB, name, owner string, versi
 	if store.Of(db).Dialect.Kind() == store.MySQL {
 		q = myFloorRelease
 	}
+	return floorExec(ctx, db, q, name, owner, version)
+}
+
+// floorExec runs a floor release q, which must free exactly one row.
+func floorExec(ctx context.Context, db *dialect.DB, q, name, owner string, version int64) error {
 	r, err := db.SQL().ExecContext(ctx, q, name, owner, version)
 	if err != nil {
 		return err
@@ -83,6 +88,35 @@ func floorRelease(ctx context.Context, db *dialect.DB, name, owner string, versi
 		return fmt.Errorf("floor release %q: %d rows, %w", name, n, err)
 	}
 	return nil
+}
+
+// floorInstance is a hand-written floor: each goroutine (owner
+// "<prefix>-<run>-<g>") takes the name with the floor's upsert, polling while
+// it is held, and frees it with release.
+func floorInstance(e *env, prefix string, release func(ctx context.Context, db *dialect.DB, name, owner string, version int64) error) *instance {
+	return &instance{
+		worker: func(_ context.Context, g int) (*worker, error) {
+			owner := fmt.Sprintf("%s-%s-%d", prefix, e.prefix, g)
+			return &worker{
+				acquire: func(ctx context.Context, name string) (releaseFunc, error) {
+					for {
+						v, ok, err := floorTry(ctx, e.db, name, owner)
+						if err != nil {
+							return nil, err
+						}
+						if ok {
+							return func(ctx context.Context) error { return release(ctx, e.db, name, owner, v) }, nil
+						}
+						if err := sleepCtx(ctx, pollInterval); err != nil {
+							return nil, err
+						}
+					}
+				},
+				close: func() {},
+			}, nil
+		},
+		close: func() {},
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -103,29 +137,7 @@ func init() {
 			"free or expired row, and a compare-and-swap UPDATE on (name, owner, version) that frees it. " +
 			"Synchronous commit, so two log flushes per acquire+release. Waiters poll every 10 ms.",
 		setup: func(_ context.Context, e *env, _ bool) (*instance, error) {
-			return &instance{
-				worker: func(_ context.Context, g int) (*worker, error) {
-					owner := fmt.Sprintf("floor-%s-%d", e.prefix, g)
-					return &worker{
-						acquire: func(ctx context.Context, name string) (releaseFunc, error) {
-							for {
-								v, ok, err := floorTry(ctx, e.db, name, owner)
-								if err != nil {
-									return nil, err
-								}
-								if ok {
-									return func(ctx context.Context) error { return floorRelease(ctx, e.db, name, owner, v) }, nil
-								}
-								if err := sleepCtx(ctx, pollInterval); err != nil {
-									return nil, err
-								}
-							}
-						},
-						close: func() {},
-					}, nil
-				},
-				close: func() {},
-			}, nil
+			return floorInstance(e, "floor", floorRelease), nil
 		},
 	})
 

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -26,41 +26,12 @@ func init() {
 			"durable): one log flush per acquire+release, as dblock's lease release does. The best " +
 			"hand-written lease on PostgreSQL, and the reference of the bar when 1.5× the floor is out of reach.",
 		setup: func(_ context.Context, e *env, _ bool) (*instance, error) {
-			return &instance{
-				worker: func(_ context.Context, g int) (*worker, error) {
-					owner := fmt.Sprintf("floor-async-%s-%d", e.prefix, g)
-					return &worker{
-						acquire: func(ctx context.Context, name string) (releaseFunc, error) {
-							for {
-								v, ok, err := floorTry(ctx, e.db, name, owner)
-								if err != nil {
-									return nil, err
-								}
-								if ok {
-									return func(ctx context.Context) error { return floorReleaseAsync(ctx, e, name, owner, v) }, nil
-								}
-								if err := sleepCtx(ctx, pollInterval); err != nil {
-									return nil, err
-								}
-							}
-						},
-						close: func() {},
-					}, nil
-				},
-				close: func() {},
-			}, nil
+			return floorInstance(e, "floor-async", floorReleaseAsync), nil
 		},
 	})
 }
 
 // floorReleaseAsync frees the floor's row, committing without a flush.
-func floorReleaseAsync(ctx context.Context, e *env, name, owner string, version int64) error {
-	r, err := e.db.SQL().ExecContext(ctx, pgFloorReleaseAsync, name, owner, version)
-	if err != nil {
-		return err
-	}
-	if n, err := r.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("floor release %q: %d rows, %w", name, n, err)
-	}
-	return nil
+func floorReleaseAsync(ctx context.Context, db *dialect.DB, name, owner string, version int64) error {
+	return floorExec(ctx, db, pgFloorReleaseAsync, name, owner, version)
 }
