@@ -14,13 +14,10 @@ import (
 // innodb_lock_wait_timeout around the statement; the insert of a missing row
 // retries while the fencing floor is being raised.
 
-// ensureRow: MariaDB's insert does not wait for a holder's row lock; MySQL 8
-// cannot say so, and reads first (see below).
+// ensureRow: MariaDB's insert does not wait for a holder's row lock (its
+// Ensure says so); MySQL 8 cannot say so, and reads first (see below).
 func (d mysqlDialect) ensureRow(ctx context.Context, db *DB, q Querier, name string) error {
-	query := d.Row().Ensure
-	if d.mariadb {
-		query = mariadbNoWait + query
-	} else {
+	if !d.mariadb {
 		// MySQL 8 cannot tell the upsert not to wait: its duplicate-key
 		// check waits for a holder's row lock (at least 1 s, the smallest
 		// innodb_lock_wait_timeout). A consistent read first, which waits
@@ -37,7 +34,7 @@ func (d mysqlDialect) ensureRow(ctx context.Context, db *DB, q Querier, name str
 		}
 	}
 	// Retries while a reaper raises the fencing floor (see mysqlAcquire).
-	_, _, err := db.execFenced(ctx, q, query, name)
+	_, _, err := db.execFenced(ctx, q, d.Row().Ensure, name)
 	return db.ensuredRow(ctx, q, name, err)
 }
 

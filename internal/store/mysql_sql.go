@@ -175,7 +175,8 @@ func myRow(bound, ensure string) RowSQL {
 
 var mysqlRow = myRow("@@SESSION.wait_timeout", mysqlEnsure)
 
-var mariadbRow = myRow("@@SESSION.idle_transaction_timeout", mariadbEnsure)
+// MariaDB's insert of a free row does not wait for a holder's row lock.
+var mariadbRow = myRow("@@SESSION.idle_transaction_timeout", mariadbNoWait+mariadbEnsure)
 
 var mysqlQueue = QueueSQL{
 	Enqueue: `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)

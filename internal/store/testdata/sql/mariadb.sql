@@ -75,7 +75,7 @@ SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1
 SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.idle_transaction_timeout FROM dblock_locks WHERE name = ? FOR UPDATE NOWAIT;
 
 -- RowSQL.Ensure
-INSERT INTO dblock_locks (name, reentry, version, updated_at)
+SET STATEMENT innodb_lock_wait_timeout=0 FOR INSERT INTO dblock_locks (name, reentry, version, updated_at)
 SELECT ?, 0, LAST_INSERT_ID(f.floor + 1), UTC_TIMESTAMP(6)
 FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
 ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version);
