@@ -38,10 +38,10 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{}, fmt.Errorf("election %q: leader: %w", e.name, ErrNoLeader)
 }
 
-// newer reports whether l comes after last in an observer's stream: a later
-// term, or a new value proclaimed in the same term.
-func (l Leader) newer(last Leader, first bool) bool {
-	return first || l.Term > last.Term || l.Term == last.Term && l.Value != last.Value
+// after reports whether l comes after base in an observer's stream (nil:
+// nothing yet): a later term, or a new value proclaimed in the same term.
+func (l Leader) after(base *Leader) bool {
+	return base == nil || l.Term > base.Term || l.Term == base.Term && l.Value != base.Value
 }
 
 // Observe streams the election's leaders: the current one when there is
@@ -53,7 +53,7 @@ func (l Leader) newer(last Leader, first bool) bool {
 // Election is closed.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
-	o := &observer{e: e, ctx: ctx, out: ch, first: true}
+	o := &observer{e: e, ctx: ctx, out: ch}
 	e.observers.Add(1)
 	go o.run()
 	return ch
@@ -65,9 +65,8 @@ type observer struct {
 	e       *Election
 	ctx     context.Context
 	out     chan<- Leader
-	last    Leader // The last leader delivered.
-	first   bool   // Nothing delivered yet.
-	pending *Leader
+	last    *Leader // The last leader delivered (nil: none yet).
+	pending *Leader // The newest leader read and not delivered yet.
 }
 
 func (o *observer) run() {
@@ -84,7 +83,7 @@ func (o *observer) run() {
 		}
 		select {
 		case send <- next:
-			o.last, o.first, o.pending = next, false, nil
+			o.last, o.pending = o.pending, nil
 		case <-tick.C:
 			o.read()
 		case <-o.ctx.Done():
@@ -103,15 +102,15 @@ func (o *observer) read() {
 	if err != nil {
 		return
 	}
-	if !o.first && l.Term == o.last.Term && l.Value == o.last.Value {
-		o.pending = nil // Back to what the reader has: nothing to send.
+	if o.last != nil && !l.after(o.last) {
+		o.pending = nil // Nothing newer than what the reader has.
 		return
 	}
-	base, first := o.last, o.first
+	base := o.last
 	if o.pending != nil {
-		base, first = *o.pending, false
+		base = o.pending
 	}
-	if l.newer(base, first) && (o.first || l.Term >= o.last.Term) {
+	if l.after(base) {
 		o.pending = &l
 	}
 }
