@@ -119,24 +119,32 @@ func (k *killer) kill(ctx context.Context) (int, error) {
 	return 0, errors.New("unsupported")
 }
 
-// leaseModes builds a Locker of each lease mode on a pool.
+// leaseHolder is what the tests over leaseModes ask of a holder.
+type leaseHolder interface {
+	Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error)
+	Close() error
+}
+
+// leaseModes builds a holder of each lease mode on a pool. Its leases are
+// asked for with leaseModeTTL (the election's candidates are configured
+// with it, since a Campaign takes no options).
 var leaseModes = []struct {
 	name string
-	new  func(db *dialect.DB) (dblock.Locker, error)
+	new  func(db *dialect.DB) (leaseHolder, error)
 }{
-	{dblock.ModeOptimistic, func(db *dialect.DB) (dblock.Locker, error) {
+	{dblock.ModeOptimistic, func(db *dialect.DB) (leaseHolder, error) {
 		return optimistic.New(db, &optimistic.Config{Logger: quiet})
 	}},
-	{dblock.ModeFair, func(db *dialect.DB) (dblock.Locker, error) {
+	{dblock.ModeFair, func(db *dialect.DB) (leaseHolder, error) {
 		return fairqueue.New(db, &fairqueue.Config{Logger: quiet})
 	}},
-	{modeElection, func(db *dialect.DB) (dblock.Locker, error) {
-		return newElectionLocker(db, connDeathTTL), nil
+	{modeElection, func(db *dialect.DB) (leaseHolder, error) {
+		return newElectionHolder(db, leaseModeTTL), nil
 	}},
 }
 
-// connDeathTTL is the lease of TestFaultConnectionDeathLease's holder.
-const connDeathTTL = 1500 * time.Millisecond
+// leaseModeTTL is the lease of the holders of leaseModes.
+const leaseModeTTL = 1500 * time.Millisecond
 
 // TestFaultConnectionDeathLease kills, server-side and repeatedly, every
 // connection of a process holding a renewed lease (optimistic, fair, or an
@@ -155,7 +163,7 @@ func TestFaultConnectionDeathLease(t *testing.T) {
 	}
 }
 
-func connDeathLease(t *testing.T, kind store.Kind, newLocker func(db *dialect.DB) (dblock.Locker, error)) {
+func connDeathLease(t *testing.T, kind store.Kind, newLocker func(db *dialect.DB) (leaseHolder, error)) {
 	iso := dbtest.New(t, kind)
 	hdb, k := holderDB(t, iso)
 	holder, err := newLocker(hdb)
@@ -169,7 +177,7 @@ func connDeathLease(t *testing.T, kind store.Kind, newLocker func(db *dialect.DB
 	}
 	defer rival.Close()
 
-	const ttl = connDeathTTL
+	const ttl = leaseModeTTL
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	lease, err := holder.Acquire(ctx, "conn-death", dblock.WithTTL(ttl))
@@ -297,7 +305,7 @@ func TestFaultRenewalImpossible(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer holder.Close()
-				const ttl = 1500 * time.Millisecond
+				const ttl = leaseModeTTL
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				lease, err := holder.Acquire(ctx, "no-renewal", dblock.WithTTL(ttl))

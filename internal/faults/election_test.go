@@ -92,40 +92,24 @@ func (h electionHeld) release(ctx context.Context) (history.Outcome, error) {
 	return history.NotHeld, nil
 }
 
-// electionLocker presents candidates as a dblock.Locker, for the fault tests
-// written against Lockers: Acquire campaigns (with the adapter's TTL: the
-// options are the test's, and carry the same), Release resigns.
-type electionLocker struct {
+// electionHolder presents candidates as a lease holder for the tests over
+// leaseModes: Acquire campaigns (with the holder's TTL: the tests' options
+// carry the same, leaseModeTTL), Close resigns.
+type electionHolder struct {
 	c   *electionClient
 	ttl time.Duration
 }
 
-func newElectionLocker(db *dialect.DB, ttl time.Duration) dblock.Locker {
-	return electionLocker{c: newElectionClient(db), ttl: ttl}
+func newElectionHolder(db *dialect.DB, ttl time.Duration) leaseHolder {
+	return electionHolder{c: newElectionClient(db), ttl: ttl}
 }
 
-func (l electionLocker) Acquire(ctx context.Context, name string, _ ...dblock.Option) (*dblock.Lease, error) {
-	e, err := l.c.candidate(name, l.ttl)
+func (h electionHolder) Acquire(ctx context.Context, name string, _ ...dblock.Option) (*dblock.Lease, error) {
+	e, err := h.c.candidate(name, h.ttl)
 	if err != nil {
 		return nil, err
 	}
-	return e.Campaign(ctx, "adapter")
+	return e.Campaign(ctx, "holder")
 }
 
-func (l electionLocker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
-	defer cancel()
-	return l.Acquire(ctx, name, opts...)
-}
-
-func (l electionLocker) Do(ctx context.Context, name string, fn func(context.Context) error, opts ...dblock.Option) error {
-	term, err := l.Acquire(ctx, name, opts...)
-	if err != nil {
-		return err
-	}
-	tctx, cancel := term.Context(ctx)
-	defer cancel()
-	return errors.Join(fn(tctx), term.Release(context.WithoutCancel(ctx)))
-}
-
-func (l electionLocker) Close() error { l.c.close(); return nil }
+func (h electionHolder) Close() error { h.c.close(); return nil }
