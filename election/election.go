@@ -13,6 +13,7 @@ import (
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
+	"github.com/dblock-go/dblock/telemetry"
 )
 
 // Defaults of Config.
@@ -54,6 +55,10 @@ type Config struct {
 	// Hooks observe terms as leases: OnAcquired when a term begins,
 	// OnReleased when it is resigned, OnLost when it is lost.
 	Hooks *dblock.Hooks
+	// Telemetry chooses where the candidate's metrics and spans go (its
+	// terms are optimistic leases). Defaults to the global OpenTelemetry
+	// providers.
+	Telemetry *telemetry.Config
 	// DisableNotify turns off the PostgreSQL LISTEN connection that wakes
 	// candidates when the leader resigns (behind a pooler that cannot hold
 	// a session); candidates then poll. Defaults to false.
@@ -96,7 +101,8 @@ func New(db *dialect.DB, name string, cfg *Config) (*Election, error) {
 	if err := c.fill(); err != nil {
 		return nil, err
 	}
-	l, err := optimistic.New(db, &optimistic.Config{Logger: c.Logger, Hooks: c.Hooks, DisableNotify: c.DisableNotify})
+	l, err := optimistic.New(db, &optimistic.Config{Logger: c.Logger, Hooks: c.Hooks, Telemetry: c.Telemetry,
+		DisableNotify: c.DisableNotify})
 	if err != nil {
 		return nil, fmt.Errorf("election: new: %w", err)
 	}

@@ -14,8 +14,10 @@ import (
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/leasemode"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/obs"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/internal/wake"
+	"github.com/dblock-go/dblock/telemetry"
 )
 
 // Defaults of Config.
@@ -44,6 +46,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Hooks observe acquisitions, releases and losses. Defaults to none.
 	Hooks *dblock.Hooks
+	// Telemetry chooses where metrics and spans go. Defaults to the
+	// global OpenTelemetry providers (recording nothing unless the
+	// application installed an SDK).
+	Telemetry *telemetry.Config
 	// HeartbeatInterval is how often a waiter refreshes its queue row.
 	// Defaults to HeartbeatIntervalDefault.
 	HeartbeatInterval time.Duration
@@ -123,7 +129,8 @@ type Locker struct {
 	db     *store.DB
 	cfg    Config
 	logger *slog.Logger
-	hooks  dblock.Hooks
+	events obs.Events
+	rec    *obs.Recorder
 	hub    *wake.Hub // nil when notifications are off or unsupported.
 	keeper *leasekeeper.Keeper
 	local  signals
@@ -164,13 +171,17 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 	if !db.Dialect.Caps().RowLocks {
 		l.writeMu = make(writeLock, 1)
 	}
-	l.parts = leasemode.New(db, leasemode.Wiring{
-		Prefix: "fairqueue", Logger: c.Logger, Hooks: c.Hooks, DisableNotify: c.DisableNotify,
+	p, err := leasemode.New(db, leasemode.Wiring{
+		Prefix: "fairqueue", Mode: dblock.ModeFair, Logger: c.Logger, Hooks: c.Hooks, Telemetry: c.Telemetry,
+		DisableNotify: c.DisableNotify,
 		Keeper: leasekeeper.Config{RetryMin: c.PollMin, ReleaseTimeout: c.ReleaseTimeout,
 			CountStatement: l.count, WriteMu: l.writeMu.locker()},
 	})
-	p := l.parts
-	l.logger, l.hooks, l.keeper, l.hub, l.life = p.Logger, p.Hooks, p.Keeper, p.Hub, p.Life
+	if err != nil {
+		return nil, err
+	}
+	l.parts = p
+	l.logger, l.events, l.rec, l.keeper, l.hub, l.life = p.Logger, p.Events, p.Events.Recorder(), p.Keeper, p.Hub, p.Life
 	l.bg.Add(1)
 	go l.heartbeat()
 	return l, nil
@@ -229,14 +240,20 @@ func (l *Locker) lockWrites() func() {
 // holds name re-enters it without queueing. A ctx from WithPositionFunc
 // reports the waiter's place while it waits.
 func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
-	return l.acquire(ctx, name, true, opts)
+	ctx, call := l.rec.BeginAcquire(ctx, name, true)
+	lease, err := l.acquire(ctx, name, true, opts)
+	call.End(lease, err)
+	return lease, err
 }
 
 // TryAcquire takes name only if nobody queues for it and it is free or
 // expired (or already this owner's), and otherwise returns at once an error
 // wrapping dblock.ErrNotAcquired. It never inserts a queue row.
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
-	return l.acquire(ctx, name, false, opts)
+	ctx, call := l.rec.BeginAcquire(ctx, name, false)
+	lease, err := l.acquire(ctx, name, false, opts)
+	call.End(lease, err)
+	return lease, err
 }
 
 // Do acquires name (waiting like Acquire), runs fn with a context cancelled
@@ -244,7 +261,7 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Opt
 // bounded by Config.ReleaseTimeout even when ctx is done. It returns fn's
 // error, joined with the loss when the lease was lost while fn ran.
 func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...dblock.Option) error {
-	return mode.Do(ctx, l.Acquire, name, opts, l.cfg.ReleaseTimeout, fn)
+	return mode.Do(ctx, l.rec, l.Acquire, name, opts, l.cfg.ReleaseTimeout, fn)
 }
 
 // Close ends waits in progress with dblock.ErrClosed (their queue rows removed),
@@ -411,9 +428,7 @@ func (a *attempt) started(res store.AcquireResult, reqStart time.Time) (*dblock.
 	l.stats.acquired.Add(1)
 	waited := time.Since(a.start)
 	l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: acquired", a.attrs(slog.Int64("token", int64(token)))...)
-	if f := l.hooks.OnAcquired; f != nil {
-		f(a.name, a.o.Owner, token, waited)
-	}
+	l.events.Acquired(a.name, a.o.Owner, token, waited)
 	return lease, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/dblock-go/dblock"
@@ -34,7 +35,9 @@ func (l *Locker) TryAcquireMany(ctx context.Context, names []string, opts ...dbl
 	return l.acquireMany(ctx, names, false, opts)
 }
 
-func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opts []dblock.Option) ([]*dblock.Lease, error) {
+func (l *Locker) acquireMany(ctx context.Context, names []string, wait bool, opts []dblock.Option) (leases []*dblock.Lease, err error) {
+	ctx, call := l.rec.BeginAcquire(ctx, strings.Join(names, ","), wait)
+	defer func() { call.EndToken(0, err) }()
 	m, c, err := l.prepareMany(ctx, names, wait, opts)
 	if err != nil {
 		return nil, err

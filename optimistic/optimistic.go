@@ -14,8 +14,10 @@ import (
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/leasemode"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/obs"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/internal/wake"
+	"github.com/dblock-go/dblock/telemetry"
 )
 
 // Defaults of Config.
@@ -37,6 +39,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Hooks observe acquisitions, releases and losses. Defaults to none.
 	Hooks *dblock.Hooks
+	// Telemetry chooses where metrics and spans go. Defaults to the
+	// global OpenTelemetry providers (recording nothing unless the
+	// application installed an SDK).
+	Telemetry *telemetry.Config
 	// PollMin is a waiter's first backoff step; the step doubles up to
 	// PollMax and is jittered. Defaults to PollMinDefault.
 	PollMin time.Duration
@@ -67,7 +73,8 @@ type Locker struct {
 	db     *store.DB
 	cfg    Config
 	logger *slog.Logger
-	hooks  dblock.Hooks
+	events obs.Events
+	rec    *obs.Recorder
 	hub    *wake.Hub // nil when notifications are off or unsupported.
 	gates  *gates    // This Locker's waiters, in line per name.
 	keeper *leasekeeper.Keeper
@@ -107,12 +114,16 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 	if c.ReleaseTimeout == 0 {
 		c.ReleaseTimeout = ReleaseTimeoutDefault
 	}
-	p := leasemode.New(db, leasemode.Wiring{
-		Prefix: "optimistic", Logger: c.Logger, Hooks: c.Hooks, DisableNotify: c.DisableNotify,
-		Keeper: leasekeeper.Config{RetryMin: c.PollMin, ReleaseTimeout: c.ReleaseTimeout},
+	p, err := leasemode.New(db, leasemode.Wiring{
+		Prefix: "optimistic", Mode: dblock.ModeOptimistic, Logger: c.Logger, Hooks: c.Hooks, Telemetry: c.Telemetry,
+		DisableNotify: c.DisableNotify,
+		Keeper:        leasekeeper.Config{RetryMin: c.PollMin, ReleaseTimeout: c.ReleaseTimeout},
 	})
-	l := &Locker{parts: p, db: db, cfg: c, logger: p.Logger, hooks: p.Hooks, keeper: p.Keeper, hub: p.Hub,
-		life: p.Life, gates: newGates()}
+	if err != nil {
+		return nil, err
+	}
+	l := &Locker{parts: p, db: db, cfg: c, logger: p.Logger, events: p.Events, rec: p.Events.Recorder(),
+		keeper: p.Keeper, hub: p.Hub, life: p.Life, gates: newGates()}
 	return l, nil
 }
 
@@ -122,7 +133,10 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 // dblock.WithWait; the error then wraps dblock.ErrNotAcquired (through a
 // *dblock.HeldError naming the holder) and context.Cause(ctx).
 func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
-	return l.acquire(ctx, name, true, opts)
+	ctx, call := l.rec.BeginAcquire(ctx, name, true)
+	lease, err := l.acquire(ctx, name, true, opts)
+	call.End(lease, err)
+	return lease, err
 }
 
 // TryAcquire takes name if it is free, expired or already this owner's, and
@@ -130,7 +144,10 @@ func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option
 // *dblock.HeldError naming the holder. It never waits for a row lock: a name
 // held by a pessimistic transaction is reported as held.
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
-	return l.acquire(ctx, name, false, opts)
+	ctx, call := l.rec.BeginAcquire(ctx, name, false)
+	lease, err := l.acquire(ctx, name, false, opts)
+	call.End(lease, err)
+	return lease, err
 }
 
 // Do acquires name (waiting like Acquire), runs fn with a context cancelled
@@ -138,7 +155,7 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Opt
 // bounded by Config.ReleaseTimeout even when ctx is done. It returns fn's
 // error, joined with the loss when the lease was lost while fn ran.
 func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...dblock.Option) error {
-	return mode.Do(ctx, l.Acquire, name, opts, l.cfg.ReleaseTimeout, fn)
+	return mode.Do(ctx, l.rec, l.Acquire, name, opts, l.cfg.ReleaseTimeout, fn)
 }
 
 // Close ends waits in progress with dblock.ErrClosed, ends every lease still held
@@ -285,9 +302,7 @@ func (l *Locker) newLease(name string, o mode.Options, res store.AcquireResult, 
 	}
 	l.logger.LogAttrs(context.Background(), slog.LevelDebug, "optimistic: acquired",
 		slog.String("lock_key", name), slog.String("owner", o.Owner), slog.Int64("token", int64(res.Token)))
-	if f := l.hooks.OnAcquired; f != nil {
-		f(name, o.Owner, res.Token, waited)
-	}
+	l.events.Acquired(name, o.Owner, res.Token, waited)
 	return lease, nil
 }
 

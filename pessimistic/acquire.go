@@ -11,6 +11,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/obs"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -48,11 +49,15 @@ func (l *Locker) TryAcquireMany(ctx context.Context, names []string, opts ...dbl
 // when fn returns nil or rolls back when it returns an error or panics (the
 // panic is re-raised after the rollback). A lock lost while fn ran is
 // reported (errors.Is(err, dblock.ErrLost)) together with fn's error.
-func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx) error, opts ...dblock.Option) error {
+func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx) error, opts ...dblock.Option) (err error) {
+	ctx, span := l.rec.BeginSpan(ctx, obs.SpanDo, name)
+	var token dblock.Token
+	defer func() { obs.EndSpan(span, token, err) }()
 	lease, err := l.Acquire(ctx, name, opts...)
 	if err != nil {
 		return err
 	}
+	token = lease.Token()
 	return run(ctx, lease, fn)
 }
 
@@ -82,7 +87,9 @@ func run(ctx context.Context, lease *Lease, fn func(ctx context.Context, tx *sql
 	return errjoin.Join(fnErr, relErr)
 }
 
-func (l *Locker) acquire(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (*Lease, error) {
+func (l *Locker) acquire(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (lease *Lease, err error) {
+	ctx, call := l.rec.BeginAcquire(ctx, labelOf(names), !try)
+	defer func() { call.EndToken(leaseToken(lease), err) }()
 	req, err := l.prepare(ctx, op, names, try, opts)
 	if err != nil {
 		return nil, err
@@ -346,4 +353,12 @@ func (l *Locker) reenter(ctx context.Context, op, label string, h *hold, o mode.
 	h.stack = append(h.stack, lease)
 	l.acquired(lease, start)
 	return lease, nil
+}
+
+// leaseToken is lease's token, zero for no lease.
+func leaseToken(lease *Lease) dblock.Token {
+	if lease == nil {
+		return 0
+	}
+	return lease.Token()
 }

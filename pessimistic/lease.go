@@ -14,6 +14,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/obs"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -159,16 +160,16 @@ func (l *Locker) newHandle(h *hold, label string) *Lease {
 func (l *Locker) acquired(lease *Lease, start time.Time) {
 	waited := time.Since(start)
 	l.log.Debug("pessimistic: acquired", "lock_key", lease.Name(), "owner", lease.Owner(), "token", int64(lease.Token()))
-	if l.hooks.OnAcquired != nil {
-		l.hooks.OnAcquired(lease.Name(), lease.Owner(), lease.Token(), waited)
-	}
+	l.events.Acquired(lease.Name(), lease.Owner(), lease.Token(), waited)
 }
 
 // releaseHandle ends one handle. A re-entrant handle first settles its
 // savepoint (released on commit, rolled back to on rollback); the last
 // handle of a hold ends its transaction: commit, or rollback if the first
 // handle asked for one or the hold was lost.
-func (l *Locker) releaseHandle(ctx context.Context, lease *Lease) error {
+func (l *Locker) releaseHandle(ctx context.Context, lease *Lease) (err error) {
+	ctx, span := l.rec.BeginSpan(ctx, obs.SpanRelease, lease.Name())
+	defer func() { obs.EndSpan(span, lease.Token(), err) }()
 	h := lease.h
 	rb := lease.rollback.Load()
 	var spErr error
@@ -196,7 +197,7 @@ func (l *Locker) releaseHandle(ctx context.Context, lease *Lease) error {
 	lost := h.lost
 	l.mu.Unlock()
 
-	err := l.endBounded(ctx, h, rollback)
+	err = l.endBounded(ctx, h, rollback)
 	switch {
 	case err != nil && lost == nil && (isConnErr(err) || errors.Is(err, ErrTxEnded)):
 		reason := dblock.ErrConnLost
@@ -286,7 +287,5 @@ func (l *Locker) forget(h *hold) {
 
 func (l *Locker) released(lease *Lease, h *hold) {
 	l.log.Debug("pessimistic: released", "lock_key", lease.Name(), "owner", lease.Owner(), "token", int64(lease.Token()))
-	if l.hooks.OnReleased != nil {
-		l.hooks.OnReleased(lease.Name(), lease.Owner(), lease.Token(), time.Since(h.start))
-	}
+	l.events.Released(lease.Name(), lease.Owner(), lease.Token(), time.Since(h.start))
 }

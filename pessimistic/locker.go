@@ -13,7 +13,9 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/obs"
 	"github.com/dblock-go/dblock/internal/store"
+	"github.com/dblock-go/dblock/telemetry"
 )
 
 // Errors of this package. Each is wrapped with context; match with errors.Is.
@@ -74,6 +76,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Hooks observe acquisitions, releases and losses. Optional.
 	Hooks *dblock.Hooks
+	// Telemetry chooses where metrics and spans go. Defaults to the
+	// global OpenTelemetry providers (recording nothing unless the
+	// application installed an SDK).
+	Telemetry *telemetry.Config
 	// LockTimeout bounds how long Acquire waits when the call passes no
 	// WithWait. Defaults to zero: wait until ctx ends.
 	LockTimeout time.Duration
@@ -117,7 +123,8 @@ type Locker struct {
 	db       *store.DB
 	caps     store.Caps // What the database can do; the Locker never asks its kind.
 	log      *slog.Logger
-	hooks    dblock.Hooks
+	events   obs.Events
+	rec      *obs.Recorder
 	lockWait time.Duration
 	ttl      time.Duration
 	interval time.Duration
@@ -182,9 +189,11 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 
 		allowMultiPrimary: cfg.AllowMultiPrimary,
 	}
-	if cfg.Hooks != nil {
-		l.hooks = *cfg.Hooks
+	rec, err := obs.New(cfg.Telemetry, string(db.Dialect.Kind()), dblock.ModePessimistic)
+	if err != nil {
+		return nil, fmt.Errorf("pessimistic: new: %w", err)
 	}
+	l.rec, l.events = rec, obs.NewEvents(cfg.Hooks, rec)
 	l.closing, l.cancelAll = context.WithCancelCause(context.Background())
 	if l.lockWait < 0 {
 		return nil, fmt.Errorf("pessimistic: new: %w: lock timeout %v is negative", dblock.ErrInvalidOption, l.lockWait)

@@ -62,9 +62,7 @@ func (l *Locker) loseThen(h *hold, reason error, ended bool, before func()) bool
 		if lease.ctl.Lose(reason) {
 			l.log.Warn("pessimistic: lock lost", "lock_key", lease.Name(), "owner", lease.Owner(),
 				"token", int64(lease.Token()), "error", reason)
-			if l.hooks.OnLost != nil {
-				l.hooks.OnLost(lease.Name(), lease.Owner(), lease.Token(), lease.Err())
-			}
+			l.events.Lost(lease.Name(), lease.Owner(), lease.Token(), lease.Err(), time.Since(h.start))
 		}
 	}
 	return true

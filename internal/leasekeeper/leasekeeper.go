@@ -12,6 +12,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/backoff"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/obs"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -22,8 +23,9 @@ type Config struct {
 	Prefix string
 	// Logger defaults to one that writes nothing.
 	Logger *slog.Logger
-	// Hooks observe releases and losses (acquisitions are the mode's to report).
-	Hooks dblock.Hooks
+	// Events hear of releases, losses and failed renewals (acquisitions
+	// are the mode's to report).
+	Events obs.Events
 	// RetryMin is the shortest pause before retrying a failed renewal.
 	RetryMin time.Duration
 	// ReleaseTimeout bounds Close's releases, the reads that classify a
@@ -342,6 +344,7 @@ func (h *held) renewLoop() error {
 			return nil // Release began, or the lease was lost elsewhere; the row is not the watchdog's any more.
 		}
 		if err != nil {
+			h.k.cfg.Events.RenewalFailed()
 			h.k.logger.LogAttrs(h.ctx, slog.LevelWarn, h.k.cfg.Prefix+": renewal failed, retrying until the lease deadline",
 				h.attrs(slog.Int("attempt", attempt), slog.String("error", err.Error()))...)
 			if errors.Is(err, dblock.ErrUnavailable) && quick < quickRetries {
@@ -401,9 +404,7 @@ func (h *held) lose(reason error) {
 	}
 	h.k.logger.LogAttrs(context.Background(), slog.LevelWarn, h.k.cfg.Prefix+": lease lost",
 		h.attrs(slog.String("error", reason.Error()))...)
-	if f := h.k.cfg.Hooks.OnLost; f != nil {
-		f(h.p.Name, h.p.Owner, h.p.Token, &dblock.LostError{Name: h.p.Name, Reason: reason})
-	}
+	h.k.cfg.Events.Lost(h.p.Name, h.p.Owner, h.p.Token, &dblock.LostError{Name: h.p.Name, Reason: reason}, time.Since(h.acquired))
 }
 
 // classify reads the row to say why a CAS on (name, owner, token) found
@@ -436,7 +437,9 @@ func (h *held) classify(ctx context.Context) error {
 }
 
 // release is the Lease's release: it stops renewal first, then runs the CAS.
-func (h *held) release(ctx context.Context) error {
+func (h *held) release(ctx context.Context) (err error) {
+	ctx, span := h.k.cfg.Events.BeginSpan(ctx, obs.SpanRelease, h.p.Name)
+	defer func() { obs.EndSpan(span, h.p.Token, err) }()
 	h.halt()
 	<-h.watchDone
 	defer h.k.forget(h)
@@ -459,9 +462,7 @@ func (h *held) release(ctx context.Context) error {
 	if h.p.OnReleased != nil {
 		h.p.OnReleased()
 	}
-	if f := h.k.cfg.Hooks.OnReleased; f != nil {
-		f(h.p.Name, h.p.Owner, h.p.Token, time.Since(h.acquired))
-	}
+	h.k.cfg.Events.Released(h.p.Name, h.p.Owner, h.p.Token, time.Since(h.acquired))
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/obs"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -237,10 +238,10 @@ func TestCloseEndsLeasesAsLost(t *testing.T) {
 		defer cancel()
 		closedErr := dblock.ErrClosed
 		var released atomic.Int32
-		k := leasekeeper.New(leasekeeper.Config{DB: iso.Store(), Logger: quiet, Hooks: dblock.Hooks{
+		k := leasekeeper.New(leasekeeper.Config{DB: iso.Store(), Logger: quiet, Events: obs.NewEvents(&dblock.Hooks{
 			OnReleased: func(string, string, dblock.Token, time.Duration) { released.Add(1) },
 			OnLost:     func(string, string, dblock.Token, error) { t.Errorf("OnLost called for a lease ended by Close") },
-		}})
+		}, nil)})
 		name := locktest.RandomName("close")
 		lease := start(t, k, iso.DB, name, time.Minute, true)
 		fnCtx, stop := lease.Context(ctx)
@@ -277,11 +278,11 @@ func TestOnLostMayRelease(t *testing.T) {
 		defer cancel()
 		leases := make(chan *dblock.Lease, 1)
 		hookReleased := make(chan error, 1)
-		k := newKeeper(t, leasekeeper.Config{DB: iso.Store(), Hooks: dblock.Hooks{
+		k := newKeeper(t, leasekeeper.Config{DB: iso.Store(), Events: obs.NewEvents(&dblock.Hooks{
 			OnLost: func(string, string, dblock.Token, error) {
 				hookReleased <- (<-leases).Release(context.Background())
 			},
-		}})
+		}, nil)})
 		name := locktest.RandomName("onlost")
 		lease := start(t, k, iso.DB, name, 600*time.Millisecond, true)
 		leases <- lease

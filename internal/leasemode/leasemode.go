@@ -10,21 +10,27 @@ import (
 	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/obs"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/internal/wake"
+	"github.com/dblock-go/dblock/telemetry"
 )
 
 // Wiring is what a lease mode's New asks for.
 type Wiring struct {
 	// Prefix names the mode in errors and logs ("optimistic").
 	Prefix string
+	// Mode is the mode's name on its leases and telemetry (dblock.ModeOptimistic).
+	Mode string
+	// Telemetry is the Config's (nil: the global providers).
+	Telemetry *telemetry.Config
 	// Logger and Hooks are the Config's (nil: silent, none).
 	Logger *slog.Logger
 	Hooks  *dblock.Hooks
 	// DisableNotify turns PostgreSQL's wake-ups off.
 	DisableNotify bool
 	// Keeper configures the leases' Keeper; New fills its DB, Prefix,
-	// Logger and Hooks.
+	// Logger and Events.
 	Keeper leasekeeper.Config
 }
 
@@ -32,7 +38,7 @@ type Wiring struct {
 type Parts struct {
 	DB     *store.DB
 	Logger *slog.Logger
-	Hooks  dblock.Hooks
+	Events obs.Events // The Config's hooks and the mode's instruments.
 	Keeper *leasekeeper.Keeper
 	Hub    *wake.Hub // nil when notifications are off or unsupported.
 	Life   *Life
@@ -48,19 +54,22 @@ func Store(handle *dialect.DB, prefix string) (*store.DB, error) {
 	return db, nil
 }
 
-// New builds the shared pieces on db (see Store).
-func New(db *store.DB, w Wiring) Parts {
-	p := Parts{DB: db, Logger: mode.Logger(w.Logger), Life: &Life{Closing: make(chan struct{})}}
-	if w.Hooks != nil {
-		p.Hooks = *w.Hooks
+// New builds the shared pieces on db (see Store). Its error, a bad
+// telemetry option, wraps dblock.ErrInvalidOption.
+func New(db *store.DB, w Wiring) (Parts, error) {
+	rec, err := obs.New(w.Telemetry, string(db.Dialect.Kind()), w.Mode)
+	if err != nil {
+		return Parts{}, fmt.Errorf("%s: new: %w", w.Prefix, err)
 	}
+	p := Parts{DB: db, Logger: mode.Logger(w.Logger), Life: &Life{Closing: make(chan struct{})},
+		Events: obs.NewEvents(w.Hooks, rec)}
 	kc := w.Keeper
-	kc.DB, kc.Prefix, kc.Logger, kc.Hooks = db, w.Prefix, p.Logger, p.Hooks
+	kc.DB, kc.Prefix, kc.Logger, kc.Events = db, w.Prefix, p.Logger, p.Events
 	p.Keeper = leasekeeper.New(kc)
 	if !w.DisableNotify && db.Dialect.Caps().Notify {
 		p.Hub = wake.New(db, p.Logger)
 	}
-	return p
+	return p, nil
 }
 
 // Close stops the Keeper (ending the leases still held as lost, and

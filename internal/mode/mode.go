@@ -9,6 +9,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/errjoin"
 	"github.com/dblock-go/dblock/internal/hook"
+	"github.com/dblock-go/dblock/internal/obs"
 )
 
 // LeaseParams describe a lease a mode has just acquired.
@@ -99,12 +100,16 @@ func Run(ctx context.Context, lease *dblock.Lease, releaseTimeout time.Duration,
 }
 
 // Do is the Do of the lease modes: acquire name (waiting), run fn under the
-// lease (see Run), release.
-func Do(ctx context.Context, acquire func(context.Context, string, ...dblock.Option) (*dblock.Lease, error),
-	name string, opts []dblock.Option, releaseTimeout time.Duration, fn func(ctx context.Context) error) error {
+// lease (see Run), release, all under one span of rec (obs.SpanDo).
+func Do(ctx context.Context, rec *obs.Recorder, acquire func(context.Context, string, ...dblock.Option) (*dblock.Lease, error),
+	name string, opts []dblock.Option, releaseTimeout time.Duration, fn func(ctx context.Context) error) (err error) {
+	ctx, span := rec.BeginSpan(ctx, obs.SpanDo, name)
+	var token dblock.Token
+	defer func() { obs.EndSpan(span, token, err) }()
 	lease, err := acquire(ctx, name, opts...)
 	if err != nil {
 		return err
 	}
+	token = lease.Token()
 	return Run(ctx, lease, releaseTimeout, fn)
 }

@@ -1,0 +1,114 @@
+package obs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/telemetry"
+)
+
+// Span names.
+const (
+	SpanAcquire = "dblock.acquire"
+	SpanRelease = "dblock.release"
+	SpanDo      = "dblock.do"
+)
+
+// Acquire is one acquire call in progress: its span, its start, and
+// whether it counts as a waiter.
+type Acquire struct {
+	r       *Recorder
+	ctx     context.Context
+	span    trace.Span
+	start   time.Time
+	waiting bool
+}
+
+// BeginAcquire starts timing an acquire call of label (a name, or names
+// joined by commas); wait says whether the call may wait (Acquire, not
+// TryAcquire). The returned context carries the span: pass it on to the
+// call's statements.
+func (r *Recorder) BeginAcquire(ctx context.Context, label string, wait bool) (context.Context, Acquire) {
+	ctx, span := r.tracer.Start(ctx, SpanAcquire, r.spanStart...)
+	if span.IsRecording() {
+		span.SetAttributes(r.modeAttr, attribute.Bool("dblock.wait", wait))
+		r.setName(span, label)
+	}
+	if wait {
+		r.waiters.Add(ctx, 1, r.base)
+	}
+	return ctx, Acquire{r: r, ctx: ctx, span: span, start: time.Now(), waiting: wait}
+}
+
+// End records the call's duration and outcome, lease's token on the span.
+func (a Acquire) End(lease *dblock.Lease, err error) {
+	var token dblock.Token
+	if lease != nil {
+		token = lease.Token()
+	}
+	a.EndToken(token, err)
+}
+
+// EndToken is End for a mode whose lease is not a *dblock.Lease.
+func (a Acquire) EndToken(token dblock.Token, err error) {
+	r := a.r
+	o := outcome(err)
+	r.acquireDur.Record(a.ctx, time.Since(a.start).Seconds(), r.outcomes[o])
+	if a.waiting {
+		r.waiters.Add(a.ctx, -1, r.base)
+	}
+	endSpan(a.span, o, token, err)
+}
+
+// BeginSpan starts the span of a release (SpanRelease) or a Do (SpanDo)
+// of label; end it with EndSpan.
+func (r *Recorder) BeginSpan(ctx context.Context, op, label string) (context.Context, trace.Span) {
+	ctx, span := r.tracer.Start(ctx, op, r.spanStart...)
+	if span.IsRecording() {
+		span.SetAttributes(r.modeAttr)
+		r.setName(span, label)
+	}
+	return ctx, span
+}
+
+// EndSpan ends a span from BeginSpan with err's outcome.
+func EndSpan(span trace.Span, token dblock.Token, err error) {
+	o := "ok"
+	if err != nil {
+		o = "error"
+	}
+	endSpan(span, o, token, err)
+}
+
+func endSpan(span trace.Span, outcome string, token dblock.Token, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String(telemetry.AttrOutcome, outcome))
+		if token != 0 {
+			span.SetAttributes(attribute.Int64(telemetry.AttrToken, int64(token)))
+		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
+}
+
+// setName puts label on span as the name policy wants it.
+func (r *Recorder) setName(span trace.Span, label string) {
+	switch r.names {
+	case telemetry.NamesDropped:
+	case telemetry.NamesHashed:
+		sum := sha256.Sum256([]byte(label))
+		span.SetAttributes(attribute.String(telemetry.AttrName, hex.EncodeToString(sum[:8])))
+	default:
+		span.SetAttributes(attribute.String(telemetry.AttrName, label))
+	}
+}
