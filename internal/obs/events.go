@@ -33,8 +33,8 @@ func (e Events) Recorder() *Recorder { return e.rec }
 // Acquired reports an acquisition after a wait of waited.
 func (e Events) Acquired(name, owner string, token dblock.Token, waited time.Duration) {
 	if r := e.rec; r != nil {
-		r.acquisitions.Add(context.Background(), 1, r.base)
-		r.waitDur.Record(context.Background(), waited.Seconds(), r.base)
+		add(context.Background(), r.acquisitions, 1, r.base)
+		record(context.Background(), r.waitDur, waited.Seconds(), r.base)
 	}
 	if f := e.hooks.OnAcquired; f != nil {
 		f(name, owner, token, waited)
@@ -44,7 +44,7 @@ func (e Events) Acquired(name, owner string, token dblock.Token, waited time.Dur
 // Released reports a release after a hold of held.
 func (e Events) Released(name, owner string, token dblock.Token, held time.Duration) {
 	if r := e.rec; r != nil {
-		r.holdDur.Record(context.Background(), held.Seconds(), r.released)
+		record(context.Background(), r.holdDur, held.Seconds(), r.released)
 	}
 	if f := e.hooks.OnReleased; f != nil {
 		f(name, owner, token, held)
@@ -54,8 +54,8 @@ func (e Events) Released(name, owner string, token dblock.Token, held time.Durat
 // Lost reports a loss (err is the *dblock.LostError) after a hold of held.
 func (e Events) Lost(name, owner string, token dblock.Token, err error, held time.Duration) {
 	if r := e.rec; r != nil {
-		r.losses.Add(context.Background(), 1, r.reasons[reason(err)])
-		r.holdDur.Record(context.Background(), held.Seconds(), r.lost)
+		add(context.Background(), r.losses, 1, r.reasons[reason(err)])
+		record(context.Background(), r.holdDur, held.Seconds(), r.lost)
 	}
 	if f := e.hooks.OnLost; f != nil {
 		f(name, owner, token, err)
@@ -74,6 +74,6 @@ func (e Events) BeginSpan(ctx context.Context, op, label string) (context.Contex
 // RenewalFailed reports a renewal that failed and will be retried.
 func (e Events) RenewalFailed() {
 	if r := e.rec; r != nil {
-		r.renewFails.Add(context.Background(), 1, r.base)
+		add(context.Background(), r.renewFails, 1, r.base)
 	}
 }

@@ -1,6 +1,7 @@
 package obs
 
 import (
+	"context"
 	"fmt"
 
 	"go.opentelemetry.io/otel"
@@ -18,16 +19,19 @@ type Recorder struct {
 	mode   string
 	names  telemetry.NamePolicy
 	tracer trace.Tracer
+	// global: the tracer is the global provider's, and spans start only
+	// once the application has installed one (see tracing).
+	global bool
 
 	acquireDur, waitDur, holdDur     metric.Float64Histogram
 	acquisitions, losses, renewFails metric.Int64Counter
 	waiters                          metric.Int64UpDownCounter
 
-	base      metric.MeasurementOption            // mode, dialect
-	outcomes  map[string]metric.MeasurementOption // + dblock.outcome
-	reasons   map[string]metric.MeasurementOption // + dblock.loss.reason
-	released  metric.MeasurementOption            // + dblock.end=released
-	lost      metric.MeasurementOption            // + dblock.end=lost
+	base      attrs            // mode, dialect
+	outcomes  map[string]attrs // + dblock.outcome
+	reasons   map[string]attrs // + dblock.loss.reason
+	released  attrs            // + dblock.end=released
+	lost      attrs            // + dblock.end=lost
 	modeAttr  attribute.KeyValue
 	spanStart []trace.SpanStartOption
 }
@@ -53,10 +57,10 @@ func New(cfg *telemetry.Config, dialect, mode string) (*Recorder, error) {
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
 	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
-	}
 	r := &Recorder{mode: mode, names: c.Names, modeAttr: attribute.String(telemetry.AttrMode, mode)}
+	if c.TracerProvider == nil {
+		c.TracerProvider, r.global = otel.GetTracerProvider(), true
+	}
 	r.tracer = c.TracerProvider.Tracer(telemetry.ScopeName, trace.WithInstrumentationVersion(version()))
 	r.spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 	if err := r.instruments(c.MeterProvider.Meter(telemetry.ScopeName, metric.WithInstrumentationVersion(version()))); err != nil {
@@ -92,18 +96,52 @@ func (r *Recorder) instruments(m metric.Meter) error {
 
 func (r *Recorder) attributeSets(dialect string) {
 	d := attribute.String(telemetry.AttrDialect, dialect)
-	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
-		return metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{r.modeAttr, d}, kv...)...))
+	with := func(kv ...attribute.KeyValue) attrs {
+		o := metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{r.modeAttr, d}, kv...)...))
+		return attrs{rec: []metric.RecordOption{o}, add: []metric.AddOption{o}}
 	}
 	r.base = with()
-	r.outcomes = make(map[string]metric.MeasurementOption, len(outcomeNames))
+	r.outcomes = make(map[string]attrs, len(outcomeNames))
 	for _, o := range outcomeNames {
 		r.outcomes[o] = with(attribute.String(telemetry.AttrOutcome, o))
 	}
-	r.reasons = make(map[string]metric.MeasurementOption, len(reasonNames))
+	r.reasons = make(map[string]attrs, len(reasonNames))
 	for _, o := range reasonNames {
 		r.reasons[o] = with(attribute.String(telemetry.AttrReason, o))
 	}
 	r.released = with(attribute.String(telemetry.AttrEnd, "released"))
 	r.lost = with(attribute.String(telemetry.AttrEnd, "lost"))
+}
+
+// attrs is one attribute set as the options of Record and Add, built once
+// so that recording allocates nothing.
+type attrs struct {
+	rec []metric.RecordOption
+	add []metric.AddOption
+}
+
+// defaultTracers is the global provider before any application set one:
+// it only hands out spans that record nothing.
+var defaultTracers = otel.GetTracerProvider()
+
+// tracing reports whether a span started now could record: always for a
+// provider the Config named, and for the global one once the application
+// has replaced the default. Until then no span is started at all, which
+// saves the two allocations of a non-recording span per call.
+func (r *Recorder) tracing() bool {
+	return !r.global || otel.GetTracerProvider() != defaultTracers
+}
+
+// record adds v to h with a, when an SDK listens.
+func record(ctx context.Context, h metric.Float64Histogram, v float64, a attrs) {
+	if h.Enabled(ctx) {
+		h.Record(ctx, v, a.rec...)
+	}
+}
+
+// add adds n to c with a, when an SDK listens.
+func add(ctx context.Context, c metric.Int64Counter, n int64, a attrs) {
+	if c.Enabled(ctx) {
+		c.Add(ctx, n, a.add...)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/telemetry"
@@ -36,15 +37,19 @@ type Acquire struct {
 // TryAcquire). The returned context carries the span: pass it on to the
 // call's statements.
 func (r *Recorder) BeginAcquire(ctx context.Context, label string, wait bool) (context.Context, Acquire) {
-	ctx, span := r.tracer.Start(ctx, SpanAcquire, r.spanStart...)
-	if span.IsRecording() {
-		span.SetAttributes(r.modeAttr, attribute.Bool("dblock.wait", wait))
-		r.setName(span, label)
+	var span trace.Span = noop.Span{}
+	if r.tracing() {
+		ctx, span = r.tracer.Start(ctx, SpanAcquire, r.spanStart...)
+		if span.IsRecording() {
+			span.SetAttributes(r.modeAttr, attribute.Bool("dblock.wait", wait))
+			r.setName(span, label)
+		}
 	}
-	if wait {
-		r.waiters.Add(ctx, 1, r.base)
+	waiting := wait && r.waiters.Enabled(ctx)
+	if waiting {
+		r.waiters.Add(ctx, 1, r.base.add...)
 	}
-	return ctx, Acquire{r: r, ctx: ctx, span: span, start: time.Now(), waiting: wait}
+	return ctx, Acquire{r: r, ctx: ctx, span: span, start: time.Now(), waiting: waiting}
 }
 
 // End records the call's duration and outcome, lease's token on the span.
@@ -60,9 +65,9 @@ func (a Acquire) End(lease *dblock.Lease, err error) {
 func (a Acquire) EndToken(token dblock.Token, err error) {
 	r := a.r
 	o := outcome(err)
-	r.acquireDur.Record(a.ctx, time.Since(a.start).Seconds(), r.outcomes[o])
+	record(a.ctx, r.acquireDur, time.Since(a.start).Seconds(), r.outcomes[o])
 	if a.waiting {
-		r.waiters.Add(a.ctx, -1, r.base)
+		r.waiters.Add(a.ctx, -1, r.base.add...)
 	}
 	endSpan(a.span, o, token, err)
 }
@@ -70,6 +75,9 @@ func (a Acquire) EndToken(token dblock.Token, err error) {
 // BeginSpan starts the span of a release (SpanRelease) or a Do (SpanDo)
 // of label; end it with EndSpan.
 func (r *Recorder) BeginSpan(ctx context.Context, op, label string) (context.Context, trace.Span) {
+	if !r.tracing() {
+		return ctx, noop.Span{}
+	}
 	ctx, span := r.tracer.Start(ctx, op, r.spanStart...)
 	if span.IsRecording() {
 		span.SetAttributes(r.modeAttr)
