@@ -34,9 +34,12 @@
 // # Observability
 //
 // Each pass logs its counts (Info, or Debug when it found nothing to do).
-// Handler serves Prometheus metrics (rows per kind, passes, errors, duration,
-// and the gauges a pass found before working: held leases, live and dead
-// waiters, and the age of the oldest lease not yet freed) and /healthz,
+// The reaper's OpenTelemetry instruments (package telemetry: rows per kind,
+// passes, errors, duration, and the gauges a pass found before working: held
+// leases, live and dead waiters, and the age of the oldest lease not yet
+// freed) go to Config.Telemetry's meter provider (the global one by
+// default), and Handler serves the same instruments in the Prometheus text
+// format, through OpenTelemetry's Prometheus exporter, with /healthz,
 // which fails when no pass succeeded for HealthyRuns (3) scheduled runs or
 // the database does not answer.
 //

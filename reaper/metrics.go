@@ -6,124 +6,92 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/otlptranslator"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/obs"
+	"github.com/dblock-go/dblock/telemetry"
 )
 
-// Metric names, in the Prometheus text exposition format.
+// Row kinds of telemetry.ReaperRows (attribute "kind").
 const (
-	metricRows         = "dblock_reaper_rows_total"
-	metricPasses       = "dblock_reaper_passes_total"
-	metricErrors       = "dblock_reaper_errors_total"
-	metricSkipped      = "dblock_reaper_skipped_passes_total"
-	metricDuration     = "dblock_reaper_pass_duration_seconds"
-	metricOldestStale  = "dblock_reaper_oldest_stale_age_seconds"
-	metricLocksHeld    = "dblock_reaper_locks_held"
-	metricWaiters      = "dblock_reaper_waiters"
-	metricDeadWaiters  = "dblock_reaper_dead_waiters"
-	metricLastSuccess  = "dblock_reaper_last_success_timestamp_seconds"
 	rowsExpiredFreed   = "expired_freed"
 	rowsWaitersDeleted = "waiters_deleted"
 	rowsIdleDeleted    = "idle_deleted"
 )
 
-// metrics is a small registry of the reaper's counters and gauges, written in
-// the Prometheus text exposition format (version 0.0.4). It needs no client
-// library: the reaper's few series are fixed.
+// metrics records the reaper's instruments into two providers: the one of
+// Config.Telemetry (or the global one), and the reaper's own SDK, whose
+// Prometheus exporter serves Handler's /metrics. Both get the same
+// instruments (obs.ReaperInstruments).
 type metrics struct {
-	mu          sync.Mutex
-	rows        map[string]float64 // by kind
-	passes      float64
-	errors      float64
-	skipped     float64
-	duration    float64
-	oldestStale float64
-	locksHeld   float64
-	waiters     float64
-	deadWaiters float64
-	lastSuccess float64 // Unix seconds; 0 until a pass succeeds
+	mu       sync.Mutex
+	sinks    []*obs.ReaperInstruments
+	registry *prometheus.Registry
 }
 
-func newMetrics() *metrics {
-	return &metrics{rows: map[string]float64{rowsExpiredFreed: 0, rowsWaitersDeleted: 0, rowsIdleDeleted: 0}}
+// newMetrics builds the reaper's own Prometheus-backed provider and the
+// instruments in it and in cfg's provider.
+func newMetrics(cfg *telemetry.Config) (*metrics, error) {
+	m := &metrics{registry: prometheus.NewRegistry()}
+	exp, err := otelprom.New(otelprom.WithRegisterer(m.registry), otelprom.WithoutTargetInfo(), otelprom.WithoutScopeInfo(),
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
+	if err != nil {
+		return nil, fmt.Errorf("reaper: metrics: %w", err)
+	}
+	// The reaper's own provider has a pull reader only: nothing runs in
+	// the background, and nothing needs shutting down.
+	providers := []metric.MeterProvider{sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)), nil}
+	if cfg != nil && cfg.MeterProvider != nil {
+		providers[1] = cfg.MeterProvider
+	}
+	for _, p := range providers {
+		ins, err := obs.NewReaperInstruments(p, []string{rowsExpiredFreed, rowsWaitersDeleted, rowsIdleDeleted})
+		if err != nil {
+			return nil, fmt.Errorf("reaper: metrics: %w", err)
+		}
+		m.sinks = append(m.sinks, ins)
+	}
+	return m, nil
 }
 
-// observe folds one pass into the metrics.
+// observe folds one pass into the instruments.
 func (m *metrics) observe(st Stats, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.rows[rowsExpiredFreed] += float64(st.ExpiredFreed)
-	m.rows[rowsWaitersDeleted] += float64(st.WaitersDeleted)
-	m.rows[rowsIdleDeleted] += float64(st.IdleDeleted)
-	switch {
-	case err != nil:
-		m.errors++
-	case st.Skipped:
-		m.skipped++
-	default:
-		m.passes++
-		m.duration = st.Duration.Seconds()
-		m.oldestStale = st.OldestStale.Seconds()
-		m.locksHeld = float64(st.LocksHeld)
-		m.waiters = float64(st.Waiters)
-		m.deadWaiters = float64(st.DeadWaiters)
-		m.lastSuccess = float64(time.Now().UnixMicro()) / 1e6
+	ctx := context.Background()
+	for _, s := range m.sinks {
+		s.Rows(ctx, rowsExpiredFreed, st.ExpiredFreed)
+		s.Rows(ctx, rowsWaitersDeleted, st.WaitersDeleted)
+		s.Rows(ctx, rowsIdleDeleted, st.IdleDeleted)
+		switch {
+		case err != nil:
+			s.Failed(ctx)
+		case st.Skipped:
+			s.Skipped(ctx)
+		default:
+			s.Passed(ctx, obs.ReaperPass{Duration: st.Duration, OldestStale: st.OldestStale,
+				LocksHeld: st.LocksHeld, Waiters: st.Waiters, DeadWaiters: st.DeadWaiters, At: time.Now()})
+		}
 	}
 }
 
-// writeText writes every series in the text exposition format.
-func (m *metrics) writeText(w io.Writer) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var b []byte
-	family := func(name, typ, help string) {
-		b = fmt.Appendf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-	sample := func(name, labels string, v float64) {
-		b = append(b, name...)
-		b = append(b, labels...)
-		b = append(b, ' ')
-		b = strconv.AppendFloat(b, v, 'g', -1, 64)
-		b = append(b, '\n')
-	}
-	family(metricRows, "counter", "Rows the reaper freed or deleted, by kind.")
-	for _, kind := range []string{rowsExpiredFreed, rowsWaitersDeleted, rowsIdleDeleted} {
-		sample(metricRows, `{kind="`+kind+`"}`, m.rows[kind])
-	}
-	family(metricPasses, "counter", "Passes that held the reaper lease and succeeded.")
-	sample(metricPasses, "", m.passes)
-	family(metricErrors, "counter", "Passes that failed.")
-	sample(metricErrors, "", m.errors)
-	family(metricSkipped, "counter", "Passes skipped because another replica held the reaper lease.")
-	sample(metricSkipped, "", m.skipped)
-	family(metricDuration, "gauge", "Duration of the last successful pass, in seconds.")
-	sample(metricDuration, "", m.duration)
-	family(metricOldestStale, "gauge", "Seconds since the oldest lease not yet freed expired, as the last successful pass found it (how far behind the reaper is).")
-	sample(metricOldestStale, "", m.oldestStale)
-	family(metricLocksHeld, "gauge", "Unexpired leases, as the last successful pass found them.")
-	sample(metricLocksHeld, "", m.locksHeld)
-	family(metricWaiters, "gauge", "Live fair-queue waiters, as the last successful pass found them.")
-	sample(metricWaiters, "", m.waiters)
-	family(metricDeadWaiters, "gauge", "Fair-queue waiters whose heartbeat stopped, as the last successful pass found them (before deleting them).")
-	sample(metricDeadWaiters, "", m.deadWaiters)
-	family(metricLastSuccess, "gauge", "Unix time of the last successful pass (0 before the first).")
-	sample(metricLastSuccess, "", m.lastSuccess)
-	_, err := w.Write(b)
-	return err
-}
-
-// Handler serves /metrics (Prometheus text exposition format) and /healthz:
-// 200 "ok" when Healthy returns nil, 503 with the reason otherwise. Mount it
-// on a server of your own, e.g. http.ListenAndServe(addr, r.Handler()).
+// Handler serves /metrics (the reaper's instruments in the Prometheus text
+// exposition format, through OpenTelemetry's Prometheus exporter) and
+// /healthz: 200 "ok" when Healthy returns nil, 503 with the reason
+// otherwise. Mount it on a server of your own, e.g.
+// http.ListenAndServe(addr, r.Handler()).
 func (r *Reaper) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_ = r.metrics.writeText(w)
-	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(r.metrics.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if err := r.Healthy(req.Context()); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
+	"github.com/dblock-go/dblock/telemetry"
 )
 
 // Defaults of Config.
@@ -80,6 +81,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Hooks observe passes, for metrics and tracing. Optional.
 	Hooks *Hooks
+	// Telemetry's MeterProvider receives the reaper's instruments (see
+	// package telemetry), as Handler's /metrics serves them. Defaults to
+	// the global OpenTelemetry provider.
+	Telemetry *telemetry.Config
 }
 
 // Hooks observe passes. Every field is optional. Hooks run synchronously on
@@ -236,9 +241,13 @@ func New(handle *dialect.DB, cfg *Config) (*Reaper, error) {
 		return nil, fmt.Errorf("reaper: %w: owner of %d bytes, at most %d (a pass id is appended)",
 			dblock.ErrInvalidOption, len(c.Owner), dblock.MaxOwnerLen-passIDLen)
 	}
+	m, err := newMetrics(c.Telemetry)
+	if err != nil {
+		return nil, err
+	}
 	r := &Reaper{
 		db: db, cfg: c, schedule: sched, leaseTTL: leaseTTL,
-		log: mode.Logger(c.Logger), metrics: newMetrics(), startedAt: time.Now(),
+		log: mode.Logger(c.Logger), metrics: m, startedAt: time.Now(),
 		stopping: make(chan struct{}),
 	}
 	if c.Hooks != nil {

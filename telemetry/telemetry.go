@@ -19,6 +19,24 @@ const (
 	Waiters         = "dblock.waiters"
 )
 
+// The reaper's instruments (package reaper; its Handler serves them in the
+// Prometheus text format as dblock_reaper_rows_total, ..._passes_total,
+// ..._errors_total, ..._skipped_passes_total, ..._pass_duration_seconds,
+// ..._oldest_stale_age_seconds, ..._locks_held, ..._waiters,
+// ..._dead_waiters and ..._last_success_timestamp_seconds).
+const (
+	ReaperRows           = "dblock.reaper.rows" // by kind: expired_freed, waiters_deleted, idle_deleted
+	ReaperPasses         = "dblock.reaper.passes"
+	ReaperErrors         = "dblock.reaper.errors"
+	ReaperSkippedPasses  = "dblock.reaper.skipped_passes"
+	ReaperPassDuration   = "dblock.reaper.pass_duration"
+	ReaperOldestStaleAge = "dblock.reaper.oldest_stale_age"
+	ReaperLocksHeld      = "dblock.reaper.locks_held"
+	ReaperWaiters        = "dblock.reaper.waiters"
+	ReaperDeadWaiters    = "dblock.reaper.dead_waiters"
+	ReaperLastSuccess    = "dblock.reaper.last_success_timestamp"
+)
+
 // Attribute keys.
 const (
 	AttrMode    = "dblock.mode"        // optimistic, pessimistic, fair
