@@ -12,9 +12,13 @@ import (
 const leaseTTL = 30 * time.Second
 
 func init() {
-	open := func(try bool) func(context.Context, *env, bool) (*instance, error) {
+	open := func(try, traced bool) func(context.Context, *env, bool) (*instance, error) {
 		return func(_ context.Context, e *env, contended bool) (*instance, error) {
-			l, err := optimistic.New(e.db, nil)
+			var cfg optimistic.Config
+			if traced {
+				cfg.Telemetry = recordingSDK()
+			}
+			l, err := optimistic.New(e.db, &cfg)
 			if err != nil {
 				return nil, err
 			}
@@ -47,12 +51,18 @@ func init() {
 		key: keyOptTry, order: 40, title: "dblock optimistic TryAcquire+Release (TTL 30s, no renewal)",
 		about: "optimistic.New(db, nil); TryAcquire with dblock.WithTTL(30s), dblock.WithMaxHold(30s), so no watchdog, then Release. " +
 			"Contended cells call Acquire with the same TTL (TryAcquire would fail instead of waiting).",
-		setup: open(true),
+		setup: open(true, false),
 	})
 	register(&scenario{
 		key: keyOptAcquire, order: 50, title: "dblock optimistic Acquire+Release (defaults: 30s, renewed)",
 		about: "optimistic.New(db, nil); Acquire with no options (30 s lease renewed every 10 s by a " +
 			"watchdog; waiters woken by LISTEN/NOTIFY on PostgreSQL), then Release.",
-		setup: open(false),
+		setup: open(false, false),
+	})
+	register(&scenario{
+		key: keyOptOtel, order: 55, title: "dblock optimistic Acquire+Release, OpenTelemetry SDK installed",
+		about: "opt-acquire with telemetry.Config naming an SDK meter provider (manual reader) and tracer provider " +
+			"(every span sampled and kept in memory), so every metric and span is recorded.",
+		setup: open(false, true),
 	})
 }

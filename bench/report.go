@@ -287,6 +287,9 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell) {
 		}
 	}
 
+	barVs(w, find(un, keyOptOtel, 1), find(un, keyOptAcquire, 1), 0.95, "optimistic with an OpenTelemetry SDK vs without",
+		"optimistic Acquire+Release with an SDK recording every metric and span, 1 goroutine: %.3f× without (bar ≥ 0.95×)")
+
 	for _, n := range []int{1, 8, 32} {
 		c, f := find(un, keyPessimist, n), find(un, keyForUpdate, n)
 		have := usable(c) && usable(f)
