@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/history"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 )
 
@@ -12,11 +14,16 @@ import (
 const leaseTTL = 30 * time.Second
 
 func init() {
-	open := func(try, traced bool) func(context.Context, *env, bool) (*instance, error) {
-		return func(_ context.Context, e *env, contended bool) (*instance, error) {
+	open := func(try, traced, recorded bool) func(context.Context, *env, bool) (*instance, error) {
+		return func(ctx context.Context, e *env, contended bool) (*instance, error) {
 			var cfg optimistic.Config
 			if traced {
 				cfg.Telemetry = recordingSDK()
+			}
+			if recorded {
+				if err := history.Enable(ctx, e.db); err != nil {
+					return nil, err
+				}
 			}
 			l, err := optimistic.New(e.db, &cfg)
 			if err != nil {
@@ -43,7 +50,12 @@ func init() {
 						close: func() {},
 					}, nil
 				},
-				close: func() { _ = l.Close() },
+				close: func() {
+					_ = l.Close()
+					if recorded {
+						_ = history.Disable(context.Background(), e.db)
+					}
+				},
 			}, nil
 		}
 	}
@@ -51,18 +63,24 @@ func init() {
 		key: keyOptTry, order: 40, title: "dblock optimistic TryAcquire+Release (TTL 30s, no renewal)",
 		about: "optimistic.New(db, nil); TryAcquire with dblock.WithTTL(30s), dblock.WithMaxHold(30s), so no watchdog, then Release. " +
 			"Contended cells call Acquire with the same TTL (TryAcquire would fail instead of waiting).",
-		setup: open(true, false),
+		setup: open(true, false, false),
 	})
 	register(&scenario{
 		key: keyOptAcquire, order: 50, title: "dblock optimistic Acquire+Release (defaults: 30s, renewed)",
 		about: "optimistic.New(db, nil); Acquire with no options (30 s lease renewed every 10 s by a " +
 			"watchdog; waiters woken by LISTEN/NOTIFY on PostgreSQL), then Release.",
-		setup: open(false, false),
+		setup: open(false, false, false),
 	})
 	register(&scenario{
 		key: keyOptOtel, order: 55, title: "dblock optimistic Acquire+Release, OpenTelemetry SDK installed",
 		about: "opt-acquire with telemetry.Config naming an SDK meter provider (manual reader) and tracer provider " +
 			"(every span sampled and kept in memory), so every metric and span is recorded.",
-		setup: open(false, true),
+		setup: open(false, true, false),
+	})
+	register(&scenario{
+		key: keyOptHistory, order: 56, title: "dblock optimistic Acquire+Release, history enabled",
+		about: "opt-acquire with history.Enable: every release writes its entry into dblock_history, from the trigger.",
+		kinds: []store.Kind{store.Postgres}, resetTables: []string{"dblock_history"},
+		setup: open(false, false, true),
 	})
 }

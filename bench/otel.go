@@ -14,6 +14,10 @@ import (
 // metric and span: the cost of telemetry when an application turns it on.
 const keyOptOtel = "opt-otel"
 
+// keyOptHistory is optimistic Acquire+Release with the acquisition history
+// enabled (PostgreSQL: MySQL keeps none).
+const keyOptHistory = "opt-history"
+
 // recordingSDK is a telemetry.Config whose providers record everything in
 // memory (spans are kept and dropped from time to time, so a long cell does
 // not grow without bound).

@@ -289,6 +289,10 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell) {
 
 	barVs(w, find(un, keyOptOtel, 1), find(un, keyOptAcquire, 1), 0.95, "optimistic with an OpenTelemetry SDK vs without",
 		"optimistic Acquire+Release with an SDK recording every metric and span, 1 goroutine: %.3f× without (bar ≥ 0.95×)")
+	if pg {
+		barVs(w, find(un, keyOptHistory, 1), find(un, keyOptAcquire, 1), 0.8, "optimistic with history vs without",
+			"optimistic Acquire+Release with the history enabled, 1 goroutine: %.3f× without (bar ≥ 0.8×)")
+	}
 
 	for _, n := range []int{1, 8, 32} {
 		c, f := find(un, keyPessimist, n), find(un, keyForUpdate, n)

@@ -51,13 +51,20 @@ var wantSchema = map[store.Kind]schema{
 				"created_at": "timestamp with time zone not null", "heartbeat_at": "timestamp with time zone not null",
 				"expires_at": "timestamp with time zone not null",
 			},
+			"dblock_history": {
+				"id": "bigint not null identity", "name": "text not null", "owner": "text not null",
+				"token": "bigint not null", "mode": "text", "acquired_at": "timestamp with time zone",
+				"ended_at": "timestamp with time zone not null", "ended_how": "text not null", "metadata": "text",
+			},
 		},
-		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id"},
+		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_history": "id"},
 		indexes: map[string]string{
 			"dblock_locks_expires_at_idx":   "ON dblock_locks USING btree (expires_at) WHERE (expires_at IS NOT NULL)",
 			"dblock_locks_idle_idx":         "ON dblock_locks USING btree (updated_at) WHERE (owner IS NULL)",
 			"dblock_waiters_queue_idx":      "ON dblock_waiters USING btree (name, created_at, id)",
 			"dblock_waiters_expires_at_idx": "ON dblock_waiters USING btree (expires_at)",
+			"dblock_history_name_idx":       "ON dblock_history USING btree (name, ended_at)",
+			"dblock_history_ended_at_idx":   "ON dblock_history USING btree (ended_at)",
 		},
 	},
 	store.MySQL: {
@@ -97,18 +104,26 @@ var wantSchema = map[store.Kind]schema{
 				"expires_at": "INTEGER not null",
 			},
 			"dblock_fence": {"id": "INTEGER not null", "floor": "INTEGER not null"},
+			"dblock_history": {
+				"id": "INTEGER", "name": "TEXT not null", "owner": "TEXT not null", "token": "INTEGER not null",
+				"mode": "TEXT", "acquired_at": "INTEGER", "ended_at": "INTEGER not null", "ended_how": "TEXT not null",
+				"metadata": "TEXT",
+			},
 		},
-		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_fence": "id"},
+		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_fence": "id", "dblock_history": "id"},
 		indexes: map[string]string{
 			"dblock_locks_expires_at_idx":   "ON dblock_locks (expires_at) WHERE expires_at IS NOT NULL",
 			"dblock_locks_idle_idx":         "ON dblock_locks (updated_at) WHERE owner IS NULL",
 			"dblock_waiters_queue_idx":      "ON dblock_waiters (name, created_at, id)",
 			"dblock_waiters_expires_at_idx": "ON dblock_waiters (expires_at)",
+			"dblock_history_name_idx":       "ON dblock_history (name, ended_at)",
+			"dblock_history_ended_at_idx":   "ON dblock_history (ended_at)",
 		},
 	},
 }
 
-// dblockTables are every table the migrations create, the version table aside.
+// dblockTables are the tables the migrations create on MySQL, the version
+// table aside: each must be InnoDB.
 var dblockTables = []string{"dblock_locks", "dblock_waiters", "dblock_fence"}
 
 // readSchema reads db's dblock tables as a schema.
@@ -196,7 +211,9 @@ WHERE table_schema = DATABASE() AND table_name LIKE 'dblock\_%'`) {
 			}
 		}
 	case store.SQLite:
-		for _, table := range dblockTables {
+		for _, t := range query(`SELECT name, '', '' FROM sqlite_master
+WHERE type = 'table' AND name LIKE 'dblock\_%' ESCAPE '\' AND name <> ?1`, migrations.VersionTable) {
+			table := t.A
 			for _, r := range query(`SELECT name,
     type || CASE WHEN "notnull" THEN ' not null' ELSE '' END,
     CAST(pk AS TEXT)

@@ -26,6 +26,7 @@ const (
 	rowsExpiredFreed   = "expired_freed"
 	rowsWaitersDeleted = "waiters_deleted"
 	rowsIdleDeleted    = "idle_deleted"
+	rowsHistoryPruned  = "history_pruned"
 )
 
 // metrics records the reaper's instruments into two providers: the one of
@@ -54,7 +55,7 @@ func newMetrics(cfg *telemetry.Config) (*metrics, error) {
 		providers[1] = cfg.MeterProvider
 	}
 	for _, p := range providers {
-		ins, err := obs.NewReaperInstruments(p, []string{rowsExpiredFreed, rowsWaitersDeleted, rowsIdleDeleted})
+		ins, err := obs.NewReaperInstruments(p, []string{rowsExpiredFreed, rowsWaitersDeleted, rowsIdleDeleted, rowsHistoryPruned})
 		if err != nil {
 			return nil, fmt.Errorf("reaper: metrics: %w", err)
 		}
@@ -72,6 +73,7 @@ func (m *metrics) observe(st Stats, err error) {
 		s.Rows(ctx, rowsExpiredFreed, st.ExpiredFreed)
 		s.Rows(ctx, rowsWaitersDeleted, st.WaitersDeleted)
 		s.Rows(ctx, rowsIdleDeleted, st.IdleDeleted)
+		s.Rows(ctx, rowsHistoryPruned, st.HistoryPruned)
 		switch {
 		case err != nil:
 			s.Failed(ctx)

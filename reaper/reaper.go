@@ -56,6 +56,11 @@ type Config struct {
 	// Retention is how long a free row stays before it is deleted (at least
 	// one minute). Defaults to 24h.
 	Retention time.Duration
+	// HistoryRetention, when positive, is how long an entry of the
+	// acquisition history (package history) is kept: each pass deletes
+	// the entries that ended longer ago (where the database keeps a
+	// history: not MySQL or MariaDB). Defaults to zero: kept for good.
+	HistoryRetention time.Duration
 	// WaiterGrace is how long past its heartbeat deadline a fair-queue waiter
 	// is kept before it is deleted. Defaults to 10s.
 	WaiterGrace time.Duration
@@ -116,6 +121,8 @@ type Stats struct {
 	WaitersDeleted int
 	// IdleDeleted counts free rows deleted after Retention.
 	IdleDeleted int
+	// HistoryPruned counts history entries deleted after HistoryRetention.
+	HistoryPruned int
 	// Batches counts the statements (or transactions) that freed or deleted rows.
 	Batches int
 	// Duration is how long the pass took.
@@ -200,6 +207,9 @@ func New(handle *dialect.DB, cfg *Config) (*Reaper, error) {
 		c.BatchSize = BatchSizeDefault
 	case c.BatchSize < 0 || c.BatchSize > BatchSizeMax:
 		return nil, fmt.Errorf("reaper: %w: batch size %d out of range [1, %d]", dblock.ErrInvalidOption, c.BatchSize, BatchSizeMax)
+	}
+	if c.HistoryRetention < 0 {
+		return nil, fmt.Errorf("reaper: %w: history retention %v is negative", dblock.ErrInvalidOption, c.HistoryRetention)
 	}
 	switch {
 	case c.Retention == 0:
@@ -408,11 +418,11 @@ func (r *Reaper) finish(ctx context.Context, st *Stats, l *passLease, err error,
 			r.log.DebugContext(ctx, "reaper: pass skipped: another pass holds the reaper lease", "lock_key", LeaseName, "owner", st.Owner)
 		case err == nil:
 			level := slog.LevelInfo
-			if st.ExpiredFreed+st.WaitersDeleted+st.IdleDeleted == 0 {
+			if st.ExpiredFreed+st.WaitersDeleted+st.IdleDeleted+st.HistoryPruned == 0 {
 				level = slog.LevelDebug // Nothing to do: every 15 s by default, not worth an Info line.
 			}
 			r.log.Log(ctx, level, "reaper: pass done",
-				"expired_freed", st.ExpiredFreed, "waiters_deleted", st.WaitersDeleted, "idle_deleted", st.IdleDeleted,
+				"expired_freed", st.ExpiredFreed, "waiters_deleted", st.WaitersDeleted, "idle_deleted", st.IdleDeleted, "history_pruned", st.HistoryPruned,
 				"duration", st.Duration, "stopped", st.Stopped, "owner", st.Owner, "token", int64(st.Token))
 		}
 	}()
@@ -480,15 +490,13 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **passLease) (s
 	// The reaper's own lease is held while the gauges are read: leave it out.
 	st.LocksHeld, st.Waiters, st.DeadWaiters, st.OldestStale = max(g.LocksHeld-1, 0), g.Waiters, g.DeadWaiters, g.OldestStale
 
-	steps := []struct {
-		what  string
-		count *int
-		age   time.Duration
-		run   func(context.Context, store.ReapParams) (store.ReapResult, error)
-	}{
+	steps := []reapStep{
 		{"free expired leases", &st.ExpiredFreed, 0, r.db.ReapExpired},
 		{"delete dead waiters", &st.WaitersDeleted, r.cfg.WaiterGrace, r.db.ReapWaiters},
 		{"delete idle rows", &st.IdleDeleted, r.cfg.Retention, r.db.ReapIdle},
+	}
+	if r.cfg.HistoryRetention > 0 && r.db.HistorySupported() {
+		steps = append(steps, reapStep{"prune history", &st.HistoryPruned, r.cfg.HistoryRetention, r.db.ReapHistory})
 	}
 	oneWriter := !r.db.Dialect.Caps().RowLocks
 	for _, s := range steps {
@@ -527,6 +535,15 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **passLease) (s
 		}
 	}
 	return st, nil
+}
+
+// reapStep is one kind of work of a pass, run in batches: what it is, where
+// it counts its rows, the age it passes its statements, and its batch.
+type reapStep struct {
+	what  string
+	count *int
+	age   time.Duration
+	run   func(context.Context, store.ReapParams) (store.ReapResult, error)
 }
 
 // batchAttempts bounds the tries of one batch that failed with a retryable

@@ -70,6 +70,7 @@ Commands:
   status [--json] [NAME...]   list held locks and fair-queue waiters
   release --lock NAME --force free a lock whoever holds it (administrators only)
   leader [--watch] NAME       print the leader of an election (package election)
+  history [NAME]              who held which lock and how it ended (--enable first)
   reaper                      free expired leases and dead waiters on a schedule
 
 Global flags:
@@ -150,6 +151,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = a.release(ctx, cmdArgs)
 	case "leader":
 		err = a.leader(ctx, cmdArgs)
+	case "history":
+		err = a.history(ctx, cmdArgs)
 	case "reaper":
 		err = a.reaper(ctx, cmdArgs)
 	case "help":
@@ -158,7 +161,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version())
 		return exitOK
 	default:
-		err = usageErrorf("unknown command %q (want migrate, exec, status, release, leader or reaper; see dblock --help)", cmd)
+		err = usageErrorf("unknown command %q (want migrate, exec, status, release, leader, history or reaper; see dblock --help)", cmd)
 	}
 	if err != nil {
 		return a.fail(err)
@@ -277,7 +280,7 @@ func (a *app) help(args []string) int {
 	}
 	text, ok := commandHelp[args[0]]
 	if !ok {
-		return a.fail(usageErrorf("help: unknown command %q (want migrate, exec, status, release, leader or reaper)", args[0]))
+		return a.fail(usageErrorf("help: unknown command %q (want migrate, exec, status, release, leader, history or reaper)", args[0]))
 	}
 	fmt.Fprint(a.stdout, text)
 	return exitOK
@@ -290,6 +293,7 @@ var commandHelp = map[string]string{
 	"status":  statusHelp,
 	"release": releaseHelp,
 	"leader":  leaderHelp,
+	"history": historyHelp,
 	"reaper":  reaperHelp,
 }
 

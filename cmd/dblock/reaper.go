@@ -18,7 +18,7 @@ import (
 	"github.com/dblock-go/dblock/reaper"
 )
 
-const reaperHelp = `Usage: dblock [--dsn DSN] reaper [--schedule CRON] [--once] [--metrics-addr ADDR]
+const reaperHelp = `Usage: dblock [--dsn DSN] reaper [--schedule CRON] [--once] [--metrics-addr ADDR] [--history-retention DUR]
 
 Cleans up after holders that went away: frees leases that expired by the
 database clock (waking their waiters), deletes fair-queue waiters whose
@@ -34,6 +34,9 @@ Flags:
   --once                run one pass now, print what it did, and exit
   --metrics-addr ADDR   serve Prometheus metrics on http://ADDR/metrics and a
                         health check on http://ADDR/healthz (e.g. :9090)
+  --history-retention DUR
+                        delete the entries of the acquisition history (dblock
+                        history) that ended longer than DUR ago (default: keep)
 
 SIGTERM or SIGINT stops it gracefully, with --once too: the running pass
 finishes its batch, releases the reaper lock, and dblock exits 0. A bad schedule exits 64,
@@ -59,6 +62,7 @@ func (a *app) reaper(ctx context.Context, args []string) error {
 	schedule := fs.String("schedule", reaper.ScheduleDefault, "cron schedule")
 	once := fs.Bool("once", false, "run one pass and exit")
 	metricsAddr := fs.String("metrics-addr", "", "listen address for /metrics and /healthz")
+	historyRetention := fs.Duration("history-retention", 0, "prune history entries older than DUR")
 	if done, err := a.parseFlags(fs, reaperHelp, args); done {
 		return err
 	}
@@ -69,6 +73,9 @@ func (a *app) reaper(ctx context.Context, args []string) error {
 	// as such even when the database is down.
 	if _, err := cron.ParseStandard(*schedule); err != nil {
 		return usageErrorf("reaper: bad --schedule %q: %v (want five cron fields, a descriptor such as @hourly, or @every 15s)", *schedule, err)
+	}
+	if *historyRetention < 0 {
+		return usageErrorf("reaper: --history-retention must not be negative, got %v", *historyRetention)
 	}
 	if *metricsAddr != "" {
 		if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
@@ -85,7 +92,7 @@ func (a *app) reaper(ctx context.Context, args []string) error {
 	}
 	defer db.Close()
 	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	r, err := reaper.New(db, &reaper.Config{Schedule: *schedule, Logger: logger})
+	r, err := reaper.New(db, &reaper.Config{Schedule: *schedule, Logger: logger, HistoryRetention: *historyRetention})
 	if err != nil {
 		return err
 	}
@@ -106,8 +113,8 @@ func (a *app) reaper(ctx context.Context, args []string) error {
 			if st.Stopped {
 				stopped = " (stopped early by a signal)"
 			}
-			fmt.Fprintf(a.stdout, "freed %d expired leases, deleted %d dead waiters and %d idle rows in %v%s\n",
-				st.ExpiredFreed, st.WaitersDeleted, st.IdleDeleted, st.Duration.Round(time.Millisecond), stopped)
+			fmt.Fprintf(a.stdout, "freed %d expired leases, deleted %d dead waiters, %d idle rows and %d history entries in %v%s\n",
+				st.ExpiredFreed, st.WaitersDeleted, st.IdleDeleted, st.HistoryPruned, st.Duration.Round(time.Millisecond), stopped)
 		}
 		return nil
 	}

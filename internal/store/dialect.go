@@ -101,6 +101,8 @@ type Dialect interface {
 	Queue() *QueueSQL
 	// Reap returns the statements of the reaper.
 	Reap() *ReapSQL
+	// History returns the statements of the acquisition history.
+	History() *HistorySQL
 
 	// attach returns the dialect of a new handle on sdb: this one, or one
 	// that knows more of the server (MariaDB or MySQL; SQLite's file); it

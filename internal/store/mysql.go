@@ -79,6 +79,8 @@ func (d mysqlDialect) Queue() *QueueSQL {
 	return &mysqlQueue
 }
 
+func (mysqlDialect) History() *HistorySQL { return &mysqlHistory }
+
 func (d mysqlDialect) Reap() *ReapSQL {
 	if d.mariadb {
 		return &mariadbReap

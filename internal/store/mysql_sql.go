@@ -124,7 +124,9 @@ const mysqlGuard = `SELECT 1 FROM dblock_locks
 WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
 LOCK IN SHARE MODE`
 
-const mysqlForceRelease = `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = UTC_TIMESTAMP(6)
+// mysqlForceRelease: mode NULL marks the row freed by an administrator (the
+// history's trigger reads it); a release keeps the mode.
+const mysqlForceRelease = `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ? AND owner IS NOT NULL`
 
 // mariadbNoWait makes one statement fail at once (1205) instead of waiting
@@ -287,3 +289,9 @@ WHERE name IN (%s) AND owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)`,
     IFNULL((SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) - TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', min(expires_at))
             FROM dblock_locks WHERE owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)), 0)`,
 }
+
+// mysqlHistory is empty: MySQL and MariaDB report no insert id for a
+// statement that fired a trigger (even one that writes nothing), and every
+// acquisition reads its token from the insert id, so dblock_locks can carry
+// no trigger there.
+var mysqlHistory = HistorySQL{}

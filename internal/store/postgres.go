@@ -39,6 +39,8 @@ func (postgres) Row() *RowSQL     { return &pgRow }
 func (postgres) Queue() *QueueSQL { return &pgQueue }
 func (postgres) Reap() *ReapSQL   { return &pgReap }
 
+func (postgres) History() *HistorySQL { return &pgHistory }
+
 // Classify maps PostgreSQL SQLSTATEs:
 //
 //	55P03 lock_not_available (NOWAIT, lock_timeout)        -> ErrNotAcquired

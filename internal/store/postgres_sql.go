@@ -96,7 +96,9 @@ SELECT (set_config('idle_in_transaction_session_timeout', least(
 )::bigint::text, true) IS NOT NULL)::int
 FROM g`,
 
-	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = now()
+	// mode NULL marks the row freed by an administrator (the history's
+	// trigger reads it); a release keeps the mode.
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = now()
 WHERE name = $1 AND owner IS NOT NULL
 RETURNING pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL`,
 
@@ -311,4 +313,44 @@ SELECT count(*) FROM d`,
     (SELECT count(*) FROM dblock_waiters WHERE expires_at <= now()),
     coalesce((SELECT ` + pgUs("now()") + ` - ` + pgUs("min(expires_at)") + `
               FROM dblock_locks WHERE owner IS NOT NULL AND expires_at <= now()), 0)`,
+}
+
+// pgHistoryEnd names how an acquisition ended, in the history's trigger: a
+// new owner took the row (after its expiry), an administrator freed it
+// (ForceRelease clears the mode), it had expired (the reaper, or a late
+// release), or it was released.
+const pgHistoryEnd = `CASE WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
+             WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
+             WHEN OLD.expires_at <= clock_timestamp() THEN 'expired'
+             ELSE 'released' END`
+
+var pgHistory = HistorySQL{
+	// The trigger fires only when an acquisition ends: the row had an
+	// owner, and the owner or the token changed (renewals and re-entries
+	// change neither). It writes in the statement that ends the acquisition.
+	Enable: []string{`CREATE OR REPLACE FUNCTION dblock_history_record() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, clock_timestamp(),
+        ` + pgHistoryEnd + `, OLD.metadata);
+    RETURN NULL;
+END
+$$`,
+		`DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks`,
+		`CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
+WHEN (OLD.owner IS NOT NULL AND (NEW.owner IS DISTINCT FROM OLD.owner OR NEW.version <> OLD.version))
+EXECUTE FUNCTION dblock_history_record()`,
+	},
+	Disable: []string{`DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks`},
+	Enabled: `SELECT count(*) FROM pg_trigger WHERE tgname = 'dblock_history_ended' AND tgrelid = 'dblock_locks'::regclass`,
+	List: `SELECT name, owner, token, coalesce(mode, ''), coalesce(` + pgUs("acquired_at") + `, 0), ` + pgUs("ended_at") + `, ended_how, coalesce(metadata, '')
+FROM dblock_history WHERE ended_at >= now() - $1::bigint * interval '1 microsecond'
+ORDER BY ended_at DESC, id DESC LIMIT $2`,
+	ListName: `SELECT name, owner, token, coalesce(mode, ''), coalesce(` + pgUs("acquired_at") + `, 0), ` + pgUs("ended_at") + `, ended_how, coalesce(metadata, '')
+FROM dblock_history WHERE name = $1 AND ended_at >= now() - $2::bigint * interval '1 microsecond'
+ORDER BY ended_at DESC, id DESC LIMIT $3`,
+	Prune: `DELETE FROM dblock_history WHERE id IN (
+    SELECT id FROM dblock_history WHERE ended_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)`,
 }

@@ -70,6 +70,8 @@ func (sqliteDialect) Row() *RowSQL     { return &sqliteRow }
 func (sqliteDialect) Queue() *QueueSQL { return &sqliteQueue }
 func (sqliteDialect) Reap() *ReapSQL   { return &sqliteReap }
 
+func (sqliteDialect) History() *HistorySQL { return &sqliteHistory }
+
 // Classify maps SQLite result codes:
 //
 //	SQLITE_BUSY_SNAPSHOT: a deferred transaction read an older

@@ -45,7 +45,9 @@ FROM dblock_locks WHERE name = ?1`,
 	Guard: `SELECT 1 FROM dblock_locks
 WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
 
-	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = ` + sqliteNow + `
+	// mode NULL marks the row freed by an administrator (the history's
+	// trigger reads it); a release keeps the mode.
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = ` + sqliteNow + `
 WHERE name = ?1 AND owner IS NOT NULL`,
 
 	Exists: `SELECT 1 FROM dblock_locks WHERE name = ?1`,
@@ -154,4 +156,33 @@ WHERE id IN (
     (SELECT count(*) FROM dblock_waiters WHERE expires_at <= ` + sqliteNow + `),
     IFNULL((SELECT ` + sqliteNow + ` - min(expires_at) FROM dblock_locks
             WHERE owner IS NOT NULL AND expires_at <= ` + sqliteNow + `), 0)`,
+}
+
+// sqliteHistory: see pgHistory.
+var sqliteHistory = HistorySQL{
+	Enable: []string{
+		`DROP TRIGGER IF EXISTS dblock_history_ended`,
+		`CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
+WHEN OLD.owner IS NOT NULL AND (NEW.owner IS NOT OLD.owner OR NEW.version <> OLD.version)
+BEGIN
+    INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, ` + sqliteNow + `,
+        CASE WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
+             WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
+             WHEN OLD.expires_at <= ` + sqliteNow + ` THEN 'expired'
+             ELSE 'released' END,
+        OLD.metadata);
+END`,
+	},
+	Disable: []string{`DROP TRIGGER IF EXISTS dblock_history_ended`},
+	Enabled: `SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = 'dblock_history_ended'`,
+	List: `SELECT name, owner, token, coalesce(mode, ''), coalesce(acquired_at, 0), ended_at, ended_how, coalesce(metadata, '')
+FROM dblock_history WHERE ended_at >= ` + sqliteNow + ` - ?1
+ORDER BY ended_at DESC, id DESC LIMIT ?2`,
+	ListName: `SELECT name, owner, token, coalesce(mode, ''), coalesce(acquired_at, 0), ended_at, ended_how, coalesce(metadata, '')
+FROM dblock_history WHERE name = ?1 AND ended_at >= ` + sqliteNow + ` - ?2
+ORDER BY ended_at DESC, id DESC LIMIT ?3`,
+	Prune: `DELETE FROM dblock_history WHERE id IN (
+    SELECT id FROM dblock_history WHERE ended_at < ` + sqliteNow + ` - ?1 ORDER BY ended_at LIMIT ?2
+)`,
 }

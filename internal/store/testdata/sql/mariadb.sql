@@ -40,7 +40,7 @@ WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
 LOCK IN SHARE MODE;
 
 -- LeaseSQL.ForceRelease
-UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = UTC_TIMESTAMP(6)
+UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ? AND owner IS NOT NULL;
 
 -- LeaseSQL.Proclaim

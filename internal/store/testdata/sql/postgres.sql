@@ -68,7 +68,7 @@ SELECT (set_config('idle_in_transaction_session_timeout', least(
 FROM g;
 
 -- LeaseSQL.ForceRelease
-UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = now()
+UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = now()
 WHERE name = $1 AND owner IS NOT NULL
 RETURNING pg_notify('dblock', name)::text IS NOT NULL;
 
@@ -264,3 +264,46 @@ SELECT
     (SELECT count(*) FROM dblock_waiters WHERE expires_at <= now()),
     coalesce((SELECT (extract(epoch FROM now()) * 1000000)::bigint - (extract(epoch FROM min(expires_at)) * 1000000)::bigint
               FROM dblock_locks WHERE owner IS NOT NULL AND expires_at <= now()), 0);
+
+-- HistorySQL.Enable[0]
+CREATE OR REPLACE FUNCTION dblock_history_record() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, clock_timestamp(),
+        CASE WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
+             WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
+             WHEN OLD.expires_at <= clock_timestamp() THEN 'expired'
+             ELSE 'released' END, OLD.metadata);
+    RETURN NULL;
+END
+$$;
+
+-- HistorySQL.Enable[1]
+DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks;
+
+-- HistorySQL.Enable[2]
+CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
+WHEN (OLD.owner IS NOT NULL AND (NEW.owner IS DISTINCT FROM OLD.owner OR NEW.version <> OLD.version))
+EXECUTE FUNCTION dblock_history_record();
+
+-- HistorySQL.Disable
+DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks;
+
+-- HistorySQL.Enabled
+SELECT count(*) FROM pg_trigger WHERE tgname = 'dblock_history_ended' AND tgrelid = 'dblock_locks'::regclass;
+
+-- HistorySQL.List
+SELECT name, owner, token, coalesce(mode, ''), coalesce((extract(epoch FROM acquired_at) * 1000000)::bigint, 0), (extract(epoch FROM ended_at) * 1000000)::bigint, ended_how, coalesce(metadata, '')
+FROM dblock_history WHERE ended_at >= now() - $1::bigint * interval '1 microsecond'
+ORDER BY ended_at DESC, id DESC LIMIT $2;
+
+-- HistorySQL.ListName
+SELECT name, owner, token, coalesce(mode, ''), coalesce((extract(epoch FROM acquired_at) * 1000000)::bigint, 0), (extract(epoch FROM ended_at) * 1000000)::bigint, ended_how, coalesce(metadata, '')
+FROM dblock_history WHERE name = $1 AND ended_at >= now() - $2::bigint * interval '1 microsecond'
+ORDER BY ended_at DESC, id DESC LIMIT $3;
+
+-- HistorySQL.Prune
+DELETE FROM dblock_history WHERE id IN (
+    SELECT id FROM dblock_history WHERE ended_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED
+);

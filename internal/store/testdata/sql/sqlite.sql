@@ -38,7 +38,7 @@ SELECT 1 FROM dblock_locks
 WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
 
 -- LeaseSQL.ForceRelease
-UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE name = ?1 AND owner IS NOT NULL;
 
 -- LeaseSQL.Proclaim
@@ -165,3 +165,40 @@ SELECT
     (SELECT count(*) FROM dblock_waiters WHERE expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
     IFNULL((SELECT CAST(unixepoch('subsec') * 1000000 AS INTEGER) - min(expires_at) FROM dblock_locks
             WHERE owner IS NOT NULL AND expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)), 0);
+
+-- HistorySQL.Enable[0]
+DROP TRIGGER IF EXISTS dblock_history_ended;
+
+-- HistorySQL.Enable[1]
+CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
+WHEN OLD.owner IS NOT NULL AND (NEW.owner IS NOT OLD.owner OR NEW.version <> OLD.version)
+BEGIN
+    INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER),
+        CASE WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
+             WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
+             WHEN OLD.expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN 'expired'
+             ELSE 'released' END,
+        OLD.metadata);
+END;
+
+-- HistorySQL.Disable
+DROP TRIGGER IF EXISTS dblock_history_ended;
+
+-- HistorySQL.Enabled
+SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = 'dblock_history_ended';
+
+-- HistorySQL.List
+SELECT name, owner, token, coalesce(mode, ''), coalesce(acquired_at, 0), ended_at, ended_how, coalesce(metadata, '')
+FROM dblock_history WHERE ended_at >= CAST(unixepoch('subsec') * 1000000 AS INTEGER) - ?1
+ORDER BY ended_at DESC, id DESC LIMIT ?2;
+
+-- HistorySQL.ListName
+SELECT name, owner, token, coalesce(mode, ''), coalesce(acquired_at, 0), ended_at, ended_how, coalesce(metadata, '')
+FROM dblock_history WHERE name = ?1 AND ended_at >= CAST(unixepoch('subsec') * 1000000 AS INTEGER) - ?2
+ORDER BY ended_at DESC, id DESC LIMIT ?3;
+
+-- HistorySQL.Prune
+DELETE FROM dblock_history WHERE id IN (
+    SELECT id FROM dblock_history WHERE ended_at < CAST(unixepoch('subsec') * 1000000 AS INTEGER) - ?1 ORDER BY ended_at LIMIT ?2
+);
