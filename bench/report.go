@@ -345,8 +345,11 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell) {
 	if usable(cfair) {
 		fmt.Fprintln(w, verdict(true, fairness(cfair) >= 0.9, "",
 			fmt.Sprintf("fair: per-goroutine min/max %.2f (bar ≥ 0.9)", fairness(cfair))))
-		fmt.Fprintln(w, verdict(true, cfair.fifo == 0, "",
-			fmt.Sprintf("fair: %d acquisitions overtook a waiter that called Acquire more than 2 ms earlier (largest head start %s; bar: zero FIFO violations — the client sees call order, not queue order)", cfair.fifo, fmtDur(cfair.fifoMax))))
+		fifo := "fair: %d acquisitions overtook a waiter that called Acquire more than 2 ms earlier (largest head start %s; bar: zero FIFO violations — the client sees call order, not queue order)"
+		if cfair.fifoQueued {
+			fifo = "fair: %d grants (in token order) went to a waiter while one that joined the queue earlier still waited (largest head start %s, by the database clock; bar: zero FIFO violations)"
+		}
+		fmt.Fprintln(w, verdict(true, cfair.fifo == 0, "", fmt.Sprintf(fifo, cfair.fifo, fmtDur(cfair.fifoMax))))
 		have := usable(copt)
 		r := 0.0
 		if have {

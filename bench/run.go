@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -20,6 +22,11 @@ type rec struct {
 	acqDone    int64 // acquire returned: held
 	relDone    int64 // release returned
 	relStarted int64 // release called
+	// token and joined, for a scenario with a queue (worker.queued): the
+	// grant's fencing token (the database's grant order) and when the
+	// waiter joined the queue by the database clock (µs; 0: it never
+	// queued).
+	token, joined int64
 }
 
 // cell is one measured run: a scenario at some goroutine count.
@@ -54,7 +61,10 @@ type cell struct {
 	cpuSum   time.Duration // user+system CPU of this process over the measured windows
 	fifo     int           // acquisitions that overtook a waiter that started > fifoSlack earlier
 	fifoMax  time.Duration // the largest such head start
-	overlaps int           // holds that overlapped (must be 0)
+	// fifoQueued: fifo counts overtakes in the queue's own order (tokens
+	// against join times, both the database's), not by call times.
+	fifoQueued bool
+	overlaps   int // holds that overlapped (must be 0)
 }
 
 func (c *cell) allocs() float64 {
@@ -193,6 +203,9 @@ func runRound(ctx context.Context, e *env, c *cell, warm, dur time.Duration) {
 						held, releasing := w.holdTimes()
 						r.acqDone, r.relStarted = int64(held.Sub(base)), int64(releasing.Sub(base))
 					}
+					if w.queued != nil {
+						r.token, r.joined = w.queued()
+					}
 					mine = append(mine, r)
 				}
 			}
@@ -254,6 +267,11 @@ func runRound(ctx context.Context, e *env, c *cell, warm, dur time.Duration) {
 				c.handoffX = append(c.handoffX, h)
 			}
 		}
+		if all[0].token != 0 {
+			c.fifo, c.fifoMax = queueOvertakes(all)
+			c.fifoQueued = true
+			return
+		}
 		// FIFO: an acquisition overtook a waiter that had started waiting
 		// more than 2 ms before it and was still waiting.
 		suffixMin := make([]int64, len(all)+1)
@@ -268,6 +286,25 @@ func runRound(ctx context.Context, e *env, c *cell, warm, dur time.Duration) {
 			}
 		}
 	}
+}
+
+// queueOvertakes counts the grants, in the database's grant order (the
+// tokens), that went to a waiter while another that had joined the queue
+// earlier by the database's clock was still waiting: FIFO violations read
+// from the queue itself, not from when the calls began. It returns the
+// largest head start of an overtaken waiter.
+func queueOvertakes(all []rec) (n int, worst time.Duration) {
+	queued := slices.DeleteFunc(slices.Clone(all), func(r rec) bool { return r.joined == 0 })
+	slices.SortFunc(queued, func(a, b rec) int { return cmp.Compare(a.token, b.token) })
+	later := int64(math.MaxInt64) // earliest join among the grants after i
+	for i := len(queued) - 1; i >= 0; i-- {
+		if d := queued[i].joined - later; d > 0 {
+			n++
+			worst = max(worst, time.Duration(d)*time.Microsecond)
+		}
+		later = min(later, queued[i].joined)
+	}
+	return n, worst
 }
 
 // finish marks a cell that never completed a hold as failed.

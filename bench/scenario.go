@@ -20,6 +20,10 @@ type worker struct {
 	// when its release began, for callback forms whose acquire returns
 	// only after the release (pessimistic Do).
 	holdTimes func() (held, releasing time.Time)
+	// queued, when set, reports the last acquisition's fencing token and
+	// when it joined the queue (µs by the database clock; 0 when it took
+	// the name without queueing), for FIFO checks in the queue's order.
+	queued func() (token, joined int64)
 }
 
 // instance is a scenario set up on one database for one cell: a locker, a
