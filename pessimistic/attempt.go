@@ -335,6 +335,9 @@ func (a *attemptRun) preIssue() error {
 func (a *attemptRun) begin() error {
 	var txCtx context.Context
 	txCtx, a.h.txCancel = context.WithCancel(context.WithoutCancel(a.callCtx))
+	if a.l.checkedCommit {
+		txCtx = store.WithCheckedCommit(txCtx)
+	}
 	tx, err := a.h.conn.BeginTxx(txCtx, nil)
 	if err != nil {
 		a.h.txCancel()

@@ -148,7 +148,10 @@ type Locker struct {
 	bg        sync.WaitGroup // Commits and rollbacks left running by a Release whose ctx ended.
 
 	allowMultiPrimary bool
-	exclusive         atomic.Bool // The database's row locks were found to exclude every client.
+	// checkedCommit: a hold's COMMIT checks, in the same statement, that
+	// the server still has the transaction open (store.ChecksCommit).
+	checkedCommit bool
+	exclusive     atomic.Bool // The database's row locks were found to exclude every client.
 
 	hooks4test testHooks
 }
@@ -188,6 +191,7 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 		stop:     make(chan struct{}),
 
 		allowMultiPrimary: cfg.AllowMultiPrimary,
+		checkedCommit:     db.ChecksCommit(),
 	}
 	rec, err := obs.New(cfg.Telemetry, string(db.Dialect.Kind()), dblock.ModePessimistic)
 	if err != nil {

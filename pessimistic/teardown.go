@@ -175,7 +175,11 @@ func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 	h.l.mu.Lock()
 	lost := h.lost
 	h.l.mu.Unlock()
-	if lost == nil {
+	// A checked commit makes the check itself (MariaDB, on a pool Open
+	// opened), and such a pool keeps the hold's bound: EndHold has nothing
+	// to do.
+	checked := !rollback && h.l.checkedCommit
+	if lost == nil && !checked {
 		// No deadline of its own: a cancellable context costs the MySQL
 		// driver a hand-off to its watcher goroutine per statement, and the
 		// caller's bound (endBounded) interrupts a statement that hangs.
@@ -196,6 +200,10 @@ func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 		err = h.tx.Rollback()
 	} else {
 		err = h.tx.Commit()
+	}
+	if checked && store.TxEndedAtCommit(err) {
+		closeConn(h.conn, true)
+		return fmt.Errorf("%s (not sent): %w: statements run on Tx after that ran outside it, each committed on its own", verb, ErrTxEnded)
 	}
 	if lost != nil && errors.Is(err, sql.ErrTxDone) {
 		err = nil // Rolled back already when the loss was found.

@@ -171,3 +171,27 @@ func TestLockRowsDeadlockEndsTx(t *testing.T) {
 		t.Fatalf("the victim's later statement ran: rows %q", got)
 	}
 }
+
+// TestUserStatementDeadlockCallerPool: the same on pools the caller handed
+// to dialect.New. On MariaDB, a pool dblock opened commits a hold with the
+// check in the same statement (store.ChecksCommit), and a caller's pool has
+// EndHold check first: both must reveal the victim's ended transaction.
+func TestUserStatementDeadlockCallerPool(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, store.MySQL)
+	callerPool := func() *dialect.DB {
+		db, err := dialect.New(testCtx(t), iso.Open(t).SQL(), dialect.MySQL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+	db1, db2 := callerPool(), callerPool()
+	if store.Of(db1).ChecksCommit() {
+		t.Fatal("a caller's pool checks its commits in the statement; want EndHold's check")
+	}
+	if want := iso.Store().MariaDB(); iso.Store().ChecksCommit() != want {
+		t.Fatalf("ChecksCommit on a pool Open opened: %v, want %v (MariaDB)", !want, want)
+	}
+	userDeadlock(t, iso, db1, db2)
+}

@@ -22,6 +22,8 @@ func init() {
 		Open:        open,
 		ServerError: serverError,
 		ConnLost:    func(err error) bool { return errors.Is(err, mysql.ErrInvalidConn) },
+		// The pools open opens send a checked commit where asked.
+		CheckedCommit: true,
 		SetLog: func(w io.Writer) {
 			_ = mysql.SetLogger(log.New(w, "[mysql] ", log.Ldate|log.Ltime|log.Lshortfile))
 		},
@@ -63,7 +65,7 @@ func open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: mysql DSN: %w", dblock.ErrInvalidOption, err)
 	}
-	db := sql.OpenDB(conn)
+	db := sql.OpenDB(checkedConnector{conn})
 	db.SetMaxIdleConns(32)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	return db, nil

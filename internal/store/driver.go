@@ -32,6 +32,10 @@ type Driver struct {
 	NotSent func(err error) bool
 	// CommitRolledBack reports a COMMIT answered by a rollback. Optional.
 	CommitRolledBack func(err error) bool
+	// CheckedCommit: the pools Open opens send MariaDBCheckedCommit in
+	// place of COMMIT for a transaction begun with a context from
+	// WithCheckedCommit (see DB.ChecksCommit).
+	CheckedCommit bool
 	// Listen runs LISTEN channel on conn; Wait waits there for the next
 	// notification's payload. Both only where the database has
 	// notifications.

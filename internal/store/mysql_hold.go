@@ -47,6 +47,10 @@ func (d mysqlDialect) setHoldBound(ctx context.Context, db *DB, tx Querier, ttl 
 // a hold (see SetHoldBound): MariaDB, on a pool Open opened.
 func (d mysqlDialect) stickyHoldBound(db *DB) bool { return db.owned && d.mariadb }
 
+// checksCommit: MariaDB runs anonymous blocks (BEGIN NOT ATOMIC), MySQL 8
+// does not.
+func (d mysqlDialect) checksCommit() bool { return d.mariadb }
+
 // endHold restores the bound SetHoldBound saved and, before a COMMIT,
 // checks that the transaction is still open (see EndHold).
 func (d mysqlDialect) endHold(ctx context.Context, db *DB, tx Querier, commit bool) (bool, error) {

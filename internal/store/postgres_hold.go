@@ -13,6 +13,8 @@ import (
 // holdBound: the millisecond.
 func (postgres) holdBound(ttl time.Duration) time.Duration { return ceilTo(ttl, time.Millisecond) }
 
+func (postgres) checksCommit() bool { return false }
+
 func (postgres) setHoldBound(context.Context, *DB, Querier, time.Duration, int64) error { return nil }
 
 func (postgres) endHold(context.Context, *DB, Querier, bool) (bool, error) { return true, nil }

@@ -10,6 +10,8 @@ import (
 
 func (sqliteDialect) holdBound(time.Duration) time.Duration { return 0 }
 
+func (sqliteDialect) checksCommit() bool { return false }
+
 func (sqliteDialect) setHoldBound(context.Context, *DB, Querier, time.Duration, int64) error {
 	return nil
 }

@@ -17,6 +17,9 @@ type holdEngine interface {
 	setHoldBound(ctx context.Context, db *DB, tx Querier, d time.Duration, current int64) error
 	// endHold is EndHold.
 	endHold(ctx context.Context, db *DB, tx Querier, commit bool) (open bool, err error)
+	// checksCommit reports whether the database can run a checked commit
+	// (MariaDBCheckedCommit: MariaDB's anonymous blocks).
+	checksCommit() bool
 }
 
 // HoldBound returns how long the server lets a pessimistic hold of TTL d
@@ -65,7 +68,8 @@ func (db *DB) SetHoldBound(ctx context.Context, tx Querier, d time.Duration, cur
 // in autocommit mode. A COMMIT then would commit nothing and report success.
 // Elsewhere it reports true: PostgreSQL keeps a failed transaction open (and
 // aborted) until its end, and its COMMIT then reports the rollback (see
-// CommitRolledBack).
+// CommitRolledBack). Where the COMMIT itself checks (ChecksCommit), the
+// caller skips EndHold before a COMMIT.
 func (db *DB) EndHold(ctx context.Context, tx Querier, commit bool) (open bool, err error) {
 	return db.Dialect.endHold(ctx, db, tx, commit)
 }

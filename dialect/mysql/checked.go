@@ -1,0 +1,112 @@
+package mysql
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// checkedConnector opens the driver's connections wrapped so that a
+// transaction begun with a context from store.WithCheckedCommit commits
+// with store.MariaDBCheckedCommit: the COMMIT of a pessimistic hold checks
+// in the same round trip that the server still has the transaction open.
+// Every other statement and transaction goes to the driver unchanged.
+type checkedConnector struct{ driver.Connector }
+
+func (c checkedConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &checkedConn{conn: conn}, nil
+}
+
+// checkedConn forwards every interface of the driver's connection
+// (database/sql asks for each), and wraps checked transactions.
+type checkedConn struct{ conn driver.Conn }
+
+// errNoInterface is returned if the driver's connection lacks an interface
+// it always had; database/sql then falls back where it can.
+var errNoInterface = errors.New("dblock: the mysql driver's connection lacks an expected interface")
+
+func (c *checkedConn) Prepare(query string) (driver.Stmt, error) { return c.conn.Prepare(query) }
+func (c *checkedConn) Close() error                              { return c.conn.Close() }
+
+// Begin is the deprecated form; database/sql calls BeginTx.
+func (c *checkedConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (c *checkedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	b, ok := c.conn.(driver.ConnBeginTx)
+	if !ok {
+		return nil, errNoInterface
+	}
+	tx, err := b.BeginTx(ctx, opts)
+	if err != nil || !store.CheckedCommit(ctx) {
+		return tx, err
+	}
+	return &checkedTx{Tx: tx, conn: c}, nil
+}
+
+func (c *checkedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	if p, ok := c.conn.(driver.ConnPrepareContext); ok {
+		return p.PrepareContext(ctx, query)
+	}
+	return c.conn.Prepare(query)
+}
+
+func (c *checkedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if e, ok := c.conn.(driver.ExecerContext); ok {
+		return e.ExecContext(ctx, query, args)
+	}
+	return nil, driver.ErrSkip
+}
+
+func (c *checkedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if q, ok := c.conn.(driver.QueryerContext); ok {
+		return q.QueryContext(ctx, query, args)
+	}
+	return nil, driver.ErrSkip
+}
+
+func (c *checkedConn) Ping(ctx context.Context) error {
+	if p, ok := c.conn.(driver.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
+
+func (c *checkedConn) ResetSession(ctx context.Context) error {
+	if r, ok := c.conn.(driver.SessionResetter); ok {
+		return r.ResetSession(ctx)
+	}
+	return nil
+}
+
+func (c *checkedConn) IsValid() bool {
+	if v, ok := c.conn.(driver.Validator); ok {
+		return v.IsValid()
+	}
+	return true
+}
+
+func (c *checkedConn) CheckNamedValue(nv *driver.NamedValue) error {
+	if n, ok := c.conn.(driver.NamedValueChecker); ok {
+		return n.CheckNamedValue(nv)
+	}
+	return driver.ErrSkip
+}
+
+// checkedTx commits with the check; its rollback is the driver's.
+type checkedTx struct {
+	driver.Tx
+	conn *checkedConn
+}
+
+func (t *checkedTx) Commit() error {
+	_, err := t.conn.ExecContext(context.Background(), store.MariaDBCheckedCommit, nil)
+	return err
+}

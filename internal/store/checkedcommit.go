@@ -1,0 +1,53 @@
+package store
+
+import "context"
+
+// A checked commit (MariaDB, on a pool Open opened): the COMMIT of a
+// pessimistic hold also checks, in the same statement, that the server
+// still has the transaction open, so a hold commits in the round trips of a
+// hand-written transaction instead of sending EndHold's check first. The
+// pool's driver (dialect/mysql) sends MariaDBCheckedCommit in place of
+// COMMIT for a transaction begun with a context from WithCheckedCommit.
+
+// MariaDBCheckedCommit commits the transaction in progress or, when the
+// server has ended it (a deadlock victim's rollback, an implicit commit),
+// commits nothing and fails with error 1644 and CheckedCommitRefusal.
+const MariaDBCheckedCommit = `BEGIN NOT ATOMIC
+    IF @@in_transaction = 1 THEN COMMIT;
+    ELSE SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '` + CheckedCommitRefusal + `';
+    END IF;
+END`
+
+// CheckedCommitRefusal is the message of a checked commit that found no
+// transaction open.
+const CheckedCommitRefusal = "dblock: the transaction is not open on the server"
+
+type checkedCommitKey struct{}
+
+// WithCheckedCommit returns ctx marked for BeginTx: the transaction's
+// Commit is a checked commit (see ChecksCommit).
+func WithCheckedCommit(ctx context.Context) context.Context {
+	return context.WithValue(ctx, checkedCommitKey{}, true)
+}
+
+// CheckedCommit reports whether ctx was marked by WithCheckedCommit.
+func CheckedCommit(ctx context.Context) bool {
+	v, _ := ctx.Value(checkedCommitKey{}).(bool)
+	return v
+}
+
+// ChecksCommit reports whether a transaction begun on db with a context
+// from WithCheckedCommit commits with the check (MariaDB, on a pool Open
+// opened with a driver that supports it): EndHold then has nothing to do
+// before a COMMIT.
+func (db *DB) ChecksCommit() bool {
+	d, ok := drivers[db.Dialect.Kind()]
+	return db.owned && ok && d.CheckedCommit && db.Dialect.checksCommit()
+}
+
+// TxEndedAtCommit reports whether err is a checked commit's refusal: the
+// server had ended the transaction, and nothing was committed.
+func TxEndedAtCommit(err error) bool {
+	se, ok := serverError(MySQL, err)
+	return ok && se.Code == 1644 && se.Message == CheckedCommitRefusal
+}
