@@ -57,32 +57,21 @@ const (
 	readHeaderTimeout = 5 * time.Second
 )
 
+// reaperCmd is one `dblock reaper` invocation: its flags, then its steps.
+type reaperCmd struct {
+	a                *app
+	schedule         string
+	once             bool
+	metricsAddr      string
+	historyRetention time.Duration
+	logger           *slog.Logger
+}
+
 func (a *app) reaper(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("reaper", flag.ContinueOnError)
-	schedule := fs.String("schedule", reaper.ScheduleDefault, "cron schedule")
-	once := fs.Bool("once", false, "run one pass and exit")
-	metricsAddr := fs.String("metrics-addr", "", "listen address for /metrics and /healthz")
-	historyRetention := fs.Duration("history-retention", 0, "prune history entries older than DUR")
-	if done, err := a.parseFlags(fs, reaperHelp, args); done {
+	c := &reaperCmd{a: a}
+	if done, err := c.parse(args); done {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageErrorf("reaper: unexpected argument %q (see dblock reaper --help)", fs.Arg(0))
-	}
-	// The schedule is checked before connecting, so a typo is reported
-	// as such even when the database is down.
-	if _, err := cron.ParseStandard(*schedule); err != nil {
-		return usageErrorf("reaper: bad --schedule %q: %v (want five cron fields, a descriptor such as @hourly, or @every 15s)", *schedule, err)
-	}
-	if *historyRetention < 0 {
-		return usageErrorf("reaper: --history-retention must not be negative, got %v", *historyRetention)
-	}
-	if *metricsAddr != "" {
-		if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
-			return usageErrorf("reaper: bad --metrics-addr %q: %v (want host:port or :port)", *metricsAddr, err)
-		}
-	}
-
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -91,54 +80,91 @@ func (a *app) reaper(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	r, err := reaper.New(db, &reaper.Config{Schedule: *schedule, Logger: logger, HistoryRetention: *historyRetention})
+	c.logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	r, err := reaper.New(db, &reaper.Config{Schedule: c.schedule, Logger: c.logger, HistoryRetention: c.historyRetention})
 	if err != nil {
 		return err
 	}
 	if err := r.Check(ctx); err != nil {
 		return a.schemaError(err)
 	}
+	if c.once {
+		return c.runOnce(ctx, r)
+	}
+	return c.serve(ctx, r)
+}
 
-	if *once {
-		st, err := a.reaperOnce(ctx, r, logger)
-		if err != nil {
-			return a.schemaError(err)
+// parse reads and checks the flags before anything connects, so a typo is
+// reported as such even when the database is down. done reports that the
+// command ends here (help printed, or err).
+func (c *reaperCmd) parse(args []string) (done bool, err error) {
+	fs := flag.NewFlagSet("reaper", flag.ContinueOnError)
+	fs.StringVar(&c.schedule, "schedule", reaper.ScheduleDefault, "cron schedule")
+	fs.BoolVar(&c.once, "once", false, "run one pass and exit")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "listen address for /metrics and /healthz")
+	fs.DurationVar(&c.historyRetention, "history-retention", 0, "prune history entries older than DUR")
+	if done, err := c.a.parseFlags(fs, reaperHelp, args); done {
+		return true, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return true, usageErrorf("reaper: unexpected argument %q (see dblock reaper --help)", fs.Arg(0))
+	case c.historyRetention < 0:
+		return true, usageErrorf("reaper: --history-retention must not be negative, got %v", c.historyRetention)
+	}
+	if _, err := cron.ParseStandard(c.schedule); err != nil {
+		return true, usageErrorf("reaper: bad --schedule %q: %v (want five cron fields, a descriptor such as @hourly, or @every 15s)", c.schedule, err)
+	}
+	if c.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.metricsAddr); err != nil {
+			return true, usageErrorf("reaper: bad --metrics-addr %q: %v (want host:port or :port)", c.metricsAddr, err)
 		}
-		switch {
-		case st.Skipped:
-			fmt.Fprintf(a.stdout, "skipped: another reaper holds %q\n", reaper.LeaseName)
-		default:
-			stopped := ""
-			if st.Stopped {
-				stopped = " (stopped early by a signal)"
-			}
-			fmt.Fprintf(a.stdout, "freed %d expired leases, deleted %d dead waiters, %d idle rows and %d history entries in %v%s\n",
-				st.ExpiredFreed, st.WaitersDeleted, st.IdleDeleted, st.HistoryPruned, st.Duration.Round(time.Millisecond), stopped)
-		}
+	}
+	return false, nil
+}
+
+// runOnce runs one pass and prints what it did.
+func (c *reaperCmd) runOnce(ctx context.Context, r *reaper.Reaper) error {
+	st, err := c.a.reaperOnce(ctx, r, c.logger)
+	if err != nil {
+		return c.a.schemaError(err)
+	}
+	if st.Skipped {
+		fmt.Fprintf(c.a.stdout, "skipped: another reaper holds %q\n", reaper.LeaseName)
 		return nil
 	}
+	stopped := ""
+	if st.Stopped {
+		stopped = " (stopped early by a signal)"
+	}
+	fmt.Fprintf(c.a.stdout, "freed %d expired leases, deleted %d dead waiters, %d idle rows and %d history entries in %v%s\n",
+		st.ExpiredFreed, st.WaitersDeleted, st.IdleDeleted, st.HistoryPruned, st.Duration.Round(time.Millisecond), stopped)
+	return nil
+}
 
+// serve runs passes on the schedule (and the metrics server) until a
+// signal, then stops gracefully.
+func (c *reaperCmd) serve(ctx context.Context, r *reaper.Reaper) error {
 	var (
 		srv     *http.Server
 		srvErrs = make(chan error, 1)
 	)
-	if *metricsAddr != "" {
-		ln, err := net.Listen("tcp", *metricsAddr)
+	if c.metricsAddr != "" {
+		ln, err := net.Listen("tcp", c.metricsAddr)
 		if err != nil {
 			return fmt.Errorf("reaper: metrics: %w", err)
 		}
 		srv = &http.Server{Handler: r.Handler(), ReadHeaderTimeout: readHeaderTimeout}
 		go func() { srvErrs <- srv.Serve(ln) }()
-		logger.Info("reaper: serving metrics", "addr", "http://"+ln.Addr().String(), "paths", "/metrics /healthz")
+		c.logger.Info("reaper: serving metrics", "addr", "http://"+ln.Addr().String(), "paths", "/metrics /healthz")
 	}
 	r.Start()
-	logger.Info("reaper: started", "schedule", *schedule, "pid", os.Getpid())
+	c.logger.Info("reaper: started", "schedule", c.schedule, "pid", os.Getpid())
 
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		logger.Info("reaper: stopping")
+		c.logger.Info("reaper: stopping")
 	case err := <-srvErrs:
 		serveErr = fmt.Errorf("reaper: metrics server: %w", err)
 	}
@@ -156,7 +182,7 @@ func (a *app) reaper(ctx context.Context, args []string) error {
 	if stopErr != nil {
 		return stopErr
 	}
-	logger.Info("reaper: stopped")
+	c.logger.Info("reaper: stopped")
 	return nil
 }
 
