@@ -110,23 +110,8 @@ func (c *check) expire(name, owner string) dblock.Token {
 	lease, err := c.opt.Acquire(c.ctx, name, dblock.WithOwner(owner), dblock.WithTTL(shortTTL), dblock.WithMaxHold(shortTTL))
 	must(c.t, err)
 	<-lease.Done()
-	waitExpired(c.t, c.ctx, c.iso, name)
+	c.iso.WaitExpired(c.t, c.ctx, name)
 	return lease.Token()
-}
-
-func waitExpired(t *testing.T, ctx context.Context, iso *dbtest.Isolated, name string) {
-	t.Helper()
-	for {
-		h, err := iso.Store().LeaseHolder(ctx, nil, name)
-		must(t, err)
-		if !h.ExpiresAt.After(h.Now) {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("%q never expired by the database's clock", name)
-		}
-		time.Sleep(h.ExpiresAt.Sub(h.Now) + time.Millisecond)
-	}
 }
 
 // TestEveryEnd: every way a lease acquisition ends writes one entry that

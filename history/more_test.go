@@ -144,7 +144,7 @@ func TestKilledHolder(t *testing.T) {
 		}
 		must(t, cmd.Process.Kill())
 		_ = cmd.Wait()
-		waitExpired(t, c.ctx, iso, name)
+		iso.WaitExpired(t, c.ctx, name)
 		r, err := reaper.New(iso.DB, nil)
 		must(t, err)
 		_, err = r.RunOnce(c.ctx)

@@ -59,15 +59,5 @@ func expireOne(t *testing.T, ctx context.Context, iso *dbtest.Isolated) {
 	lease, err := l.Acquire(ctx, name, dblock.WithTTL(50*time.Millisecond), dblock.WithMaxHold(50*time.Millisecond))
 	must(t, err)
 	<-lease.Done()
-	for {
-		h, err := iso.Store().LeaseHolder(ctx, nil, name)
-		must(t, err)
-		if !h.ExpiresAt.After(h.Now) {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the lease never expired by the database's clock")
-		}
-		time.Sleep(h.ExpiresAt.Sub(h.Now) + time.Millisecond)
-	}
+	iso.WaitExpired(t, ctx, name)
 }

@@ -236,3 +236,23 @@ VALUES (?1, ?2, `+now+`, `+now+`, `+now+` + ?3)`, name, owner, us)
 		t.Fatalf("dbtest: insert waiter %s/%s: %v", name, owner, err)
 	}
 }
+
+// WaitExpired waits (bounded by ctx) until the lease of name has expired by
+// the database's clock: a lease ended locally may still run for a moment
+// there.
+func (iso *Isolated) WaitExpired(t testing.TB, ctx context.Context, name string) {
+	t.Helper()
+	for {
+		h, err := iso.Store().LeaseHolder(ctx, nil, name)
+		if err != nil {
+			t.Fatalf("read %q: %v", name, err)
+		}
+		if !h.ExpiresAt.After(h.Now) {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%q never expired by the database's clock", name)
+		}
+		time.Sleep(h.ExpiresAt.Sub(h.Now) + time.Millisecond)
+	}
+}
