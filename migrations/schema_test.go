@@ -122,9 +122,6 @@ var wantSchema = map[store.Kind]schema{
 	},
 }
 
-// dblockTables are the tables the migrations create on MySQL, the version
-// table aside: each must be InnoDB.
-var dblockTables = []string{"dblock_locks", "dblock_waiters", "dblock_fence"}
 
 // readSchema reads db's dblock tables as a schema.
 func readSchema(t *testing.T, db *dialect.DB) schema {
