@@ -122,7 +122,6 @@ var wantSchema = map[store.Kind]schema{
 	},
 }
 
-
 // readSchema reads db's dblock tables as a schema.
 func readSchema(t *testing.T, db *dialect.DB) schema {
 	t.Helper()
