@@ -27,6 +27,7 @@ func init() {
 		CommitRolledBack: func(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) },
 		Listen:           listen,
 		Wait:             wait,
+		Native:           native,
 	})
 }
 

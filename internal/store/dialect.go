@@ -119,6 +119,17 @@ type DB struct {
 
 	owned  bool
 	closer func() error
+	// native runs the pool's single statements through the driver's own
+	// interface where it has one (nil: database/sql).
+	native *Native
+}
+
+// nativeOf is drv's native interface to pool, if it has one.
+func nativeOf(drv *Driver, pool *sql.DB) *Native {
+	if drv.Native == nil {
+		return nil
+	}
+	return drv.Native(pool)
 }
 
 // Open connects to dsn (see dialect.Open) with the registered driver of its
@@ -149,7 +160,7 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		_ = sdb.Close()
 		return nil, err
 	}
-	return &DB{DB: sqlx.NewDb(sdb, drv.Name), Dialect: d, owned: true, closer: sdb.Close}, nil
+	return &DB{DB: sqlx.NewDb(sdb, drv.Name), Dialect: d, owned: true, closer: sdb.Close, native: nativeOf(drv, sdb)}, nil
 }
 
 // baseDialect returns the dialect of kind before its server is asked
@@ -209,7 +220,7 @@ func New(ctx context.Context, db *sql.DB, kind Kind) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &DB{DB: sqlx.NewDb(db, drv.Name), Dialect: d}, nil
+	return &DB{DB: sqlx.NewDb(db, drv.Name), Dialect: d, native: nativeOf(drv, db)}, nil
 }
 
 // CloseWith makes Close call f (a handle over a pool the caller keeps, on a

@@ -43,6 +43,21 @@ type Driver struct {
 	Wait   func(ctx context.Context, conn *sql.Conn) (string, error)
 	// SetLog sends the driver's own log lines to w. Optional.
 	SetLog func(w io.Writer)
+	// Native returns, for a pool of this driver, the functions that run one
+	// statement on a pooled connection through the driver's own interface,
+	// bypassing database/sql's per-statement work; nil for a pool of
+	// another driver (a caller's). Optional.
+	Native func(pool *sql.DB) *Native
+}
+
+// Native runs one statement on a connection of the pool through the
+// driver's own interface (see Driver.Native). Errors are the driver's,
+// unclassified; a missing row is sql.ErrNoRows.
+type Native struct {
+	// QueryRow scans the first row of query's result into dest.
+	QueryRow func(ctx context.Context, query string, args []any, dest ...any) error
+	// Exec runs query and returns the rows it affected.
+	Exec func(ctx context.Context, query string, args ...any) (int64, error)
 }
 
 // ServerError is an error the database server sent, as the driver reports

@@ -150,6 +150,16 @@ func (db *DB) q(q Querier) Querier {
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
+// queryRow scans the first row of query on q into dest: on the pool,
+// through the driver's native interface where it has one. Errors are
+// unclassified; a missing row is sql.ErrNoRows.
+func (db *DB) queryRow(ctx context.Context, q Querier, query string, args []any, dest ...any) error {
+	if db.native != nil && q == Querier(db.DB) {
+		return db.native.QueryRow(ctx, query, args, dest...)
+	}
+	return q.QueryRowxContext(ctx, query, args...).Scan(dest...)
+}
+
 // AcquireLease runs the one-statement acquire on q (nil: the pool). A row held
 // by a pessimistic transaction comes back as not acquired (Holder.Mode
 // pessimistic), never as a wait. Errors are classified.
@@ -257,6 +267,13 @@ func (db *DB) ForceRelease(ctx context.Context, q Querier, name string) (bool, e
 }
 
 func (db *DB) execOne(ctx context.Context, q Querier, query string, args ...any) (bool, error) {
+	if db.native != nil && q == Querier(db.DB) {
+		n, err := db.native.Exec(ctx, query, args...)
+		if err != nil {
+			return false, db.Classify(err)
+		}
+		return n > 0, nil
+	}
 	r, err := q.ExecContext(ctx, query, args...)
 	if err != nil {
 		return false, db.Classify(err)

@@ -24,17 +24,26 @@ func (postgres) acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (Ac
 // pgAcquire runs one of PostgreSQL's acquire statements, the lease's or,
 // with queued, the queue's direct one (which also returns the number of live
 // waiters and, when no row exists, a row of zeroes), and reads its answer.
+// pgAcquireRow is what the acquire statement returns, in one allocation
+// (each variable scanned into would otherwise escape on its own).
+type pgAcquireRow struct {
+	res                      AcquireResult
+	owner, mode              string
+	version, expUs, nowUs, n int64
+	dest                     [8]any
+	args                     [5]any
+}
+
 func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireParams, queued bool) (AcquireResult, error) {
-	var (
-		res                      AcquireResult
-		owner, mode              string
-		version, expUs, nowUs, n int64
-	)
-	dest := []any{&res.Acquired, &version, &owner, &mode, &expUs, &nowUs, &res.Reentry}
+	r := &pgAcquireRow{}
+	r.dest = [8]any{&r.res.Acquired, &r.version, &r.owner, &r.mode, &r.expUs, &r.nowUs, &r.res.Reentry, &r.n}
+	dest := r.dest[:7]
 	if queued {
-		dest = append(dest, &n)
+		dest = r.dest[:8]
 	}
-	err := q.QueryRowxContext(ctx, query, p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)).Scan(dest...)
+	r.args = [5]any{p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)}
+	err := db.queryRow(ctx, q, query, r.args[:], dest...)
+	res, owner, mode, version, expUs, nowUs, n := r.res, r.owner, r.mode, r.version, r.expUs, r.nowUs, r.n
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return AcquireResult{}, nil // Nothing taken and no row visible: a concurrent insert of the name won.

@@ -1,0 +1,73 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// nativeTries bounds the connections a native statement tries when the
+// first ones turn out dead before anything was sent (pgconn.SafeToRetry),
+// as database/sql does for its own statements.
+const nativeTries = 3
+
+// native runs single statements on a pgx pool through pgx itself: pgx's
+// QueryRow and Exec on a pooled connection skip database/sql's statement,
+// rows and argument conversion (about twenty allocations per statement).
+// A pool of another driver gets nil.
+func native(pool *sql.DB) *store.Native {
+	if _, ok := pool.Driver().(*stdlib.Driver); !ok {
+		return nil
+	}
+	n := pgNative{pool: pool}
+	return &store.Native{QueryRow: n.queryRow, Exec: n.exec}
+}
+
+type pgNative struct{ pool *sql.DB }
+
+func (n pgNative) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return n.onConn(ctx, func(c *stdlib.Conn) error {
+		return c.Conn().QueryRow(ctx, query, args...).Scan(dest...)
+	})
+}
+
+func (n pgNative) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	var affected int64
+	err := n.onConn(ctx, func(c *stdlib.Conn) error {
+		tag, err := c.Conn().Exec(ctx, query, args...)
+		affected = tag.RowsAffected()
+		return err
+	})
+	return affected, err
+}
+
+// onConn runs fn on a pooled connection, on another when the connection
+// was found dead before fn sent anything; a dead connection is dropped.
+func (n pgNative) onConn(ctx context.Context, fn func(*stdlib.Conn) error) error {
+	var err error
+	for range nativeTries {
+		var c *sql.Conn
+		if c, err = n.pool.Conn(ctx); err != nil {
+			return err
+		}
+		retry := false
+		err = c.Raw(func(dc any) error {
+			ferr := fn(dc.(*stdlib.Conn))
+			if ferr != nil && pgconn.SafeToRetry(ferr) {
+				retry = true
+				return driver.ErrBadConn // database/sql drops the connection
+			}
+			return ferr
+		})
+		_ = c.Close()
+		if !retry {
+			return err
+		}
+	}
+	return err
+}
