@@ -73,9 +73,9 @@ func (a Acquire) EndToken(token dblock.Token, err error) {
 }
 
 // BeginSpan starts the span of a release (SpanRelease) or a Do (SpanDo)
-// of label; end it with EndSpan.
+// of label; end it with EndSpan. A nil Recorder starts none.
 func (r *Recorder) BeginSpan(ctx context.Context, op, label string) (context.Context, trace.Span) {
-	if !r.tracing() {
+	if r == nil || !r.tracing() {
 		return ctx, noop.Span{}
 	}
 	ctx, span := r.tracer.Start(ctx, op, r.spanStart...)
