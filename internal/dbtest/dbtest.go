@@ -2,13 +2,8 @@ package dbtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +12,7 @@ import (
 	_ "github.com/dblock-go/dblock/dialect/mysql" // The drivers of every kind the tests run.
 	_ "github.com/dblock-go/dblock/dialect/postgres"
 	_ "github.com/dblock-go/dblock/dialect/sqlite"
+	"github.com/dblock-go/dblock/internal/isolate"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
 )
@@ -93,12 +89,6 @@ type Isolated struct {
 // administrators' calls.
 func (iso *Isolated) Store() *store.DB { return store.Of(iso.DB) }
 
-func randomSuffix() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // New returns a fresh, migrated database of kind for t, dropped at cleanup.
 func New(t testing.TB, kind store.Kind) *Isolated {
 	t.Helper()
@@ -114,65 +104,19 @@ func New(t testing.TB, kind store.Kind) *Isolated {
 // NewEmpty is New without migrations.
 func NewEmpty(t testing.TB, kind store.Kind) *Isolated {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	name := "dbt_" + randomSuffix()
-	var dsn string
-	switch kind {
-	case store.Postgres:
-		adm := admin(t, kind)
-		if _, err := adm.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
-			t.Fatalf("dbtest: create schema: %v", err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, err := adm.ExecContext(ctx, "DROP SCHEMA "+name+" CASCADE"); err != nil {
-				t.Errorf("dbtest: drop schema %s: %v", name, err)
-			}
-		})
-		// The tests share one database, a schema each; the schema's name
-		// is also the sessions' application_name, so that a test can find
-		// (and kill) its own sessions only.
-		dsn = withQuery(withQuery(ServerDSN(kind), "search_path", name), "application_name", name)
-	case store.MySQL:
-		adm := admin(t, kind)
-		if _, err := adm.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-			t.Fatalf("dbtest: create database: %v", err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, err := adm.ExecContext(ctx, "DROP DATABASE "+name); err != nil {
-				t.Errorf("dbtest: drop database %s: %v", name, err)
-			}
-		})
-		dsn = mysqlWithDB(ServerDSN(kind), name)
-	case store.SQLite:
-		dsn = "sqlite://" + filepath.Join(t.TempDir(), name+".db")
-	default:
-		t.Fatalf("dbtest: unknown kind %q", kind)
+	var adm *store.DB
+	if kind != store.SQLite {
+		adm = admin(t, kind)
 	}
-	db, err := dialect.Open(ctx, dsn)
-	if err != nil {
-		t.Fatalf("dbtest: open %s: %v", store.Redact(dsn), err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	return &Isolated{Kind: kind, DSN: dsn, DB: db}
+	dsn := isolate.DSN(t, adm, kind, ServerDSN(kind), isolate.Name("dbt_"))
+	return &Isolated{Kind: kind, DSN: dsn, DB: isolate.Open(t, dsn)}
 }
 
 // Open opens another pool on iso's database (closed at cleanup), as a second
 // client would.
 func (iso *Isolated) Open(t testing.TB) *dialect.DB {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	db, err := dialect.Open(ctx, iso.DSN)
-	if err != nil {
-		t.Fatalf("dbtest: open %s: %v", store.Redact(iso.DSN), err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	return db
+	return isolate.Open(t, iso.DSN)
 }
 
 // ForEach runs fn as a parallel subtest per dialect, each on its own database.
@@ -184,30 +128,6 @@ func ForEach(t *testing.T, fn func(t *testing.T, iso *Isolated)) {
 			fn(t, New(t, kind))
 		})
 	}
-}
-
-func withQuery(dsn, key, value string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return dsn
-	}
-	q := u.Query()
-	q.Set(key, value)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// mysqlWithDB replaces the database of a mysql:// DSN.
-func mysqlWithDB(dsn, db string) string {
-	rest := strings.TrimPrefix(dsn, "mysql://")
-	query := ""
-	if i := strings.Index(rest, "?"); i >= 0 {
-		rest, query = rest[:i], rest[i:]
-	}
-	if i := strings.LastIndex(rest, "/"); i >= 0 {
-		rest = rest[:i]
-	}
-	return "mysql://" + rest + "/" + db + query
 }
 
 // AddWaiter inserts a fair-queue waiter row for name whose heartbeat
