@@ -24,7 +24,7 @@ func Example_lossHandling() {
 	locker := dblocktest.New(nil)
 	defer locker.Close()
 	err := nightlyReport(context.Background(), locker, func(ctx context.Context) error {
-		locker.Expire("report") // the lease runs out while the job works
+		locker.Database().Expire("report") // the lease runs out while the job works
 		<-ctx.Done()
 		return context.Cause(ctx)
 	})
@@ -38,7 +38,7 @@ func Example_expiry() {
 	locker := dblocktest.New(nil)
 	defer locker.Close()
 	lease, _ := locker.Acquire(context.Background(), "report", dblock.WithTTL(30*time.Second))
-	locker.StopRenewing("report")
+	locker.Database().StopRenewing("report")
 	locker.Clock().Advance(29 * time.Second)
 	fmt.Println("after 29s:", lease.Err())
 	locker.Clock().Advance(time.Second)
@@ -52,7 +52,7 @@ func Example_expiry() {
 func Example_contention() {
 	locker := dblocktest.New(nil)
 	defer locker.Close()
-	locker.TakeOver("report", "replica-2")
+	locker.Database().TakeOver("report", "replica-2")
 	_, err := locker.TryAcquire(context.Background(), "report")
 	var held *dblock.HeldError
 	fmt.Println(errors.As(err, &held), held.Owner)

@@ -17,28 +17,27 @@ const releaseTimeout = 5 * time.Second
 // Locker is an in-memory dblock.Locker with the lease contract of the
 // optimistic mode: names, owners, re-entry, tokens that only grow per
 // name, leases that run out by the Clock, TryAcquire, Acquire that waits,
-// Do, Close, hooks and loss errors. The test drives its time (Clock) and
-// its faults (Expire, TakeOver, ForceRelease, DropConnection,
-// StopRenewing, FailAcquires) and reads who holds what (Holders).
+// Do, Close, hooks and loss errors. Its Database holds the names, drives
+// time (Clock) and faults (Expire, TakeOver, ForceRelease, DropConnection,
+// StopRenewing, FailAcquires), and tells who holds what (Holders); several
+// Lockers on one Database stand for several processes.
 // It is safe for concurrent use.
 type Locker struct {
-	clock  *Clock
+	db     *Database
 	events obs.Events
 
-	mu      sync.Mutex
-	names   map[string]*record
-	tokens  map[string]dblock.Token
-	changed map[string]chan struct{} // closed (and replaced) when the name may have freed
-	failing []error                  // errors for the next acquires, in order
-	closed  bool
-	closing chan struct{}
+	closeOnce sync.Once
+	closing   chan struct{} // closed by Close
 }
 
 var _ dblock.Locker = (*Locker)(nil)
 
 // Config configures a Locker. A nil *Config means defaults.
 type Config struct {
-	// Clock is the Locker's time. Defaults to a new clock reading
+	// Database is the store the Locker shares with other Lockers, as
+	// processes share a database. Defaults to a new one on Clock.
+	Database *Database
+	// Clock is the time of a new Database. Defaults to a new clock reading
 	// 2026-01-01 UTC.
 	Clock *Clock
 	// Hooks observe acquisitions, releases and losses, as a real Locker's.
@@ -51,19 +50,17 @@ func New(cfg *Config) *Locker {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.Clock == nil {
-		c.Clock = NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	if c.Database == nil {
+		c.Database = NewDatabase(c.Clock)
 	}
-	l := &Locker{
-		clock: c.Clock, events: obs.NewEvents(c.Hooks, nil), names: map[string]*record{},
-		tokens: map[string]dblock.Token{}, changed: map[string]chan struct{}{}, closing: make(chan struct{}),
-	}
-	c.Clock.attach(l)
-	return l
+	return &Locker{db: c.Database, events: obs.NewEvents(c.Hooks, nil), closing: make(chan struct{})}
 }
 
-// Clock returns the Locker's clock.
-func (l *Locker) Clock() *Clock { return l.clock }
+// Database returns the Locker's database: its clock, faults and holders.
+func (l *Locker) Database() *Database { return l.db }
+
+// Clock returns the clock of the Locker's database.
+func (l *Locker) Clock() *Clock { return l.db.clock }
 
 // Acquire takes name, waiting while another owner holds it until the name
 // is released or freed by a fault or by the clock, or ctx (or
@@ -85,29 +82,14 @@ func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return mode.Do(ctx, nil, l.Acquire, name, opts, releaseTimeout, fn)
 }
 
-// Close ends waits in progress and every lease still held (lost, with
-// dblock.ErrClosed), and detaches the Locker from its clock. Calling it
-// again does nothing.
+// Close ends waits in progress and every lease still held through l (lost,
+// with dblock.ErrClosed), freeing their names. Calling it again does
+// nothing.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil
-	}
-	l.closed = true
-	close(l.closing)
-	var ended []*record
-	for name, r := range l.names {
-		ended = append(ended, r)
-		delete(l.names, name)
-	}
-	l.mu.Unlock()
-	l.clock.detach(l)
-	for _, r := range ended {
-		for _, h := range r.handles {
-			h.ctl.LoseIfHeld(dblock.ErrClosed)
-		}
-	}
+	l.closeOnce.Do(func() {
+		close(l.closing)
+		l.db.closeLocker(l)
+	})
 	return nil
 }
 
@@ -120,12 +102,12 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	defer cancel()
 	start := time.Now()
 	for {
-		lease, changed, err := l.try(name, c.Opts, start)
+		lease, changed, err := l.db.try(l, name, c.Opts, start)
 		if lease != nil || err != nil {
 			return lease, err
 		}
 		var held *dblock.HeldError
-		if h, ok := l.holder(name); ok {
+		if h, ok := l.db.Holder(name); ok {
 			held = &dblock.HeldError{Name: name, Owner: h.Owner, Mode: h.Mode, ExpiresAt: h.ExpiresAt}
 		} else {
 			held = &dblock.HeldError{Name: name}

@@ -144,7 +144,7 @@ func TestClockAndFaults(t *testing.T) {
 	if lease.Err() != nil {
 		t.Fatalf("a renewed lease ended: %v", lease.Err())
 	}
-	l.StopRenewing("n")
+	l.Database().StopRenewing("n")
 	clock.Advance(9 * time.Second)
 	if lease.Err() != nil {
 		t.Fatal("the lease ended before its expiry")
@@ -160,7 +160,7 @@ func TestClockAndFaults(t *testing.T) {
 	for _, c := range []struct {
 		fault  func(string) bool
 		reason error
-	}{{l.Expire, dblock.ErrExpired}, {l.ForceRelease, dblock.ErrForceReleased}, {l.DropConnection, dblock.ErrConnLost}} {
+	}{{l.Database().Expire, dblock.ErrExpired}, {l.Database().ForceRelease, dblock.ErrForceReleased}, {l.Database().DropConnection, dblock.ErrConnLost}} {
 		lease := got(t)(l.Acquire(ctx, "f"))
 		if !c.fault("f") {
 			t.Fatal("fault on a held name reported false")
@@ -168,16 +168,16 @@ func TestClockAndFaults(t *testing.T) {
 		lost(t, lease, c.reason)
 	}
 	lease = got(t)(l.Acquire(ctx, "t"))
-	if token := l.TakeOver("t", "other"); token <= lease.Token() {
+	if token := l.Database().TakeOver("t", "other"); token <= lease.Token() {
 		t.Fatalf("takeover token %d, want above %d", token, lease.Token())
 	}
 	lost(t, lease, dblock.ErrTakenOver)
-	if hs := l.Holders(); len(hs) != 1 || hs[0].Name != "t" || hs[0].Owner != "other" {
+	if hs := l.Database().Holders(); len(hs) != 1 || hs[0].Name != "t" || hs[0].Owner != "other" {
 		t.Fatalf("holders: %+v", hs)
 	}
 
 	boom := errors.New("boom")
-	l.FailAcquires(nil, boom)
+	l.Database().FailAcquires(nil, boom)
 	if _, err := l.Acquire(ctx, "u"); !errors.Is(err, dblock.ErrUnavailable) {
 		t.Fatalf("first injected failure: %v", err)
 	}
@@ -204,7 +204,7 @@ func lost(t *testing.T, lease *dblock.Lease, reason error) {
 func TestDoAndClose(t *testing.T) {
 	ctx, l := setup(t)
 	err := l.Do(ctx, "d", func(ctx context.Context) error {
-		l.Expire("d")
+		l.Database().Expire("d")
 		<-ctx.Done()
 		return context.Cause(ctx)
 	})
@@ -237,7 +237,7 @@ func TestHooks(t *testing.T) {
 	lease := got(t)(l.Acquire(ctx, "h"))
 	noErr(t, lease.Release(ctx))
 	got(t)(l.Acquire(ctx, "h"))
-	l.Expire("h")
+	l.Database().Expire("h")
 	if acquired.Load() != 2 || released.Load() != 1 || lostN.Load() != 1 {
 		t.Fatalf("hooks: acquired %d released %d lost %d, want 2 1 1", acquired.Load(), released.Load(), lostN.Load())
 	}

@@ -206,7 +206,7 @@ func checkCancelWhileWaiting(t *testing.T, s *suite) {
 	}
 
 	// The waiters left nothing behind.
-	if n := countRows(t, s.iso, "dblock_waiters", ""); n != 0 {
+	if _, _, n := s.env.Residue(t); n != 0 {
 		t.Errorf("%d waiter rows left after cancelled waits", n)
 	}
 	if err := lease.Err(); err != nil {
@@ -240,7 +240,7 @@ func checkWaitOption(t *testing.T, s *suite) {
 	if err := call(t, func() error { return <-got }); err != nil {
 		t.Fatalf("waiter after release: %v", err)
 	}
-	if n := countRows(t, s.iso, "dblock_waiters", ""); n != 0 {
+	if _, _, n := s.env.Residue(t); n != 0 {
 		t.Errorf("%d waiter rows left", n)
 	}
 }
@@ -287,14 +287,15 @@ func checkBadInput(t *testing.T, s *suite) {
 		}
 	}
 	// Nothing was written for any refused call (the one valid name's row aside).
-	if n := countRows(t, s.iso, "dblock_locks", ""); n > 1 {
-		t.Errorf("%d rows in dblock_locks after refused calls, want at most the valid name's", n)
+	names, held, waiters := s.env.Residue(t)
+	if names > 1 {
+		t.Errorf("%d rows in dblock_locks after refused calls, want at most the valid name's", names)
 	}
-	if n := countRows(t, s.iso, "dblock_locks", "owner IS NOT NULL"); n != 0 {
-		t.Errorf("%d held rows after refused calls", n)
+	if held != 0 {
+		t.Errorf("%d held rows after refused calls", held)
 	}
-	if n := countRows(t, s.iso, "dblock_waiters", ""); n != 0 {
-		t.Errorf("%d rows in dblock_waiters after refused calls", n)
+	if waiters != 0 {
+		t.Errorf("%d rows in dblock_waiters after refused calls", waiters)
 	}
 }
 
@@ -335,7 +336,7 @@ func checkDo(t *testing.T, s *suite) {
 
 func checkClose(t *testing.T, s *suite) {
 	ctx := s.ctx()
-	l := s.factory(t, s.iso)
+	l := s.env.Locker(t, false)
 	other := s.otherLocker()
 	a, b, busy := RandomName("close-a"), RandomName("close-b"), RandomName("close-busy")
 	la := mustAcquire(t, l, ctx, a)
@@ -406,7 +407,7 @@ func checkClose(t *testing.T, s *suite) {
 	if err := l.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if n := s.iso.Store().Stats().InUse; n != 0 {
+	if n := s.env.InUse(); n != 0 {
 		t.Errorf("%d connections in use after Close", n)
 	}
 	release(t, holder)

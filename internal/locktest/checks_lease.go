@@ -3,7 +3,6 @@ package locktest
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -59,9 +58,7 @@ func checkRenewal(t *testing.T, s *suite) {
 func checkLostSignal(t *testing.T, s *suite) {
 	l, ctx, name := s.locker(), s.ctx(), RandomName("lost")
 	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(600*time.Millisecond))
-	if ok, err := s.iso.Store().ForceRelease(ctx, nil, name); err != nil || !ok {
-		t.Fatalf("force release: %v %v", ok, err)
-	}
+	s.env.ForceRelease(t, ctx, name)
 	waitDone(t, lease)
 	if err := lease.Err(); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrForceReleased) {
 		t.Fatalf("Err after a force release: %v, want ErrLost and ErrForceReleased", err)
@@ -91,28 +88,12 @@ func checkDoCancelsOnLoss(t *testing.T, s *suite) {
 	}
 }
 
-// ph returns the n-th bind marker of kind.
-func ph(kind store.Kind, n int) string {
-	if kind == store.Postgres {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
-
 func checkTakenOver(t *testing.T, s *suite) {
 	l, ctx, name := s.locker(), s.ctx(), RandomName("takenover")
 	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(900*time.Millisecond))
 	// Another owner takes the row over behind the holder's back (as after a
 	// stall past its lease): a new owner and a newer token, unexpired.
-	k := s.iso.Kind
-	r, err := s.iso.Store().ExecContext(ctx, "UPDATE dblock_locks SET owner = "+ph(k, 1)+", version = version + 1 WHERE name = "+ph(k, 2)+" AND owner = "+ph(k, 3),
-		"intruder", name, lease.Owner())
-	if err != nil {
-		t.Fatalf("take the row over: %v", err)
-	}
-	if n, err := r.RowsAffected(); err != nil || n != 1 {
-		t.Fatalf("take the row over: %d rows (%v), want 1", n, err)
-	}
+	s.env.TakeOver(t, ctx, name, "intruder")
 	waitDone(t, lease)
 	if err := lease.Err(); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrTakenOver) {
 		t.Fatalf("Err after a takeover: %v, want ErrLost and ErrTakenOver", err)
@@ -120,9 +101,8 @@ func checkTakenOver(t *testing.T, s *suite) {
 	if err := lease.Release(ctx); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrTakenOver) {
 		t.Fatalf("Release after a takeover: %v, want ErrLost and ErrTakenOver", err)
 	}
-	h, err := s.iso.Store().LeaseHolder(ctx, nil, name)
-	if err != nil || h.Owner != "intruder" {
-		t.Fatalf("row after the old holder's Release: owner %q (%v), want the new owner's, untouched", h.Owner, err)
+	if owner := s.env.HolderOwner(t, ctx, name); owner != "intruder" {
+		t.Fatalf("row after the old holder's Release: owner %q, want the new owner's, untouched", owner)
 	}
 }
 
@@ -130,13 +110,14 @@ func checkTakenOver(t *testing.T, s *suite) {
 // database's write lock), so that writes to it wait; unblock ends it.
 func blockRow(t *testing.T, s *suite, ctx context.Context, name string) (unblock func()) {
 	t.Helper()
-	tx, err := s.iso.Store().BeginTxx(ctx, nil)
+	iso := s.sql.iso
+	tx, err := iso.Store().BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin blocker: %v", err)
 	}
-	if s.iso.Kind != store.SQLite { // BEGIN IMMEDIATE already holds the write lock.
+	if iso.Kind != store.SQLite { // BEGIN IMMEDIATE already holds the write lock.
 		var got string
-		if err := tx.QueryRowxContext(ctx, "SELECT name FROM dblock_locks WHERE name = "+ph(s.iso.Kind, 1)+" FOR UPDATE", name).Scan(&got); err != nil {
+		if err := tx.QueryRowxContext(ctx, "SELECT name FROM dblock_locks WHERE name = "+ph(iso.Kind, 1)+" FOR UPDATE", name).Scan(&got); err != nil {
 			_ = tx.Rollback()
 			t.Fatalf("lock the row: %v", err)
 		}
@@ -179,7 +160,6 @@ func checkRenewalStopsOnRelease(t *testing.T, s *suite) {
 
 func checkStrangerRelease(t *testing.T, s *suite) {
 	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("stranger")
-	db := s.iso.DB
 	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(time.Minute))
 	// The release statement itself refuses anyone but (owner, token).
 	for _, c := range []struct {
@@ -191,7 +171,7 @@ func checkStrangerRelease(t *testing.T, s *suite) {
 		{"the holder's owner with another token", lease.Owner(), lease.Token() + 1},
 		{"the holder's owner with an older token", lease.Owner(), lease.Token() - 1},
 	} {
-		if ok, err := store.Of(db).ReleaseLease(ctx, nil, name, c.owner, c.token); err != nil || ok {
+		if ok, err := s.env.ReleaseAs(ctx, name, c.owner, c.token); err != nil || ok {
 			t.Fatalf("release by %s: released %v (%v), want refused", c.who, ok, err)
 		}
 	}
@@ -203,30 +183,12 @@ func checkStrangerRelease(t *testing.T, s *suite) {
 	owner, old := lease.Owner(), lease.Token()
 	release(t, lease)
 	again := mustAcquire(t, l, ctx, name, dblock.WithOwner(owner), dblock.WithTTL(time.Minute))
-	if ok, err := store.Of(db).ReleaseLease(ctx, nil, name, owner, old); err != nil || ok {
+	if ok, err := s.env.ReleaseAs(ctx, name, owner, old); err != nil || ok {
 		t.Fatalf("release with the owner's previous token: released %v (%v), want refused", ok, err)
 	}
 	wantHeld(t, other, ctx, name)
 	release(t, again)
 	wantFree(t, other, ctx, name)
-}
-
-// waitExpired waits (bounded) until the database clock is past name's lease.
-func waitExpired(t *testing.T, s *suite, ctx context.Context, name string) {
-	t.Helper()
-	for deadline := time.Now().Add(hangGuard); ; {
-		h, err := s.iso.Store().LeaseHolder(ctx, nil, name)
-		if err != nil {
-			t.Fatalf("read %q: %v", name, err)
-		}
-		if !h.ExpiresAt.After(h.Now) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q: lease not expired by the database clock", name)
-		}
-		time.Sleep(min(h.ExpiresAt.Sub(h.Now)+time.Millisecond, 100*time.Millisecond))
-	}
 }
 
 // busy keeps tx running a statement for d (on SQLite, which has no idle
@@ -252,7 +214,7 @@ func checkGuardUntilCommit(t *testing.T, s *suite) {
 	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("guard")
 	const ttl = 2 * time.Second
 	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl), dblock.WithMaxHold(ttl))
-	tx, err := s.iso.Store().BeginTxx(ctx, nil)
+	tx, err := s.sql.iso.Store().BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
@@ -264,8 +226,8 @@ func checkGuardUntilCommit(t *testing.T, s *suite) {
 	// clock (running a statement: an idle one may be ended by the server at
 	// the lease's end). Until it commits, nobody takes the name.
 	busyDone := make(chan error, 1)
-	go func() { busyDone <- busy(ctx, s.iso.Kind, tx, ttl+1500*time.Millisecond) }()
-	waitExpired(t, s, ctx, name)
+	go func() { busyDone <- busy(ctx, s.sql.iso.Kind, tx, ttl+1500*time.Millisecond) }()
+	s.env.WaitExpired(t, ctx, name)
 	wantHeld(t, other, ctx, name)
 	if err := call(t, func() error { return <-busyDone }); err != nil {
 		t.Fatalf("statement in the guarded transaction: %v", err)
@@ -282,13 +244,11 @@ func checkGuardUntilCommit(t *testing.T, s *suite) {
 
 func checkCloseAfterGuardLoss(t *testing.T, s *suite) {
 	ctx, name := s.ctx(), RandomName("guardloss")
-	l := s.factory(t, s.iso)
+	l := s.env.Locker(t, false)
 	const ttl = time.Minute
 	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl))
-	if ok, err := s.iso.Store().ForceRelease(ctx, nil, name); err != nil || !ok {
-		t.Fatalf("force release: %v %v", ok, err)
-	}
-	tx, err := s.iso.Store().BeginTxx(ctx, nil)
+	s.env.ForceRelease(t, ctx, name)
+	tx, err := s.sql.iso.Store().BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
@@ -320,29 +280,7 @@ func checkFencingAcrossReaper(t *testing.T, s *suite) {
 		}
 		last = lease.Token()
 		release(t, lease)
-		reapRow(t, s, ctx, name)
-	}
-}
-
-// reapRow runs the reaper's idle-row deletion until name's row is gone.
-func reapRow(t *testing.T, s *suite, ctx context.Context, name string) {
-	t.Helper()
-	k := s.iso.Kind
-	for attempt := 0; ; attempt++ {
-		if _, err := s.iso.Store().ReapIdle(ctx, store.ReapParams{Limit: 1000}); err != nil {
-			t.Fatalf("reap idle rows: %v", err)
-		}
-		var n int
-		if err := s.iso.Store().GetContext(ctx, &n, "SELECT count(*) FROM dblock_locks WHERE name = "+ph(k, 1), name); err != nil {
-			t.Fatalf("count %q: %v", name, err)
-		}
-		if n == 0 {
-			return
-		}
-		if attempt == 50 {
-			t.Fatalf("the reaper did not delete the idle row of %q", name)
-		}
-		time.Sleep(10 * time.Millisecond)
+		s.env.Reap(t, ctx, name)
 	}
 }
 

@@ -8,6 +8,12 @@
 // also under a running Do) and leaks (goroutines, and the connections of
 // every pool) after Close. RunProcesses adds a multi-process stress test.
 //
+// The checks reach the store behind the Lockers only through an Env: Run
+// and RunOn build one on a test database for a mode's Factory, and RunEnv
+// takes any other (dblocktest's in-memory Database passes the suite that
+// way, less the checks that need a database of their own: a row blocked by
+// another transaction, Guard).
+//
 // A mode's test package calls Run with a Factory that builds its Locker on
 // iso.DB (the suite checks that pool for open connections after Close), and
 // calls WorkerMain first thing in TestMain, then goleak.VerifyTestMain with

@@ -45,23 +45,46 @@ func Run(t *testing.T, newLocker Factory, caps Caps) {
 // dialect's test database, as Run does.
 func RunOn(t *testing.T, newIso func(t *testing.T) *dbtest.Isolated, newLocker Factory, caps Caps) {
 	t.Helper()
-	checks := []struct {
-		name string
-		fn   func(t *testing.T, s *suite)
-		only bool
-	}{
+	runChecks(t, caps, true, func(t *testing.T, c check) {
+		run := func(t *testing.T, iso *dbtest.Isolated) {
+			env := &sqlEnv{iso: iso, factory: newLocker}
+			// Registered first, so it runs after every Locker of the
+			// check on this pool is closed.
+			noConnsInUse(t, iso.Store(), "the test database's pool")
+			c.fn(t, &suite{t: t, env: env, sql: env, caps: caps})
+		}
+		if newIso != nil {
+			run(t, newIso(t))
+			return
+		}
+		dbtest.ForEach(t, run)
+	})
+}
+
+// check is one property of the suite.
+type check struct {
+	name string
+	fn   func(t *testing.T, s *suite)
+	only bool
+}
+
+// runChecks runs each check caps (and, with sql, the database) allows as
+// a parallel subtest.
+func runChecks(t *testing.T, caps Caps, sql bool, run func(t *testing.T, c check)) {
+	t.Helper()
+	checks := []check{
 		{"Exclusion", checkExclusion, true},
 		{"Reentrancy", checkReentrancy, caps.Reentrant},
 		{"NotReentrantByAccident", checkNotReentrantByAccident, true},
 		{"ExpiryAndTakeover", checkExpiryAndTakeover, caps.Lease},
 		{"TakenOver", checkTakenOver, caps.Lease},
 		{"RenewalKeepsLease", checkRenewal, caps.Lease},
-		{"RenewalStopsOnRelease", checkRenewalStopsOnRelease, caps.Lease},
+		{"RenewalStopsOnRelease", checkRenewalStopsOnRelease, caps.Lease && sql},
 		{"TryAcquire", checkTryAcquire, true},
 		{"OwnerOnlyRelease", checkOwnerOnlyRelease, true},
 		{"StrangerRelease", checkStrangerRelease, caps.Lease},
 		{"LostSignal", checkLostSignal, caps.Lease},
-		{"GuardUntilCommit", checkGuardUntilCommit, caps.Lease && caps.Guard != nil},
+		{"GuardUntilCommit", checkGuardUntilCommit, caps.Lease && caps.Guard != nil && sql},
 		{"Fencing", checkFencing, caps.Fencing},
 		{"FencingAcrossReaper", checkFencingAcrossReaper, caps.Fencing},
 		{"CancelWhileWaiting", checkCancelWhileWaiting, true},
@@ -72,7 +95,7 @@ func RunOn(t *testing.T, newIso func(t *testing.T) *dbtest.Isolated, newLocker F
 		{"DoPanics", checkDoPanics, true},
 		{"DoCancelsOnLoss", checkDoCancelsOnLoss, caps.Lease},
 		{"Close", checkClose, true},
-		{"CloseAfterGuardLoss", checkCloseAfterGuardLoss, caps.Lease && caps.Guard != nil},
+		{"CloseAfterGuardLoss", checkCloseAfterGuardLoss, caps.Lease && caps.Guard != nil && sql},
 	}
 	for _, c := range checks {
 		if !c.only {
@@ -80,18 +103,7 @@ func RunOn(t *testing.T, newIso func(t *testing.T) *dbtest.Isolated, newLocker F
 		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			run := func(t *testing.T, iso *dbtest.Isolated) {
-				s := &suite{t: t, iso: iso, factory: newLocker, caps: caps}
-				// Registered first, so it runs after every Locker of the
-				// check on this pool is closed.
-				noConnsInUse(t, iso.Store(), "the test database's pool")
-				c.fn(t, s)
-			}
-			if newIso != nil {
-				run(t, newIso(t))
-				return
-			}
-			dbtest.ForEach(t, run)
+			run(t, c)
 		})
 	}
 }
@@ -109,16 +121,27 @@ func LeakOptions() []goleak.Option {
 }
 
 type suite struct {
-	t       *testing.T
-	iso     *dbtest.Isolated
-	factory Factory
-	caps    Caps
+	t    *testing.T
+	env  Env
+	sql  *sqlEnv // the database behind env, for the checks that need one; nil otherwise
+	caps Caps
 }
 
-// locker returns a new Locker on the suite's database, closed at the end of the check.
+// locker returns a new Locker on the suite's store, closed at the end of the check.
 func (s *suite) locker() dblock.Locker {
 	s.t.Helper()
-	l := s.factory(s.t, s.iso)
+	return s.closed(s.env.Locker(s.t, false))
+}
+
+// otherLocker returns a Locker as another process would have, on the same
+// store, closed at the end of the check.
+func (s *suite) otherLocker() dblock.Locker {
+	s.t.Helper()
+	return s.closed(s.env.Locker(s.t, true))
+}
+
+// closed closes l at the end of the check (again, if the check closed it).
+func (s *suite) closed(l dblock.Locker) dblock.Locker {
 	s.t.Cleanup(func() {
 		if err := l.Close(); err != nil {
 			s.t.Errorf("close: %v", err)
@@ -136,21 +159,6 @@ func noConnsInUse(t *testing.T, db *store.DB, what string) {
 			t.Errorf("%d connections of %s in use after every Locker on it was closed", n, what)
 		}
 	})
-}
-
-// otherLocker returns a Locker on a second pool to the same database, as
-// another process would have.
-func (s *suite) otherLocker() dblock.Locker {
-	s.t.Helper()
-	iso2 := &dbtest.Isolated{Kind: s.iso.Kind, DSN: s.iso.DSN, DB: s.iso.Open(s.t)}
-	noConnsInUse(s.t, store.Of(iso2.DB), "the other Locker's pool")
-	l := s.factory(s.t, iso2)
-	s.t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			s.t.Errorf("close other: %v", err)
-		}
-	})
-	return l
 }
 
 func (s *suite) ctx() context.Context {
