@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/isolate"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
 )
@@ -75,7 +76,7 @@ func openEnv(ctx context.Context, kind store.Kind, serverDSN string) (*env, erro
 			_ = adm.Close()
 			return nil, fmt.Errorf("create database: %w", err)
 		}
-		e.dsn = mysqlWithDB(serverDSN, e.schema)
+		e.dsn = isolate.MySQLWithDB(serverDSN, e.schema)
 	default:
 		_ = adm.Close()
 		return nil, fmt.Errorf("no benchmarks for %s", kind)
@@ -123,17 +124,4 @@ func (e *env) drop() error {
 	}
 	_ = e.admin.Close()
 	return err
-}
-
-// mysqlWithDB replaces the database of a mysql:// DSN.
-func mysqlWithDB(dsn, db string) string {
-	rest := strings.TrimPrefix(dsn, "mysql://")
-	query := ""
-	if i := strings.Index(rest, "?"); i >= 0 {
-		rest, query = rest[:i], rest[i:]
-	}
-	if i := strings.LastIndex(rest, "/"); i >= 0 {
-		rest = rest[:i]
-	}
-	return "mysql://" + rest + "/" + db + query
 }

@@ -35,7 +35,7 @@ func DSN(t testing.TB, admin *store.DB, kind store.Kind, serverDSN, name string)
 		return withQuery(withQuery(serverDSN, "search_path", name), "application_name", name)
 	case store.MySQL:
 		create(t, admin, "CREATE DATABASE "+name, "DROP DATABASE "+name)
-		return mysqlWithDB(serverDSN, name)
+		return MySQLWithDB(serverDSN, name)
 	case store.SQLite:
 		return "sqlite://" + filepath.Join(t.TempDir(), name+".db")
 	}
@@ -84,8 +84,8 @@ func withQuery(dsn, key, value string) string {
 	return u.String()
 }
 
-// mysqlWithDB replaces the database of a mysql:// DSN.
-func mysqlWithDB(dsn, db string) string {
+// MySQLWithDB replaces the database of a mysql:// DSN.
+func MySQLWithDB(dsn, db string) string {
 	rest := strings.TrimPrefix(dsn, "mysql://")
 	query := ""
 	if i := strings.Index(rest, "?"); i >= 0 {
