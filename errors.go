@@ -94,6 +94,8 @@ func (e *HeldError) Error() string {
 		holder = fmt.Sprintf("owner %q", e.Owner)
 	} else if e.Mode == ModePessimistic {
 		holder = "a pessimistic transaction"
+	} else if e.Mode == ModeRead {
+		holder = "readers"
 	}
 	s := fmt.Sprintf("dblock: %q not acquired: held by %s", e.Name, holder)
 	if !e.ExpiresAt.IsZero() {

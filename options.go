@@ -13,6 +13,13 @@ const (
 	ModeOptimistic  = "optimistic"
 	ModePessimistic = "pessimistic"
 	ModeFair        = "fair"
+	// ModeRead is a name held by readers (package rwlock): the row names
+	// no owner; each reader's lease is its own.
+	ModeRead = "read"
+	// ModeWrite is a name held by a writer of package rwlock.
+	ModeWrite = "write"
+	// ModeSemaphore is a grant of a semaphore's permits (package semaphore).
+	ModeSemaphore = "semaphore"
 )
 
 const (

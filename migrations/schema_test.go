@@ -45,6 +45,16 @@ var wantSchema = map[store.Kind]schema{
 				"version": "bigint not null", "mode": "text",
 				"acquired_at": "timestamp with time zone", "expires_at": "timestamp with time zone",
 				"updated_at": "timestamp with time zone not null", "metadata": "text",
+				"readers": "integer not null", "shared_until": "timestamp with time zone", "wanted_until": "timestamp with time zone",
+			},
+			"dblock_shares": {
+				"name": "text not null", "owner": "text not null", "token": "bigint not null", "reentry": "integer not null",
+				"acquired_at": "timestamp with time zone not null", "expires_at": "timestamp with time zone not null", "metadata": "text",
+			},
+			"dblock_semaphores": {"name": "text not null", "lim": "integer not null", "updated_at": "timestamp with time zone not null"},
+			"dblock_permits": {
+				"id": "bigint not null identity", "name": "text not null", "owner": "text not null", "permits": "integer not null",
+				"acquired_at": "timestamp with time zone not null", "expires_at": "timestamp with time zone not null", "metadata": "text",
 			},
 			"dblock_waiters": {
 				"id": "bigint not null identity", "name": "text not null", "owner": "text not null",
@@ -57,7 +67,8 @@ var wantSchema = map[store.Kind]schema{
 				"ended_at": "timestamp with time zone not null", "ended_how": "text not null", "metadata": "text",
 			},
 		},
-		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_history": "id"},
+		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_history": "id",
+			"dblock_shares": "name,owner", "dblock_semaphores": "name", "dblock_permits": "id"},
 		indexes: map[string]string{
 			"dblock_locks_expires_at_idx":   "ON dblock_locks USING btree (expires_at) WHERE (expires_at IS NOT NULL)",
 			"dblock_locks_idle_idx":         "ON dblock_locks USING btree (updated_at) WHERE (owner IS NULL)",
@@ -65,6 +76,9 @@ var wantSchema = map[store.Kind]schema{
 			"dblock_waiters_expires_at_idx": "ON dblock_waiters USING btree (expires_at)",
 			"dblock_history_name_idx":       "ON dblock_history USING btree (name, ended_at)",
 			"dblock_history_ended_at_idx":   "ON dblock_history USING btree (ended_at)",
+			"dblock_shares_expires_at_idx":  "ON dblock_shares USING btree (expires_at)",
+			"dblock_permits_name_idx":       "ON dblock_permits USING btree (name, expires_at)",
+			"dblock_permits_expires_at_idx": "ON dblock_permits USING btree (expires_at)",
 		},
 	},
 	store.MySQL: {
@@ -74,6 +88,18 @@ var wantSchema = map[store.Kind]schema{
 				"version": "bigint not null", "mode": "varchar(16) utf8mb4",
 				"acquired_at": "datetime(6)", "expires_at": "datetime(6)",
 				"updated_at": "datetime(6) not null", "metadata": "varchar(1024) utf8mb4",
+				"readers": "int not null", "shared_until": "datetime(6)", "wanted_until": "datetime(6)",
+			},
+			"dblock_shares": {
+				"name": "varbinary(255) not null", "owner": "varbinary(255) not null", "token": "bigint not null",
+				"reentry": "int not null", "acquired_at": "datetime(6) not null", "expires_at": "datetime(6) not null",
+				"metadata": "varchar(1024) utf8mb4",
+			},
+			"dblock_semaphores": {"name": "varbinary(255) not null", "lim": "int not null", "updated_at": "datetime(6) not null"},
+			"dblock_permits": {
+				"id": "bigint not null auto_increment", "name": "varbinary(255) not null", "owner": "varbinary(255) not null",
+				"permits": "int not null", "acquired_at": "datetime(6) not null", "expires_at": "datetime(6) not null",
+				"metadata": "varchar(1024) utf8mb4",
 			},
 			"dblock_waiters": {
 				"id": "bigint not null auto_increment", "name": "varbinary(255) not null",
@@ -82,12 +108,16 @@ var wantSchema = map[store.Kind]schema{
 			},
 			"dblock_fence": {"id": "int not null", "floor": "bigint not null"},
 		},
-		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_fence": "id"},
+		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_fence": "id",
+			"dblock_shares": "name,owner", "dblock_semaphores": "name", "dblock_permits": "id"},
 		indexes: map[string]string{
 			"dblock_locks_expires_at_idx":   "dblock_locks (expires_at)",
 			"dblock_locks_idle_idx":         "dblock_locks (owner, updated_at)",
 			"dblock_waiters_queue_idx":      "dblock_waiters (name, created_at, id)",
 			"dblock_waiters_expires_at_idx": "dblock_waiters (expires_at)",
+			"dblock_shares_expires_at_idx":  "dblock_shares (expires_at)",
+			"dblock_permits_name_idx":       "dblock_permits (name, expires_at)",
+			"dblock_permits_expires_at_idx": "dblock_permits (expires_at)",
 		},
 	},
 	store.SQLite: {
@@ -97,6 +127,16 @@ var wantSchema = map[store.Kind]schema{
 				"version": "INTEGER not null", "mode": "TEXT",
 				"acquired_at": "INTEGER", "expires_at": "INTEGER",
 				"updated_at": "INTEGER not null", "metadata": "TEXT",
+				"readers": "INTEGER not null", "shared_until": "INTEGER", "wanted_until": "INTEGER",
+			},
+			"dblock_shares": {
+				"name": "TEXT not null", "owner": "TEXT not null", "token": "INTEGER not null", "reentry": "INTEGER not null",
+				"acquired_at": "INTEGER not null", "expires_at": "INTEGER not null", "metadata": "TEXT",
+			},
+			"dblock_semaphores": {"name": "TEXT not null", "lim": "INTEGER not null", "updated_at": "INTEGER not null"},
+			"dblock_permits": {
+				"id": "INTEGER", "name": "TEXT not null", "owner": "TEXT not null", "permits": "INTEGER not null",
+				"acquired_at": "INTEGER not null", "expires_at": "INTEGER not null", "metadata": "TEXT",
 			},
 			"dblock_waiters": {
 				"id": "INTEGER", "name": "TEXT not null", "owner": "TEXT not null",
@@ -110,7 +150,8 @@ var wantSchema = map[store.Kind]schema{
 				"metadata": "TEXT",
 			},
 		},
-		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_fence": "id", "dblock_history": "id"},
+		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_fence": "id", "dblock_history": "id",
+			"dblock_shares": "name,owner", "dblock_semaphores": "name", "dblock_permits": "id"},
 		indexes: map[string]string{
 			"dblock_locks_expires_at_idx":   "ON dblock_locks (expires_at) WHERE expires_at IS NOT NULL",
 			"dblock_locks_idle_idx":         "ON dblock_locks (updated_at) WHERE owner IS NULL",
@@ -118,6 +159,9 @@ var wantSchema = map[store.Kind]schema{
 			"dblock_waiters_expires_at_idx": "ON dblock_waiters (expires_at)",
 			"dblock_history_name_idx":       "ON dblock_history (name, ended_at)",
 			"dblock_history_ended_at_idx":   "ON dblock_history (ended_at)",
+			"dblock_shares_expires_at_idx":  "ON dblock_shares (expires_at)",
+			"dblock_permits_name_idx":       "ON dblock_permits (name, expires_at)",
+			"dblock_permits_expires_at_idx": "ON dblock_permits (expires_at)",
 		},
 	},
 }

@@ -41,6 +41,8 @@ type acquisition struct {
 	// lastErr is the error of the last attempt, nil once a statement answers:
 	// a wait that ends while the database fails says so, not "held".
 	lastErr error
+	// wanted: this call (a writer of an rwlock) marked the name wanted.
+	wanted bool
 
 	w           *waiter         // This call's place in the line, once it waits.
 	kickCh      <-chan struct{} // A release through this Locker may have freed the name.
@@ -112,7 +114,8 @@ func (a *acquisition) readFirst() bool {
 	rctx, cancel := context.WithTimeout(a.waitCtx, a.l.cfg.StatementTimeout)
 	h, err := a.l.db.LeaseHolder(rctx, nil, a.name)
 	cancel()
-	if err == nil && h.Held() && h.Owner != a.o.Owner {
+	if err == nil && h.Held() && h.Owner != a.o.Owner && (a.l.writer == nil || h.Mode != dblock.ModeRead) {
+		// (A writer held off by readers asks, which renews its mark.)
 		a.res, a.lastErr = store.AcquireResult{Holder: h}, nil
 		a.l.gates.note(a.name, h)
 		return false
@@ -135,10 +138,14 @@ func (a *acquisition) ask(attempt int) (*dblock.Lease, bool, error) {
 			return lease, false, err
 		}
 	case res.Acquired:
+		a.tookWanted()
 		lease, err := l.newLease(a.name, a.o, res, reqStart, time.Since(a.start))
 		return lease, false, err
 	default:
 		a.lastErr = nil
+		if err := a.refusedByReaders(); err != nil {
+			return nil, false, err
+		}
 	}
 	if !a.wait {
 		return nil, false, fmt.Errorf("optimistic: acquire %q: %w", a.name, a.res.Holder.HeldError(a.name, nil))
@@ -276,7 +283,7 @@ func (a *acquisition) leaveLine(lease *dblock.Lease) {
 	}
 	var taken *store.Holder
 	if lease != nil {
-		taken = &store.Holder{Exists: true, Owner: a.o.Owner, Mode: dblock.ModeOptimistic, Version: int64(lease.Token())}
+		taken = &store.Holder{Exists: true, Owner: a.o.Owner, Mode: a.l.mode, Version: int64(lease.Token())}
 	}
 	a.l.gates.leave(a.name, a.w, taken)
 }

@@ -99,7 +99,7 @@ func (l *Locker) prepareMany(ctx context.Context, names []string, wait bool, opt
 	o := c.Opts
 	params := make([]store.AcquireParams, len(c.Names))
 	for i, name := range c.Names {
-		params[i] = store.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.FirstTTL(), Metadata: o.Metadata}
+		params[i] = store.AcquireParams{Name: name, Owner: o.Owner, Mode: l.mode, TTL: o.FirstTTL(), Metadata: o.Metadata}
 	}
 	return &manyCall{l: l, ctx: ctx, names: c.Names, label: c.Label, o: o, params: params, wait: c.Wait,
 		start: time.Now(), backoff: l.cfg.PollMin, unsubscribe: func() {}}, c, nil

@@ -80,6 +80,11 @@ type Locker struct {
 	keeper *leasekeeper.Keeper
 	parts  leasemode.Parts
 	life   *leasemode.Life // Closed by Close.
+	mode   string          // dblock.ModeOptimistic, or ModeWrite for an rwlock's write side.
+	// writer is set on an rwlock's write side (see writer.go): a refusal by
+	// readers marks the name wanted, and a read holder of the owner is told
+	// it cannot take the write lock.
+	writer *writerSide
 }
 
 var _ dblock.Locker = (*Locker)(nil)
@@ -87,7 +92,12 @@ var _ dblock.Locker = (*Locker)(nil)
 // New returns a Locker on db. db stays the caller's: Close does not close it.
 // Configuration errors wrap dblock.ErrInvalidOption.
 func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
-	db, err := leasemode.Store(handle, "optimistic")
+	return newLocker(handle, cfg, "optimistic", dblock.ModeOptimistic)
+}
+
+// newLocker is New for a mode's name in errors (prefix) and rows (mode).
+func newLocker(handle *dialect.DB, cfg *Config, prefix, modeName string) (*Locker, error) {
+	db, err := leasemode.Store(handle, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -96,8 +106,8 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 		c = *cfg
 	}
 	if c.PollMin < 0 || c.PollMax < 0 || c.ReleaseTimeout < 0 || c.StatementTimeout < 0 {
-		return nil, fmt.Errorf("optimistic: new: %w: negative duration (poll min %v, poll max %v, release timeout %v, statement timeout %v)",
-			dblock.ErrInvalidOption, c.PollMin, c.PollMax, c.ReleaseTimeout, c.StatementTimeout)
+		return nil, fmt.Errorf("%s: new: %w: negative duration (poll min %v, poll max %v, release timeout %v, statement timeout %v)",
+			prefix, dblock.ErrInvalidOption, c.PollMin, c.PollMax, c.ReleaseTimeout, c.StatementTimeout)
 	}
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = StatementTimeoutDefault
@@ -109,13 +119,13 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 		c.PollMax = max(PollMaxDefault, c.PollMin)
 	}
 	if c.PollMax < c.PollMin {
-		return nil, fmt.Errorf("optimistic: new: %w: poll max %v is below poll min %v", dblock.ErrInvalidOption, c.PollMax, c.PollMin)
+		return nil, fmt.Errorf("%s: new: %w: poll max %v is below poll min %v", prefix, dblock.ErrInvalidOption, c.PollMax, c.PollMin)
 	}
 	if c.ReleaseTimeout == 0 {
 		c.ReleaseTimeout = ReleaseTimeoutDefault
 	}
 	p, err := leasemode.New(db, leasemode.Wiring{
-		Prefix: "optimistic", Mode: dblock.ModeOptimistic, Logger: c.Logger, Hooks: c.Hooks, Telemetry: c.Telemetry,
+		Prefix: prefix, Mode: modeName, Logger: c.Logger, Hooks: c.Hooks, Telemetry: c.Telemetry,
 		DisableNotify: c.DisableNotify,
 		Keeper:        leasekeeper.Config{RetryMin: c.PollMin, ReleaseTimeout: c.ReleaseTimeout},
 	})
@@ -123,7 +133,7 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 		return nil, err
 	}
 	l := &Locker{parts: p, db: db, cfg: c, logger: p.Logger, events: p.Events, rec: p.Events.Recorder(),
-		keeper: p.Keeper, hub: p.Hub, life: p.Life, gates: newGates()}
+		keeper: p.Keeper, hub: p.Hub, life: p.Life, gates: newGates(), mode: modeName}
 	return l, nil
 }
 
@@ -184,7 +194,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	o := c.Opts
 	a := &acquisition{
 		l: l, ctx: ctx, name: name, o: o, wait: c.Wait, start: time.Now(), backoff: l.cfg.PollMin,
-		params:      store.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, TTL: o.FirstTTL(), Metadata: o.Metadata},
+		params:      store.AcquireParams{Name: name, Owner: o.Owner, Mode: l.mode, TTL: o.FirstTTL(), Metadata: o.Metadata},
 		unsubscribe: func() {},
 	}
 	var cancel context.CancelFunc
@@ -291,7 +301,7 @@ func (l *Locker) isClosed() bool { return l.life.Closed() }
 
 func (l *Locker) newLease(name string, o mode.Options, res store.AcquireResult, reqStart time.Time, waited time.Duration) (*dblock.Lease, error) {
 	lease, err := l.keeper.Start(leasekeeper.Params{
-		Name: name, Owner: o.Owner, Mode: dblock.ModeOptimistic, Token: res.Token, TTL: o.TTL, MaxHold: o.MaxHold,
+		Name: name, Owner: o.Owner, Mode: l.mode, Token: res.Token, TTL: o.TTL, MaxHold: o.MaxHold,
 		ReqStart: reqStart, Reentry: res.Reentry,
 		// The next in this Locker's line asks at once, without waiting for
 		// the notification (or, without one, its backoff).

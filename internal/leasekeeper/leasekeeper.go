@@ -87,6 +87,9 @@ type Params struct {
 	Reentry int
 	// OnReleased, when set, runs after a release statement succeeded.
 	OnReleased func()
+	// Rows are the lease's statements; nil: an exclusive lease of
+	// dblock_locks.
+	Rows Rows
 }
 
 // firstTTL is the lease the acquisition asked for: TTL, or MaxHold when shorter.
@@ -110,7 +113,7 @@ func (k *Keeper) Start(p Params) (*dblock.Lease, error) {
 		relCtx, relCancel := context.WithTimeout(context.Background(), k.cfg.ReleaseTimeout)
 		defer relCancel()
 		k.count()
-		_, _ = k.cfg.DB.ReleaseLease(relCtx, nil, p.Name, p.Owner, p.Token)
+		_, _ = k.rows(p).Release(relCtx, p.Name, p.Owner, p.Token)
 		return nil, dblock.ErrClosed
 	}
 	no := nameOwner{p.Name, p.Owner}
@@ -337,7 +340,7 @@ func (h *held) renewLoop() error {
 		ctx, cancel := context.WithDeadline(h.ctx, reqStart.Add(time.Until(deadline)*2/3))
 		h.k.count()
 		unlock := h.k.lockWrites()
-		ok, err := h.k.cfg.DB.RenewLease(ctx, nil, h.p.Name, h.p.Owner, h.p.Token, ttl)
+		ok, err := h.k.rows(h.p).Renew(ctx, h.p.Name, h.p.Owner, h.p.Token, ttl)
 		unlock()
 		cancel()
 		if h.ctx.Err() != nil {
@@ -415,7 +418,7 @@ func (h *held) classify(ctx context.Context) error {
 	defer cancel()
 	expiredLocally := !time.Now().Before(h.currentDeadline())
 	h.k.count()
-	row, err := h.k.cfg.DB.LeaseHolder(ctx, nil, h.p.Name)
+	row, err := h.k.rows(h.p).Holder(ctx, h.p.Name, h.p.Owner, h.p.Token)
 	switch {
 	case err != nil:
 		if expiredLocally {
@@ -492,7 +495,7 @@ func (h *held) releaseRow(ctx context.Context) (bool, error) {
 		if uncertain {
 			actx, cancel := context.WithTimeout(ctx, h.k.cfg.ReleaseTimeout)
 			h.k.count()
-			row, err := h.k.cfg.DB.LeaseHolder(actx, nil, h.p.Name)
+			row, err := h.k.rows(h.p).Holder(actx, h.p.Name, h.p.Owner, h.p.Token)
 			cancel()
 			if err != nil {
 				lastErr = err
@@ -507,7 +510,7 @@ func (h *held) releaseRow(ctx context.Context) (bool, error) {
 			actx, cancel := context.WithTimeout(ctx, h.k.cfg.ReleaseTimeout)
 			h.k.count()
 			unlock := h.k.lockWrites()
-			ok, err := h.k.cfg.DB.ReleaseLease(actx, nil, h.p.Name, h.p.Owner, h.p.Token)
+			ok, err := h.k.rows(h.p).Release(actx, h.p.Name, h.p.Owner, h.p.Token)
 			unlock()
 			timedOut := actx.Err() != nil && ctx.Err() == nil
 			cancel()

@@ -1,9 +1,11 @@
 package leasemode
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
@@ -131,3 +133,32 @@ func (l *Life) BeginClose() bool {
 	l.waits.Wait()
 	return true
 }
+
+// WriterConfig configures the write side of a read-write lock: an
+// optimistic Locker whose leases are of mode ModeWrite and whose waits
+// keep new readers out (package rwlock).
+type WriterConfig struct {
+	Logger                           *slog.Logger
+	Hooks                            *dblock.Hooks
+	Telemetry                        *telemetry.Config
+	PollMin, PollMax                 time.Duration
+	ReleaseTimeout, StatementTimeout time.Duration
+	DisableNotify                    bool
+	// WantFor is how long, by the database clock, a refused writer keeps
+	// new readers out; a waiting writer renews it on every try.
+	WantFor time.Duration
+}
+
+// Writer is the write side built by NewWriter.
+type Writer interface {
+	dblock.Locker
+	Close() error
+}
+
+// NewWriter builds the write side of a read-write lock; package optimistic
+// sets it in its init (rwlock imports optimistic, so it is always set).
+var NewWriter func(handle *dialect.DB, c WriterConfig) (Writer, error)
+
+// ErrUpgrade is the refusal of a write lock to an owner that holds the
+// read lock of the name: it would wait for itself (rwlock.ErrUpgrade).
+var ErrUpgrade = errors.New("the owner holds the read lock of the name; it cannot wait for the write lock (release the read lock first)")

@@ -103,6 +103,10 @@ type Dialect interface {
 	Reap() *ReapSQL
 	// History returns the statements of the acquisition history.
 	History() *HistorySQL
+	// Shared returns the statements of read locks.
+	Shared() *SharedSQL
+	// Semaphore returns the statements of semaphores.
+	Semaphore() *SemaphoreSQL
 
 	// attach returns the dialect of a new handle on sdb: this one, or one
 	// that knows more of the server (MariaDB or MySQL; SQLite's file); it

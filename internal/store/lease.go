@@ -125,8 +125,11 @@ var (
 	ErrFenceBusy = errors.New("the fencing floor (dblock_fence) is locked by another transaction")
 )
 
-// Held reports whether the row names an unexpired lease holder.
-func (h Holder) Held() bool { return h.Exists && h.Owner != "" && h.ExpiresAt.After(h.Now) }
+// Held reports whether the row names an unexpired lease holder, or is held
+// by readers (Mode dblock.ModeRead with no owner: see SharedSQL).
+func (h Holder) Held() bool {
+	return h.Exists && (h.Owner != "" || h.Mode == dblock.ModeRead) && h.ExpiresAt.After(h.Now)
+}
 
 // HeldError returns the *dblock.HeldError describing h for name; h.Reason,
 // if any, joins cause.

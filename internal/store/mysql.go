@@ -79,7 +79,9 @@ func (d mysqlDialect) Queue() *QueueSQL {
 	return &mysqlQueue
 }
 
-func (mysqlDialect) History() *HistorySQL { return &mysqlHistory }
+func (mysqlDialect) History() *HistorySQL     { return &mysqlHistory }
+func (mysqlDialect) Shared() *SharedSQL       { return &mysqlShared }
+func (mysqlDialect) Semaphore() *SemaphoreSQL { return &mysqlSemaphore }
 
 func (d mysqlDialect) Reap() *ReapSQL {
 	if d.mariadb {

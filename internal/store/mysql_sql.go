@@ -97,12 +97,18 @@ VALUES (?, ?, 1, LAST_INSERT_ID(? + 1), ?,
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)
 ` + mysqlAcquireUpdate
 
-// owner is assigned before reentry, so it still sees the old count.
+// owner is assigned before reentry, so it still sees the old count, and
+// every column that tests shared_until before it. A holder that took the
+// read lock too hands the name to readers on its last release (see the
+// PostgreSQL statement).
 const mysqlRelease = `UPDATE dblock_locks SET
-    owner      = IF(reentry > 1, owner, NULL),
-    expires_at = IF(reentry > 1, expires_at, NULL),
-    updated_at = UTC_TIMESTAMP(6),
-    reentry    = reentry - 1
+    owner        = IF(reentry > 1, owner, IF(shared_until > UTC_TIMESTAMP(6), '', NULL)),
+    expires_at   = IF(reentry > 1, expires_at, IF(shared_until > UTC_TIMESTAMP(6), shared_until, NULL)),
+    mode         = IF(reentry <= 1 AND shared_until > UTC_TIMESTAMP(6), '` + readMode + `', mode),
+    readers      = IF(reentry <= 1 AND shared_until > UTC_TIMESTAMP(6), 1, readers),
+    updated_at   = UTC_TIMESTAMP(6),
+    shared_until = IF(reentry > 1, shared_until, NULL),
+    reentry      = IF(reentry > 1, reentry - 1, IF(owner = '', 1, 0))
 WHERE name = ? AND owner = ? AND version = ?`
 
 const mysqlRenew = `UPDATE dblock_locks SET
@@ -126,7 +132,7 @@ LOCK IN SHARE MODE`
 
 // mysqlForceRelease: mode NULL marks the row freed by an administrator (the
 // history's trigger reads it); a release keeps the mode.
-const mysqlForceRelease = `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = UTC_TIMESTAMP(6)
+const mysqlForceRelease = `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ? AND owner IS NOT NULL`
 
 // mariadbNoWait makes one statement fail at once (1205) instead of waiting
@@ -295,3 +301,63 @@ WHERE name IN (%s) AND owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)`,
 // acquisition reads its token from the insert id, so dblock_locks can carry
 // no trigger there.
 var mysqlHistory = HistorySQL{}
+
+// myAt is the DATETIME(6) of a bind parameter, µs since the epoch (NULL
+// stays NULL).
+const myAt = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
+
+// mysqlShared: the row lock does not wait (NOWAIT, which MySQL 8 and
+// MariaDB both accept); a row locked elsewhere is retried for
+// shareLockedMax. The reads of dblock_shares lock what they read, so they
+// see the latest committed rows under REPEATABLE READ. The new token of a
+// readers' period is the row's version + 1, reported as the insert id.
+var mysqlShared = SharedSQL{
+	LockRow: `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `,
+       IFNULL(` + myUs("shared_until") + `, 0), IFNULL(` + myUs("wanted_until") + `, 0), reentry, readers
+FROM dblock_locks WHERE name = ?
+FOR UPDATE NOWAIT`,
+	ReadShare:  `SELECT token, reentry, ` + myUs("expires_at") + ` FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE`,
+	LiveShares: `SELECT count(*), IFNULL(MAX(` + myUs("expires_at") + `), 0) FROM dblock_shares WHERE name = ? AND token = ? AND expires_at > ` + myAt + ` LOCK IN SHARE MODE`,
+	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = '` + readMode + `',
+    acquired_at = ` + myAt + `, expires_at = ` + myAt + `, readers = 1, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)
+WHERE name = ?`,
+	Update: `UPDATE dblock_locks SET owner = ?, reentry = ?, expires_at = ` + myAt + `, readers = ?, shared_until = ` + myAt + `, updated_at = UTC_TIMESTAMP(6)
+WHERE name = ?`,
+	PutShare: `INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
+VALUES (?, ?, ?, ?, ` + myAt + `, ` + myAt + `, ?)
+ON DUPLICATE KEY UPDATE
+    token = VALUES(token), reentry = VALUES(reentry), acquired_at = VALUES(acquired_at),
+    expires_at = VALUES(expires_at), metadata = VALUES(metadata)`,
+	SetShare:  `UPDATE dblock_shares SET reentry = ?, expires_at = ` + myAt + ` WHERE name = ? AND owner = ?`,
+	DropShare: `DELETE FROM dblock_shares WHERE name = ? AND owner = ?`,
+	Want: `UPDATE dblock_locks SET wanted_until = GREATEST(IFNULL(wanted_until, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+WHERE name = ? AND owner = ''`,
+	Unwant: `UPDATE dblock_locks SET wanted_until = NULL WHERE name = ? AND wanted_until IS NOT NULL`,
+	Holder: `SELECT s.token, s.reentry, ` + myUs("s.expires_at") + `, ` + myUs("UTC_TIMESTAMP(6)") + `, l.owner, l.owner IS NULL, l.version
+FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
+WHERE s.name = ? AND s.owner = ?`,
+	List: `SELECT name, owner, token, reentry, ` + myUs("acquired_at") + `, ` + myUs("expires_at") + `
+FROM dblock_shares WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, owner`,
+}
+
+// mysqlSemaphore: Lock waits for the row (others hold it for one grant's
+// few statements); Used runs after it, so its consistent read sees every
+// grant committed before the lock was had.
+var mysqlSemaphore = SemaphoreSQL{
+	Ensure: `INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE name = name`,
+	Lock:   `SELECT lim, ` + myUs("UTC_TIMESTAMP(6)") + ` FROM dblock_semaphores WHERE name = ? FOR UPDATE`,
+	Used: `SELECT IFNULL(SUM(permits), 0), IFNULL(MIN(` + myUs("expires_at") + `), 0)
+FROM dblock_permits WHERE name = ? AND expires_at > ` + myAt + ` LOCK IN SHARE MODE`,
+	Grant: `INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
+VALUES (?, ?, ?, ` + myAt + `, ` + myAt + `, ?)`,
+	Renew: `UPDATE dblock_permits SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+WHERE id = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`,
+	Release: `DELETE FROM dblock_permits WHERE id = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`,
+	Holder:  `SELECT owner, ` + myUs("expires_at") + `, ` + myUs("UTC_TIMESTAMP(6)") + ` FROM dblock_permits WHERE id = ?`,
+	SetLimit: `INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE lim = VALUES(lim), updated_at = VALUES(updated_at)`,
+	Read: `SELECT s.lim, (SELECT IFNULL(SUM(p.permits), 0) FROM dblock_permits p WHERE p.name = s.name AND p.expires_at > UTC_TIMESTAMP(6))
+FROM dblock_semaphores s WHERE s.name = ?`,
+	List: `SELECT id, name, owner, permits, ` + myUs("acquired_at") + `, ` + myUs("expires_at") + `
+FROM dblock_permits WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, id`,
+}

@@ -39,7 +39,9 @@ func (postgres) Row() *RowSQL     { return &pgRow }
 func (postgres) Queue() *QueueSQL { return &pgQueue }
 func (postgres) Reap() *ReapSQL   { return &pgReap }
 
-func (postgres) History() *HistorySQL { return &pgHistory }
+func (postgres) History() *HistorySQL     { return &pgHistory }
+func (postgres) Shared() *SharedSQL       { return &pgShared }
+func (postgres) Semaphore() *SemaphoreSQL { return &pgSemaphore }
 
 // Classify maps PostgreSQL SQLSTATEs:
 //

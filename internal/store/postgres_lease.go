@@ -63,7 +63,7 @@ func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireP
 	if expUs != 0 {
 		h.ExpiresAt = Micros(expUs)
 	}
-	if h.Exists && n == 0 && (owner == "" || owner == p.Owner || expUs <= nowUs) {
+	if h.Exists && n == 0 && (owner == "" && !h.Held() || owner == p.Owner || expUs <= nowUs) {
 		// Takeable, nobody queued, yet skipped: a transaction holds the row locked.
 		h = Holder{Exists: true, Mode: dblock.ModePessimistic, Now: h.Now}
 	}

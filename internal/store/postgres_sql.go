@@ -57,14 +57,21 @@ LIMIT 1`,
 
 	// A release lost in a crash only delays the next owner until the lease
 	// expires, so it commits without waiting for the WAL flush.
+	//
+	// A holder that took the read lock too (shared_until, see SharedSQL)
+	// hands the name to readers on its last release: owner '' and mode
+	// read, the same token, until its read lease ends.
 	Release: `UPDATE dblock_locks l SET
-    reentry    = l.reentry - 1,
-    owner      = CASE WHEN l.reentry > 1 THEN l.owner END,
-    expires_at = CASE WHEN l.reentry > 1 THEN l.expires_at END,
-    updated_at = now()
+    reentry      = CASE WHEN l.reentry > 1 THEN l.reentry - 1 WHEN l.shared_until > now() THEN 1 ELSE 0 END,
+    owner        = CASE WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
+    expires_at   = CASE WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
+    mode         = CASE WHEN l.reentry <= 1 AND l.shared_until > now() THEN '` + readMode + `' ELSE l.mode END,
+    readers      = CASE WHEN l.reentry <= 1 AND l.shared_until > now() THEN 1 ELSE l.readers END,
+    shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
+    updated_at   = now()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
-RETURNING (CASE WHEN l.reentry = 0 THEN pg_notify('` + NotifyChannel + `', l.name)::text END) IS NOT NULL`,
+RETURNING (CASE WHEN l.reentry = 0 OR l.owner = '' THEN pg_notify('` + NotifyChannel + `', l.name)::text END) IS NOT NULL`,
 
 	Renew: `UPDATE dblock_locks SET
     expires_at = greatest(expires_at, now() + $4::bigint * interval '1 microsecond'),
@@ -98,7 +105,7 @@ FROM g`,
 
 	// mode NULL marks the row freed by an administrator (the history's
 	// trigger reads it); a release keeps the mode.
-	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = now()
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = now()
 WHERE name = $1 AND owner IS NOT NULL
 RETURNING pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL`,
 
@@ -319,7 +326,8 @@ SELECT count(*) FROM d`,
 // new owner took the row (after its expiry), an administrator freed it
 // (ForceRelease clears the mode), it had expired (the reaper, or a late
 // release), or it was released.
-const pgHistoryEnd = `CASE WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
+const pgHistoryEnd = `CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
+             WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
              WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
              WHEN OLD.expires_at <= clock_timestamp() THEN 'expired'
              ELSE 'released' END`
@@ -353,4 +361,71 @@ ORDER BY ended_at DESC, id DESC LIMIT $3`,
     SELECT id FROM dblock_history WHERE ended_at < now() - $1::bigint * interval '1 microsecond'
     ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED
 )`,
+}
+
+// pgAt is the timestamptz of bind parameter n, µs since the epoch (NULL
+// stays NULL).
+func pgAt(n int) string {
+	return fmt.Sprintf("('epoch'::timestamptz + $%d::bigint * interval '1 microsecond')", n)
+}
+
+// pgShared: the row lock waits lockWaitMs at most (lock_timeout, local to
+// the transaction, set in the statement's FROM item before the row is
+// locked); clock_timestamp() because now() is the transaction's start.
+var pgShared = SharedSQL{
+	LockRow: `SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), coalesce(` + pgUs("l.expires_at") + `, 0),
+       ` + pgUs("clock_timestamp()") + `, coalesce(` + pgUs("l.shared_until") + `, 0), coalesce(` + pgUs("l.wanted_until") + `, 0), l.reentry, l.readers
+FROM dblock_locks l, (SELECT set_config('lock_timeout', '` + lockWaitMs + `', true)) AS cfg
+WHERE l.name = $1
+FOR UPDATE OF l`,
+	ReadShare:  `SELECT token, reentry, ` + pgUs("expires_at") + ` FROM dblock_shares WHERE name = $1 AND owner = $2`,
+	LiveShares: `SELECT count(*), coalesce(max(` + pgUs("expires_at") + `), 0) FROM dblock_shares WHERE name = $1 AND token = $2 AND expires_at > ` + pgAt(3),
+	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = '` + readMode + `',
+    acquired_at = ` + pgAt(1) + `, expires_at = ` + pgAt(2) + `, readers = 1, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
+WHERE name = $3
+RETURNING version`,
+	Update: `UPDATE dblock_locks SET owner = $1, reentry = $2, expires_at = ` + pgAt(3) + `, readers = $4, shared_until = ` + pgAt(5) + `, updated_at = clock_timestamp()
+WHERE name = $6`,
+	PutShare: `INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
+VALUES ($1, $2, $3, $4, ` + pgAt(5) + `, ` + pgAt(6) + `, $7)
+ON CONFLICT (name, owner) DO UPDATE SET
+    token = excluded.token, reentry = excluded.reentry, acquired_at = excluded.acquired_at,
+    expires_at = excluded.expires_at, metadata = excluded.metadata`,
+	SetShare:  `UPDATE dblock_shares SET reentry = $1, expires_at = ` + pgAt(2) + ` WHERE name = $3 AND owner = $4`,
+	DropShare: `DELETE FROM dblock_shares WHERE name = $1 AND owner = $2`,
+	Want: `UPDATE dblock_locks SET wanted_until = greatest(coalesce(wanted_until, now()), now() + $1::bigint * interval '1 microsecond')
+WHERE name = $2 AND owner = ''`,
+	Unwant: `UPDATE dblock_locks SET wanted_until = NULL WHERE name = $1 AND wanted_until IS NOT NULL`,
+	Holder: `SELECT s.token, s.reentry, ` + pgUs("s.expires_at") + `, ` + pgUs("now()") + `, l.owner, l.owner IS NULL, l.version
+FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
+WHERE s.name = $1 AND s.owner = $2`,
+	Notify: `SELECT pg_notify('` + NotifyChannel + `', $1)::text`,
+	List: `SELECT name, owner, token, reentry, ` + pgUs("acquired_at") + `, ` + pgUs("expires_at") + `
+FROM dblock_shares WHERE expires_at > now() ORDER BY name, owner`,
+}
+
+// pgSemaphore: Lock waits for the row (others hold it for one grant's few
+// statements); the release commits asynchronously, as a lease's does.
+var pgSemaphore = SemaphoreSQL{
+	Ensure: `INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES ($1, $2, now()) ON CONFLICT (name) DO NOTHING`,
+	Lock:   `SELECT lim, ` + pgUs("clock_timestamp()") + ` FROM dblock_semaphores WHERE name = $1 FOR UPDATE`,
+	Used: `SELECT coalesce(sum(permits), 0), coalesce(min(` + pgUs("expires_at") + `), 0)
+FROM dblock_permits WHERE name = $1 AND expires_at > ` + pgAt(2),
+	Grant: `INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
+VALUES ($1, $2, $3, ` + pgAt(4) + `, ` + pgAt(5) + `, $6)
+RETURNING id`,
+	Renew: `UPDATE dblock_permits SET expires_at = greatest(expires_at, now() + $1::bigint * interval '1 microsecond')
+WHERE id = $2 AND owner = $3 AND expires_at > now()`,
+	Release: `DELETE FROM dblock_permits p
+USING (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+WHERE p.id = $1 AND p.owner = $2 AND p.expires_at > now()
+RETURNING pg_notify('` + NotifyChannel + `', p.name)::text IS NOT NULL`,
+	Holder: `SELECT owner, ` + pgUs("expires_at") + `, ` + pgUs("now()") + ` FROM dblock_permits WHERE id = $1`,
+	SetLimit: `INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES ($1, $2, now())
+ON CONFLICT (name) DO UPDATE SET lim = excluded.lim, updated_at = excluded.updated_at
+RETURNING pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL`,
+	Read: `SELECT s.lim, (SELECT coalesce(sum(p.permits), 0) FROM dblock_permits p WHERE p.name = s.name AND p.expires_at > now())
+FROM dblock_semaphores s WHERE s.name = $1`,
+	List: `SELECT id, name, owner, permits, ` + pgUs("acquired_at") + `, ` + pgUs("expires_at") + `
+FROM dblock_permits WHERE expires_at > now() ORDER BY name, id`,
 }

@@ -22,11 +22,16 @@ ON CONFLICT (name) DO UPDATE SET
 WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 RETURNING version, reentry`,
 
+	// A holder that took the read lock too hands the name to readers on
+	// its last release (see the PostgreSQL statement).
 	Release: `UPDATE dblock_locks SET
-    reentry    = reentry - 1,
-    owner      = CASE WHEN reentry > 1 THEN owner END,
-    expires_at = CASE WHEN reentry > 1 THEN expires_at END,
-    updated_at = ` + sqliteNow + `
+    reentry      = CASE WHEN reentry > 1 THEN reentry - 1 WHEN shared_until > ` + sqliteNow + ` THEN 1 ELSE 0 END,
+    owner        = CASE WHEN reentry > 1 THEN owner WHEN shared_until > ` + sqliteNow + ` THEN '' END,
+    expires_at   = CASE WHEN reentry > 1 THEN expires_at WHEN shared_until > ` + sqliteNow + ` THEN shared_until END,
+    mode         = CASE WHEN reentry <= 1 AND shared_until > ` + sqliteNow + ` THEN '` + readMode + `' ELSE mode END,
+    readers      = CASE WHEN reentry <= 1 AND shared_until > ` + sqliteNow + ` THEN 1 ELSE readers END,
+    shared_until = CASE WHEN reentry > 1 THEN shared_until END,
+    updated_at   = ` + sqliteNow + `
 WHERE name = ?1 AND owner = ?2 AND version = ?3`,
 
 	Proclaim: `UPDATE dblock_locks SET metadata = ?4, updated_at = ` + sqliteNow + `
@@ -47,7 +52,7 @@ WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
 
 	// mode NULL marks the row freed by an administrator (the history's
 	// trigger reads it); a release keeps the mode.
-	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = ` + sqliteNow + `
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = ` + sqliteNow + `
 WHERE name = ?1 AND owner IS NOT NULL`,
 
 	Exists: `SELECT 1 FROM dblock_locks WHERE name = ?1`,
@@ -167,7 +172,8 @@ WHEN OLD.owner IS NOT NULL AND (NEW.owner IS NOT OLD.owner OR NEW.version <> OLD
 BEGIN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
     VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, ` + sqliteNow + `,
-        CASE WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
+        CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
+             WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
              WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
              WHEN OLD.expires_at <= ` + sqliteNow + ` THEN 'expired'
              ELSE 'released' END,
@@ -185,4 +191,55 @@ ORDER BY ended_at DESC, id DESC LIMIT ?3`,
 	Prune: `DELETE FROM dblock_history WHERE id IN (
     SELECT id FROM dblock_history WHERE ended_at < ` + sqliteNow + ` - ?1 ORDER BY ended_at LIMIT ?2
 )`,
+}
+
+// sqliteShared: the write transaction is the lock (SQLite has one writer).
+var sqliteShared = SharedSQL{
+	LockRow: `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `,
+       IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry, readers
+FROM dblock_locks WHERE name = ?1`,
+	ReadShare:  `SELECT token, reentry, expires_at FROM dblock_shares WHERE name = ?1 AND owner = ?2`,
+	LiveShares: `SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 AND token = ?2 AND expires_at > ?3`,
+	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = '` + readMode + `',
+    acquired_at = ?1, expires_at = ?2, readers = 1, shared_until = NULL, metadata = NULL, updated_at = ` + sqliteNow + `
+WHERE name = ?3
+RETURNING version`,
+	Update: `UPDATE dblock_locks SET owner = ?1, reentry = ?2, expires_at = ?3, readers = ?4, shared_until = ?5, updated_at = ` + sqliteNow + `
+WHERE name = ?6`,
+	PutShare: `INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+ON CONFLICT (name, owner) DO UPDATE SET
+    token = excluded.token, reentry = excluded.reentry, acquired_at = excluded.acquired_at,
+    expires_at = excluded.expires_at, metadata = excluded.metadata`,
+	SetShare:  `UPDATE dblock_shares SET reentry = ?1, expires_at = ?2 WHERE name = ?3 AND owner = ?4`,
+	DropShare: `DELETE FROM dblock_shares WHERE name = ?1 AND owner = ?2`,
+	Want: `UPDATE dblock_locks SET wanted_until = max(IFNULL(wanted_until, ` + sqliteNow + `), ` + sqliteNow + ` + ?1)
+WHERE name = ?2 AND owner = ''`,
+	Unwant: `UPDATE dblock_locks SET wanted_until = NULL WHERE name = ?1 AND wanted_until IS NOT NULL`,
+	Holder: `SELECT s.token, s.reentry, s.expires_at, ` + sqliteNow + `, l.owner, l.owner IS NULL, l.version
+FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
+WHERE s.name = ?1 AND s.owner = ?2`,
+	List: `SELECT name, owner, token, reentry, acquired_at, expires_at
+FROM dblock_shares WHERE expires_at > ` + sqliteNow + ` ORDER BY name, owner`,
+}
+
+// sqliteSemaphore: the write transaction is the lock.
+var sqliteSemaphore = SemaphoreSQL{
+	Ensure: `INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?1, ?2, ` + sqliteNow + `) ON CONFLICT (name) DO NOTHING`,
+	Lock:   `SELECT lim, ` + sqliteNow + ` FROM dblock_semaphores WHERE name = ?1`,
+	Used: `SELECT IFNULL(sum(permits), 0), IFNULL(min(expires_at), 0)
+FROM dblock_permits WHERE name = ?1 AND expires_at > ?2`,
+	Grant: `INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+RETURNING id`,
+	Renew: `UPDATE dblock_permits SET expires_at = max(expires_at, ` + sqliteNow + ` + ?1)
+WHERE id = ?2 AND owner = ?3 AND expires_at > ` + sqliteNow,
+	Release: `DELETE FROM dblock_permits WHERE id = ?1 AND owner = ?2 AND expires_at > ` + sqliteNow,
+	Holder:  `SELECT owner, expires_at, ` + sqliteNow + ` FROM dblock_permits WHERE id = ?1`,
+	SetLimit: `INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?1, ?2, ` + sqliteNow + `)
+ON CONFLICT (name) DO UPDATE SET lim = excluded.lim, updated_at = excluded.updated_at`,
+	Read: `SELECT s.lim, (SELECT IFNULL(sum(p.permits), 0) FROM dblock_permits p WHERE p.name = s.name AND p.expires_at > ` + sqliteNow + `)
+FROM dblock_semaphores s WHERE s.name = ?1`,
+	List: `SELECT id, name, owner, permits, acquired_at, expires_at
+FROM dblock_permits WHERE expires_at > ` + sqliteNow + ` ORDER BY name, id`,
 }

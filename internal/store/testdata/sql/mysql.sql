@@ -18,10 +18,13 @@ ON DUPLICATE KEY UPDATE
 
 -- LeaseSQL.Release
 UPDATE dblock_locks SET
-    owner      = IF(reentry > 1, owner, NULL),
-    expires_at = IF(reentry > 1, expires_at, NULL),
-    updated_at = UTC_TIMESTAMP(6),
-    reentry    = reentry - 1
+    owner        = IF(reentry > 1, owner, IF(shared_until > UTC_TIMESTAMP(6), '', NULL)),
+    expires_at   = IF(reentry > 1, expires_at, IF(shared_until > UTC_TIMESTAMP(6), shared_until, NULL)),
+    mode         = IF(reentry <= 1 AND shared_until > UTC_TIMESTAMP(6), 'read', mode),
+    readers      = IF(reentry <= 1 AND shared_until > UTC_TIMESTAMP(6), 1, readers),
+    updated_at   = UTC_TIMESTAMP(6),
+    shared_until = IF(reentry > 1, shared_until, NULL),
+    reentry      = IF(reentry > 1, reentry - 1, IF(owner = '', 1, 0))
 WHERE name = ? AND owner = ? AND version = ?;
 
 -- LeaseSQL.Renew
@@ -40,7 +43,7 @@ WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
 LOCK IN SHARE MODE;
 
 -- LeaseSQL.ForceRelease
-UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = UTC_TIMESTAMP(6)
+UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ? AND owner IS NOT NULL;
 
 -- LeaseSQL.Proclaim
@@ -188,3 +191,89 @@ SELECT
     (SELECT count(*) FROM dblock_waiters WHERE expires_at <= UTC_TIMESTAMP(6)),
     IFNULL((SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) - TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', min(expires_at))
             FROM dblock_locks WHERE owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)), 0);
+
+-- SharedSQL.LockRow
+SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
+       IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', shared_until), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', wanted_until), 0), reentry, readers
+FROM dblock_locks WHERE name = ?
+FOR UPDATE NOWAIT;
+
+-- SharedSQL.ReadShare
+SELECT token, reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE;
+
+-- SharedSQL.LiveShares
+SELECT count(*), IFNULL(MAX(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)), 0) FROM dblock_shares WHERE name = ? AND token = ? AND expires_at > TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00') LOCK IN SHARE MODE;
+
+-- SharedSQL.Begin
+UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = 'read',
+    acquired_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), readers = 1, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)
+WHERE name = ?;
+
+-- SharedSQL.Update
+UPDATE dblock_locks SET owner = ?, reentry = ?, expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), readers = ?, shared_until = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), updated_at = UTC_TIMESTAMP(6)
+WHERE name = ?;
+
+-- SharedSQL.PutShare
+INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
+VALUES (?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), ?)
+ON DUPLICATE KEY UPDATE
+    token = VALUES(token), reentry = VALUES(reentry), acquired_at = VALUES(acquired_at),
+    expires_at = VALUES(expires_at), metadata = VALUES(metadata);
+
+-- SharedSQL.SetShare
+UPDATE dblock_shares SET reentry = ?, expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00') WHERE name = ? AND owner = ?;
+
+-- SharedSQL.DropShare
+DELETE FROM dblock_shares WHERE name = ? AND owner = ?;
+
+-- SharedSQL.Want
+UPDATE dblock_locks SET wanted_until = GREATEST(IFNULL(wanted_until, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+WHERE name = ? AND owner = '';
+
+-- SharedSQL.Unwant
+UPDATE dblock_locks SET wanted_until = NULL WHERE name = ? AND wanted_until IS NOT NULL;
+
+-- SharedSQL.Holder
+SELECT s.token, s.reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', s.expires_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), l.owner, l.owner IS NULL, l.version
+FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
+WHERE s.name = ? AND s.owner = ?;
+
+-- SharedSQL.List
+SELECT name, owner, token, reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)
+FROM dblock_shares WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, owner;
+
+-- SemaphoreSQL.Ensure
+INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE name = name;
+
+-- SemaphoreSQL.Lock
+SELECT lim, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) FROM dblock_semaphores WHERE name = ? FOR UPDATE;
+
+-- SemaphoreSQL.Used
+SELECT IFNULL(SUM(permits), 0), IFNULL(MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)), 0)
+FROM dblock_permits WHERE name = ? AND expires_at > TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00') LOCK IN SHARE MODE;
+
+-- SemaphoreSQL.Grant
+INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
+VALUES (?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), ?);
+
+-- SemaphoreSQL.Renew
+UPDATE dblock_permits SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+WHERE id = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
+
+-- SemaphoreSQL.Release
+DELETE FROM dblock_permits WHERE id = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
+
+-- SemaphoreSQL.Holder
+SELECT owner, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) FROM dblock_permits WHERE id = ?;
+
+-- SemaphoreSQL.SetLimit
+INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE lim = VALUES(lim), updated_at = VALUES(updated_at);
+
+-- SemaphoreSQL.Read
+SELECT s.lim, (SELECT IFNULL(SUM(p.permits), 0) FROM dblock_permits p WHERE p.name = s.name AND p.expires_at > UTC_TIMESTAMP(6))
+FROM dblock_semaphores s WHERE s.name = ?;
+
+-- SemaphoreSQL.List
+SELECT id, name, owner, permits, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)
+FROM dblock_permits WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, id;

@@ -36,13 +36,16 @@ LIMIT 1;
 
 -- LeaseSQL.Release
 UPDATE dblock_locks l SET
-    reentry    = l.reentry - 1,
-    owner      = CASE WHEN l.reentry > 1 THEN l.owner END,
-    expires_at = CASE WHEN l.reentry > 1 THEN l.expires_at END,
-    updated_at = now()
+    reentry      = CASE WHEN l.reentry > 1 THEN l.reentry - 1 WHEN l.shared_until > now() THEN 1 ELSE 0 END,
+    owner        = CASE WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
+    expires_at   = CASE WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
+    mode         = CASE WHEN l.reentry <= 1 AND l.shared_until > now() THEN 'read' ELSE l.mode END,
+    readers      = CASE WHEN l.reentry <= 1 AND l.shared_until > now() THEN 1 ELSE l.readers END,
+    shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
+    updated_at   = now()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
-RETURNING (CASE WHEN l.reentry = 0 THEN pg_notify('dblock', l.name)::text END) IS NOT NULL;
+RETURNING (CASE WHEN l.reentry = 0 OR l.owner = '' THEN pg_notify('dblock', l.name)::text END) IS NOT NULL;
 
 -- LeaseSQL.Renew
 UPDATE dblock_locks SET
@@ -68,7 +71,7 @@ SELECT (set_config('idle_in_transaction_session_timeout', least(
 FROM g;
 
 -- LeaseSQL.ForceRelease
-UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = now()
+UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = now()
 WHERE name = $1 AND owner IS NOT NULL
 RETURNING pg_notify('dblock', name)::text IS NOT NULL;
 
@@ -270,7 +273,8 @@ CREATE OR REPLACE FUNCTION dblock_history_record() RETURNS trigger LANGUAGE plpg
 BEGIN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
     VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, clock_timestamp(),
-        CASE WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
+        CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
+             WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
              WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
              WHEN OLD.expires_at <= clock_timestamp() THEN 'expired'
              ELSE 'released' END, OLD.metadata);
@@ -307,3 +311,99 @@ DELETE FROM dblock_history WHERE id IN (
     SELECT id FROM dblock_history WHERE ended_at < now() - $1::bigint * interval '1 microsecond'
     ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED
 );
+
+-- SharedSQL.LockRow
+SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), coalesce((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0),
+       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, coalesce((extract(epoch FROM l.shared_until) * 1000000)::bigint, 0), coalesce((extract(epoch FROM l.wanted_until) * 1000000)::bigint, 0), l.reentry, l.readers
+FROM dblock_locks l, (SELECT set_config('lock_timeout', '200', true)) AS cfg
+WHERE l.name = $1
+FOR UPDATE OF l;
+
+-- SharedSQL.ReadShare
+SELECT token, reentry, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dblock_shares WHERE name = $1 AND owner = $2;
+
+-- SharedSQL.LiveShares
+SELECT count(*), coalesce(max((extract(epoch FROM expires_at) * 1000000)::bigint), 0) FROM dblock_shares WHERE name = $1 AND token = $2 AND expires_at > ('epoch'::timestamptz + $3::bigint * interval '1 microsecond');
+
+-- SharedSQL.Begin
+UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = 'read',
+    acquired_at = ('epoch'::timestamptz + $1::bigint * interval '1 microsecond'), expires_at = ('epoch'::timestamptz + $2::bigint * interval '1 microsecond'), readers = 1, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
+WHERE name = $3
+RETURNING version;
+
+-- SharedSQL.Update
+UPDATE dblock_locks SET owner = $1, reentry = $2, expires_at = ('epoch'::timestamptz + $3::bigint * interval '1 microsecond'), readers = $4, shared_until = ('epoch'::timestamptz + $5::bigint * interval '1 microsecond'), updated_at = clock_timestamp()
+WHERE name = $6;
+
+-- SharedSQL.PutShare
+INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
+VALUES ($1, $2, $3, $4, ('epoch'::timestamptz + $5::bigint * interval '1 microsecond'), ('epoch'::timestamptz + $6::bigint * interval '1 microsecond'), $7)
+ON CONFLICT (name, owner) DO UPDATE SET
+    token = excluded.token, reentry = excluded.reentry, acquired_at = excluded.acquired_at,
+    expires_at = excluded.expires_at, metadata = excluded.metadata;
+
+-- SharedSQL.SetShare
+UPDATE dblock_shares SET reentry = $1, expires_at = ('epoch'::timestamptz + $2::bigint * interval '1 microsecond') WHERE name = $3 AND owner = $4;
+
+-- SharedSQL.DropShare
+DELETE FROM dblock_shares WHERE name = $1 AND owner = $2;
+
+-- SharedSQL.Want
+UPDATE dblock_locks SET wanted_until = greatest(coalesce(wanted_until, now()), now() + $1::bigint * interval '1 microsecond')
+WHERE name = $2 AND owner = '';
+
+-- SharedSQL.Unwant
+UPDATE dblock_locks SET wanted_until = NULL WHERE name = $1 AND wanted_until IS NOT NULL;
+
+-- SharedSQL.Holder
+SELECT s.token, s.reentry, (extract(epoch FROM s.expires_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint, l.owner, l.owner IS NULL, l.version
+FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
+WHERE s.name = $1 AND s.owner = $2;
+
+-- SharedSQL.Notify
+SELECT pg_notify('dblock', $1)::text;
+
+-- SharedSQL.List
+SELECT name, owner, token, reentry, (extract(epoch FROM acquired_at) * 1000000)::bigint, (extract(epoch FROM expires_at) * 1000000)::bigint
+FROM dblock_shares WHERE expires_at > now() ORDER BY name, owner;
+
+-- SemaphoreSQL.Ensure
+INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES ($1, $2, now()) ON CONFLICT (name) DO NOTHING;
+
+-- SemaphoreSQL.Lock
+SELECT lim, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint FROM dblock_semaphores WHERE name = $1 FOR UPDATE;
+
+-- SemaphoreSQL.Used
+SELECT coalesce(sum(permits), 0), coalesce(min((extract(epoch FROM expires_at) * 1000000)::bigint), 0)
+FROM dblock_permits WHERE name = $1 AND expires_at > ('epoch'::timestamptz + $2::bigint * interval '1 microsecond');
+
+-- SemaphoreSQL.Grant
+INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
+VALUES ($1, $2, $3, ('epoch'::timestamptz + $4::bigint * interval '1 microsecond'), ('epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $6)
+RETURNING id;
+
+-- SemaphoreSQL.Renew
+UPDATE dblock_permits SET expires_at = greatest(expires_at, now() + $1::bigint * interval '1 microsecond')
+WHERE id = $2 AND owner = $3 AND expires_at > now();
+
+-- SemaphoreSQL.Release
+DELETE FROM dblock_permits p
+USING (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+WHERE p.id = $1 AND p.owner = $2 AND p.expires_at > now()
+RETURNING pg_notify('dblock', p.name)::text IS NOT NULL;
+
+-- SemaphoreSQL.Holder
+SELECT owner, (extract(epoch FROM expires_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint FROM dblock_permits WHERE id = $1;
+
+-- SemaphoreSQL.SetLimit
+INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES ($1, $2, now())
+ON CONFLICT (name) DO UPDATE SET lim = excluded.lim, updated_at = excluded.updated_at
+RETURNING pg_notify('dblock', name)::text IS NOT NULL;
+
+-- SemaphoreSQL.Read
+SELECT s.lim, (SELECT coalesce(sum(p.permits), 0) FROM dblock_permits p WHERE p.name = s.name AND p.expires_at > now())
+FROM dblock_semaphores s WHERE s.name = $1;
+
+-- SemaphoreSQL.List
+SELECT id, name, owner, permits, (extract(epoch FROM acquired_at) * 1000000)::bigint, (extract(epoch FROM expires_at) * 1000000)::bigint
+FROM dblock_permits WHERE expires_at > now() ORDER BY name, id;

@@ -17,10 +17,13 @@ RETURNING version, reentry;
 
 -- LeaseSQL.Release
 UPDATE dblock_locks SET
-    reentry    = reentry - 1,
-    owner      = CASE WHEN reentry > 1 THEN owner END,
-    expires_at = CASE WHEN reentry > 1 THEN expires_at END,
-    updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+    reentry      = CASE WHEN reentry > 1 THEN reentry - 1 WHEN shared_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN 1 ELSE 0 END,
+    owner        = CASE WHEN reentry > 1 THEN owner WHEN shared_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN '' END,
+    expires_at   = CASE WHEN reentry > 1 THEN expires_at WHEN shared_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN shared_until END,
+    mode         = CASE WHEN reentry <= 1 AND shared_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN 'read' ELSE mode END,
+    readers      = CASE WHEN reentry <= 1 AND shared_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN 1 ELSE readers END,
+    shared_until = CASE WHEN reentry > 1 THEN shared_until END,
+    updated_at   = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE name = ?1 AND owner = ?2 AND version = ?3;
 
 -- LeaseSQL.Renew
@@ -38,7 +41,7 @@ SELECT 1 FROM dblock_locks
 WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
 
 -- LeaseSQL.ForceRelease
-UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE name = ?1 AND owner IS NOT NULL;
 
 -- LeaseSQL.Proclaim
@@ -175,7 +178,8 @@ WHEN OLD.owner IS NOT NULL AND (NEW.owner IS NOT OLD.owner OR NEW.version <> OLD
 BEGIN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
     VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER),
-        CASE WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
+        CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
+             WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
              WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
              WHEN OLD.expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN 'expired'
              ELSE 'released' END,
@@ -202,3 +206,90 @@ ORDER BY ended_at DESC, id DESC LIMIT ?3;
 DELETE FROM dblock_history WHERE id IN (
     SELECT id FROM dblock_history WHERE ended_at < CAST(unixepoch('subsec') * 1000000 AS INTEGER) - ?1 ORDER BY ended_at LIMIT ?2
 );
+
+-- SharedSQL.LockRow
+SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER),
+       IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry, readers
+FROM dblock_locks WHERE name = ?1;
+
+-- SharedSQL.ReadShare
+SELECT token, reentry, expires_at FROM dblock_shares WHERE name = ?1 AND owner = ?2;
+
+-- SharedSQL.LiveShares
+SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 AND token = ?2 AND expires_at > ?3;
+
+-- SharedSQL.Begin
+UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = 'read',
+    acquired_at = ?1, expires_at = ?2, readers = 1, shared_until = NULL, metadata = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+WHERE name = ?3
+RETURNING version;
+
+-- SharedSQL.Update
+UPDATE dblock_locks SET owner = ?1, reentry = ?2, expires_at = ?3, readers = ?4, shared_until = ?5, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+WHERE name = ?6;
+
+-- SharedSQL.PutShare
+INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+ON CONFLICT (name, owner) DO UPDATE SET
+    token = excluded.token, reentry = excluded.reentry, acquired_at = excluded.acquired_at,
+    expires_at = excluded.expires_at, metadata = excluded.metadata;
+
+-- SharedSQL.SetShare
+UPDATE dblock_shares SET reentry = ?1, expires_at = ?2 WHERE name = ?3 AND owner = ?4;
+
+-- SharedSQL.DropShare
+DELETE FROM dblock_shares WHERE name = ?1 AND owner = ?2;
+
+-- SharedSQL.Want
+UPDATE dblock_locks SET wanted_until = max(IFNULL(wanted_until, CAST(unixepoch('subsec') * 1000000 AS INTEGER)), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?1)
+WHERE name = ?2 AND owner = '';
+
+-- SharedSQL.Unwant
+UPDATE dblock_locks SET wanted_until = NULL WHERE name = ?1 AND wanted_until IS NOT NULL;
+
+-- SharedSQL.Holder
+SELECT s.token, s.reentry, s.expires_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER), l.owner, l.owner IS NULL, l.version
+FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
+WHERE s.name = ?1 AND s.owner = ?2;
+
+-- SharedSQL.List
+SELECT name, owner, token, reentry, acquired_at, expires_at
+FROM dblock_shares WHERE expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) ORDER BY name, owner;
+
+-- SemaphoreSQL.Ensure
+INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000000 AS INTEGER)) ON CONFLICT (name) DO NOTHING;
+
+-- SemaphoreSQL.Lock
+SELECT lim, CAST(unixepoch('subsec') * 1000000 AS INTEGER) FROM dblock_semaphores WHERE name = ?1;
+
+-- SemaphoreSQL.Used
+SELECT IFNULL(sum(permits), 0), IFNULL(min(expires_at), 0)
+FROM dblock_permits WHERE name = ?1 AND expires_at > ?2;
+
+-- SemaphoreSQL.Grant
+INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+RETURNING id;
+
+-- SemaphoreSQL.Renew
+UPDATE dblock_permits SET expires_at = max(expires_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?1)
+WHERE id = ?2 AND owner = ?3 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
+
+-- SemaphoreSQL.Release
+DELETE FROM dblock_permits WHERE id = ?1 AND owner = ?2 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
+
+-- SemaphoreSQL.Holder
+SELECT owner, expires_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER) FROM dblock_permits WHERE id = ?1;
+
+-- SemaphoreSQL.SetLimit
+INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+ON CONFLICT (name) DO UPDATE SET lim = excluded.lim, updated_at = excluded.updated_at;
+
+-- SemaphoreSQL.Read
+SELECT s.lim, (SELECT IFNULL(sum(p.permits), 0) FROM dblock_permits p WHERE p.name = s.name AND p.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+FROM dblock_semaphores s WHERE s.name = ?1;
+
+-- SemaphoreSQL.List
+SELECT id, name, owner, permits, acquired_at, expires_at
+FROM dblock_permits WHERE expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) ORDER BY name, id;

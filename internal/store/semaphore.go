@@ -1,0 +1,256 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+)
+
+// SemaphoreSQL holds the statements of semaphores (package semaphore). A
+// semaphore is its row of dblock_semaphores (name, limit); each grant of
+// permits is a row of dblock_permits with its owner, count and lease (its
+// id is the grant's token). A grant is made in one transaction that locks
+// the semaphore's row, so grants are serialised per name, and counts the
+// unexpired permits by the clock Lock read: an expired grant's permits are
+// free again without anyone removing it. Parameters come in the order the
+// statement text names them; times are µs since the epoch.
+type SemaphoreSQL struct {
+	// Ensure (name, limit) inserts the semaphore unless it exists.
+	Ensure string
+	// Lock (name) locks the semaphore's row and reads its limit and the
+	// clock.
+	Lock string
+	// Used (name, now) sums the unexpired permits and reads the earliest
+	// expiry among them.
+	Used string
+	// Grant (name, owner, permits, acquired_at, expires_at, metadata)
+	// inserts a grant: RETURNING its id (PostgreSQL, SQLite) or as the
+	// insert id (MySQL).
+	Grant string
+	// Renew (ttl µs, id, owner) extends an unexpired grant from the
+	// database clock, never shortening it.
+	Renew string
+	// Release (id, owner) deletes an unexpired grant (PostgreSQL: and
+	// announces its name).
+	Release string
+	// Holder (id) reads a grant's owner, expiry and the clock.
+	Holder string
+	// SetLimit (name, limit) sets a semaphore's limit, inserting it if
+	// needed.
+	SetLimit string
+	// Read (name) reads the limit and the sum of the unexpired permits.
+	Read string
+	// List reads the unexpired grants: id, name, owner, permits,
+	// acquired_at, expires_at.
+	List string
+}
+
+// PermitParams are the inputs of AcquirePermits.
+type PermitParams struct {
+	Name, Owner string
+	Limit       int // The limit the caller expects the semaphore to have.
+	Permits     int
+	TTL         time.Duration
+	Metadata    string
+}
+
+// PermitResult is the outcome of AcquirePermits.
+type PermitResult struct {
+	Acquired bool
+	Token    dblock.Token // The grant's id.
+	// Used is the permits out (when refused: without this request).
+	Used int
+	// NextExpiry is the earliest expiry among the grants out when refused
+	// (zero if none); Now the database clock.
+	NextExpiry, Now time.Time
+}
+
+// ErrLimitMismatch: a caller named another limit than the semaphore's.
+var ErrLimitMismatch = errors.New("the semaphore exists with another limit")
+
+// AcquirePermits grants p.Permits of semaphore p.Name to p.Owner when that
+// many are free by the database clock, in one transaction holding the
+// semaphore's row; the semaphore is created with p.Limit if missing. A
+// semaphore with another limit is an error wrapping ErrLimitMismatch and
+// dblock.ErrInvalidOption.
+func (db *DB) AcquirePermits(ctx context.Context, p PermitParams) (PermitResult, error) {
+	var res PermitResult
+	err := db.semaphoreTx(ctx, p.Name, p.Limit, func(tx *sqlx.Tx, limit int, now int64) (bool, error) {
+		res = PermitResult{Now: Micros(now)}
+		if limit != p.Limit {
+			return false, fmt.Errorf("%w: semaphore %q: %w: its limit is %d, not %d (a change of limit is an explicit call)",
+				dblock.ErrInvalidOption, p.Name, ErrLimitMismatch, limit, p.Limit)
+		}
+		var used, next int64
+		if err := tx.QueryRowxContext(ctx, db.Dialect.Semaphore().Used, p.Name, now).Scan(&used, &next); err != nil {
+			return false, db.Classify(err)
+		}
+		res.Used = int(used)
+		if next != 0 {
+			res.NextExpiry = Micros(next)
+		}
+		if res.Used+p.Permits > limit {
+			return false, nil
+		}
+		id, err := db.grant(ctx, tx, p, now)
+		if err != nil {
+			return false, err
+		}
+		res.Acquired, res.Token, res.Used = true, dblock.Token(id), res.Used+p.Permits
+		return true, nil
+	})
+	return res, err
+}
+
+// grant inserts p's grant in tx at now; it returns its id.
+func (db *DB) grant(ctx context.Context, tx *sqlx.Tx, p PermitParams, now int64) (int64, error) {
+	q := db.Dialect.Semaphore().Grant
+	args := []any{p.Name, p.Owner, p.Permits, now, now + p.TTL.Microseconds(), nullString(p.Metadata)}
+	if db.Dialect.Caps().Returning {
+		var id int64
+		err := tx.QueryRowxContext(ctx, q, args...).Scan(&id)
+		return id, db.Classify(err)
+	}
+	r, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, db.Classify(err)
+	}
+	return r.LastInsertId()
+}
+
+// semaphoreTx runs fn in a write transaction holding name's semaphore row
+// locked (inserted first with limit if missing), committing when fn asks to.
+func (db *DB) semaphoreTx(ctx context.Context, name string, limit int, fn func(tx *sqlx.Tx, limit int, now int64) (bool, error)) error {
+	s := db.Dialect.Semaphore()
+	for range 3 {
+		if db.Dialect.Caps().RowLocks {
+			if _, err := db.ExecContext(ctx, s.Ensure, name, limit); err != nil {
+				return db.Classify(err)
+			}
+		}
+		tx, end, err := db.BeginWriteTx(ctx)
+		if err != nil {
+			return err
+		}
+		commit, found, err := db.semaphoreAttempt(ctx, tx, name, limit, fn)
+		if err != nil || !commit {
+			_ = tx.Rollback()
+		} else {
+			err = db.Classify(tx.Commit())
+		}
+		end()
+		if err != nil || found {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: semaphore %q: its row was deleted as often as it was created", dblock.ErrUnavailable, name)
+}
+
+// semaphoreAttempt locks the semaphore's row in tx (inserting it there on
+// SQLite) and runs fn; found is false when the row was missing.
+func (db *DB) semaphoreAttempt(ctx context.Context, tx *sqlx.Tx, name string, limit int, fn func(tx *sqlx.Tx, limit int, now int64) (bool, error)) (commit, found bool, err error) {
+	s := db.Dialect.Semaphore()
+	if !db.Dialect.Caps().RowLocks {
+		if _, err := tx.ExecContext(ctx, s.Ensure, name, limit); err != nil {
+			return false, false, db.Classify(err)
+		}
+	}
+	var lim int
+	var now int64
+	err = tx.QueryRowxContext(ctx, s.Lock, name).Scan(&lim, &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, false, nil // Deleted by the reaper since Ensure.
+	}
+	if err != nil {
+		return false, false, db.Classify(err)
+	}
+	commit, err = fn(tx, lim, now)
+	return commit, true, err
+}
+
+// RenewPermits extends the unexpired grant id of owner to ttl from the
+// database clock; it reports false when the grant is gone or expired.
+func (db *DB) RenewPermits(ctx context.Context, id dblock.Token, owner string, ttl time.Duration) (bool, error) {
+	return db.execOne(ctx, db.DB, db.Dialect.Semaphore().Renew, ttl.Microseconds(), int64(id), owner)
+}
+
+// ReleasePermits deletes the unexpired grant id of owner; it reports false
+// when there is none (released already, expired, or not owner's).
+func (db *DB) ReleasePermits(ctx context.Context, id dblock.Token, owner string) (bool, error) {
+	return db.execOne(ctx, db.DB, db.Dialect.Semaphore().Release, int64(id), owner)
+}
+
+// PermitsHolder reads grant id as a Holder (Exists false when it is gone).
+func (db *DB) PermitsHolder(ctx context.Context, id dblock.Token) (Holder, error) {
+	var h Holder
+	var exp, now int64
+	err := db.QueryRowxContext(ctx, db.Dialect.Semaphore().Holder, int64(id)).Scan(&h.Owner, &exp, &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Holder{}, nil
+	}
+	if err != nil {
+		return Holder{}, db.Classify(err)
+	}
+	h.Exists, h.Version, h.Mode, h.Reentry, h.ExpiresAt, h.Now = true, int64(id), dblock.ModeSemaphore, 1, Micros(exp), Micros(now)
+	return h, nil
+}
+
+// SetSemaphoreLimit sets name's limit (creating the semaphore if needed).
+// Grants out are kept; while they exceed the new limit nobody is granted.
+func (db *DB) SetSemaphoreLimit(ctx context.Context, name string, limit int) error {
+	_, err := db.ExecContext(ctx, db.Dialect.Semaphore().SetLimit, name, limit)
+	return db.Classify(err)
+}
+
+// SemaphoreState is a semaphore as SemaphoreOf reads it.
+type SemaphoreState struct {
+	Exists bool
+	Limit  int
+	Used   int // Unexpired permits out.
+}
+
+// SemaphoreOf reads name's limit and the permits out.
+func (db *DB) SemaphoreOf(ctx context.Context, name string) (SemaphoreState, error) {
+	var st SemaphoreState
+	err := db.QueryRowxContext(ctx, db.Dialect.Semaphore().Read, name).Scan(&st.Limit, &st.Used)
+	if errors.Is(err, sql.ErrNoRows) {
+		return SemaphoreState{}, nil
+	}
+	st.Exists = err == nil
+	return st, db.Classify(err)
+}
+
+// PermitInfo is one unexpired grant, as ListPermits reads it.
+type PermitInfo struct {
+	ID          int64
+	Name, Owner string
+	Permits     int
+	AcquiredAt  time.Time
+	ExpiresAt   time.Time
+}
+
+// ListPermits reads every unexpired grant, by name and id.
+func (db *DB) ListPermits(ctx context.Context) ([]PermitInfo, error) {
+	rows, err := db.QueryxContext(ctx, db.Dialect.Semaphore().List)
+	if err != nil {
+		return nil, db.Classify(err)
+	}
+	defer rows.Close()
+	var out []PermitInfo
+	for rows.Next() {
+		var p PermitInfo
+		var acq, exp int64
+		if err := rows.Scan(&p.ID, &p.Name, &p.Owner, &p.Permits, &acq, &exp); err != nil {
+			return nil, db.Classify(err)
+		}
+		p.AcquiredAt, p.ExpiresAt = Micros(acq), Micros(exp)
+		out = append(out, p)
+	}
+	return out, db.Classify(rows.Err())
+}

@@ -1,0 +1,317 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/backoff"
+)
+
+// readMode is the mode of a name held by readers.
+const readMode = dblock.ModeRead
+
+// SharedSQL holds the statements of read locks (package rwlock). A name held
+// by readers is its dblock_locks row with owner ” (an owner no caller can
+// name, so every exclusive mode finds the name held and needs no change),
+// mode read, expires_at the end of the readers' period (the latest of their
+// leases) and a token of the period's own; each reader's lease is its row of
+// dblock_shares (its token is the period's, its reentry its own count).
+// An exclusive holder that takes the read lock too (a downgrade) keeps its
+// row, whose shared_until carries its read lease: its last exclusive release
+// hands the name to readers (LeaseSQL.Release). A waiting writer sets
+// wanted_until, which refuses new readers until then.
+//
+// Every statement but Want and Unwant runs in one transaction that first
+// locks the name's row (LockRow), so the reads of dblock_shares that follow
+// see every reader who committed before, and the decisions are made in Go
+// on what was read, with the database clock LockRow returned. Parameters
+// come in the order the statement text names them (MySQL's ? are
+// positional); times are µs since the epoch.
+type SharedSQL struct {
+	// LockRow (name) locks the row and reads owner, owner IS NULL,
+	// version, mode, expires_at, the clock, shared_until, wanted_until,
+	// reentry, readers; it gives up on a row locked for long (PostgreSQL
+	// after lockWaitMs, MySQL at once) with an error wrapping
+	// dblock.ErrNotAcquired.
+	LockRow string
+	// ReadShare (name, owner) reads token, reentry, expires_at.
+	ReadShare string
+	// LiveShares (name, token, now) counts the unexpired shares of a period
+	// and reads the latest expiry among them.
+	LiveShares string
+	// Begin (acquired_at, expires_at, name) starts a readers' period with
+	// a new token: RETURNING it (PostgreSQL, SQLite) or as the insert id
+	// (MySQL).
+	Begin string
+	// Update (owner or NULL, reentry, expires_at or NULL, readers,
+	// shared_until or NULL, name) sets the row's shared-lock columns.
+	Update string
+	// PutShare (name, owner, token, reentry, acquired_at, expires_at,
+	// metadata) inserts or replaces a reader's share.
+	PutShare string
+	// SetShare (reentry, expires_at, name, owner) updates a share.
+	SetShare string
+	// DropShare (name, owner) deletes a share.
+	DropShare string
+	// Want (µs, name) marks a writer waiting for a name held by readers,
+	// for µs from the database clock (autocommit).
+	Want string
+	// Unwant (name) clears the mark (autocommit).
+	Unwant string
+	// Holder (name, owner) reads a share and its name's row, without
+	// locking: token, reentry, expires_at, the clock, the row's owner, owner
+	// IS NULL and version (the row's columns NULL when it has none).
+	Holder string
+	// Notify (name) announces a name freed (PostgreSQL; empty elsewhere).
+	Notify string
+	// List reads the unexpired shares: name, owner, token, reentry,
+	// acquired_at, expires_at.
+	List string
+}
+
+// lockWaitMs bounds LockRow's wait for a row another transaction locked
+// (PostgreSQL); on MySQL the statement does not wait and shareLockedMax
+// bounds the retries.
+const lockWaitMs = "200"
+
+// shareLockedMax bounds the retries of a shared-lock transaction whose row
+// another transaction held locked; then the name is reported held by it.
+const shareLockedMax = 200 * time.Millisecond
+
+// ShareParams are the inputs of AcquireShare.
+type ShareParams struct {
+	Name, Owner string
+	TTL         time.Duration
+	Metadata    string
+}
+
+// ShareResult is the outcome of AcquireShare.
+type ShareResult struct {
+	Acquired bool
+	// Token is the readers' period's token (a downgrade: the exclusive
+	// hold's own).
+	Token dblock.Token
+	// Holder names the holder that refused the read (Owner empty and Mode
+	// read: readers, refused because a writer waits).
+	Holder Holder
+	// WriterWaits is true when readers hold the name and a waiting writer
+	// refused this new reader.
+	WriterWaits bool
+}
+
+// sharedRow is a name's row as LockRow read it (times in µs).
+type sharedRow struct {
+	owner               string
+	free                bool // owner IS NULL.
+	version             int64
+	mode                string
+	expires, now        int64
+	sharedUntil, wanted int64
+	reentry, readers    int
+}
+
+// live reports whether the row names an unexpired holder (readers included).
+func (r sharedRow) live() bool { return !r.free && r.expires > r.now }
+
+// holder is the row as a Holder.
+func (r sharedRow) holder() Holder {
+	h := Holder{Exists: true, Owner: r.owner, Version: r.version, Mode: r.mode, Reentry: r.reentry, Now: Micros(r.now)}
+	if r.expires != 0 && !r.free {
+		h.ExpiresAt = Micros(r.expires)
+	}
+	return h
+}
+
+// share is a reader's row of dblock_shares.
+type share struct {
+	found   bool
+	token   int64
+	reentry int
+	expires int64
+}
+
+// errRowLocked: LockRow found the row locked by another transaction past
+// shareLockedMax (a pessimistic holder).
+var errRowLocked = errors.New("the name's row is locked by another transaction")
+
+// sharedTx runs fn in a write transaction holding name's row locked (the row
+// is inserted first if missing) and commits when fn asks to. A row locked
+// elsewhere is waited for shareLockedMax at most (errRowLocked).
+func (db *DB) sharedTx(ctx context.Context, name string, fn func(tx *sqlx.Tx, r sharedRow) (commit bool, err error)) error {
+	var first time.Time
+	pause := fenceRetryMin
+	for {
+		err := db.sharedAttempt(ctx, name, fn)
+		if err == nil || !errors.Is(err, errRowLocked) && !errors.Is(err, dblock.ErrNotAcquired) {
+			return err
+		}
+		if first.IsZero() {
+			first = time.Now()
+		} else if time.Since(first) >= shareLockedMax {
+			return errRowLocked
+		}
+		if err := sleepCtx(ctx, backoff.Jitter(pause)); err != nil {
+			return err
+		}
+		pause = min(2*pause, fenceRetryMax)
+	}
+}
+
+// sharedAttempt is one transaction of sharedTx.
+func (db *DB) sharedAttempt(ctx context.Context, name string, fn func(tx *sqlx.Tx, r sharedRow) (bool, error)) error {
+	for range 3 {
+		tx, end, err := db.BeginWriteTx(ctx)
+		if err != nil {
+			return err
+		}
+		found, err := db.sharedRun(ctx, tx, name, fn)
+		end()
+		if err != nil || found {
+			return err
+		}
+		// No row: insert it on the pool (outside the transaction, whose
+		// locking read of the missing key would make the insert wait on
+		// MySQL), then lock it.
+		if err := db.EnsureRow(ctx, nil, name); err != nil {
+			return err
+		}
+	}
+	return errRowLocked // Deleted as often as inserted (the reaper): try again later.
+}
+
+// sharedRun locks name's row in tx and runs fn, ending tx; found is false
+// when the row is missing (SQLite inserts it in tx instead).
+func (db *DB) sharedRun(ctx context.Context, tx *sqlx.Tx, name string, fn func(tx *sqlx.Tx, r sharedRow) (bool, error)) (found bool, err error) {
+	r, found, err := db.lockShared(ctx, tx, name)
+	if err == nil && !found && !db.Dialect.Caps().RowLocks {
+		if err = db.EnsureRow(ctx, tx, name); err == nil {
+			r, found, err = db.lockShared(ctx, tx, name)
+		}
+	}
+	if err != nil || !found {
+		_ = tx.Rollback()
+		return found, err
+	}
+	commit, err := fn(tx, r)
+	if err != nil || !commit {
+		_ = tx.Rollback()
+		return true, err
+	}
+	return true, db.Classify(tx.Commit())
+}
+
+// lockShared runs LockRow in tx.
+func (db *DB) lockShared(ctx context.Context, tx *sqlx.Tx, name string) (sharedRow, bool, error) {
+	var r sharedRow
+	err := tx.QueryRowxContext(ctx, db.Dialect.Shared().LockRow, name).Scan(
+		&r.owner, &r.free, &r.version, &r.mode, &r.expires, &r.now, &r.sharedUntil, &r.wanted, &r.reentry, &r.readers)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, db.Classify(err)
+	}
+	return r, true, nil
+}
+
+// readShare reads owner's share of name in tx.
+func (db *DB) readShare(ctx context.Context, tx *sqlx.Tx, name, owner string) (share, error) {
+	var s share
+	err := tx.QueryRowxContext(ctx, db.Dialect.Shared().ReadShare, name, owner).Scan(&s.token, &s.reentry, &s.expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return share{}, nil
+	}
+	s.found = err == nil
+	return s, db.Classify(err)
+}
+
+// updateRow writes the row's shared-lock columns in tx.
+func (db *DB) updateRow(ctx context.Context, tx *sqlx.Tx, name string, r sharedRow) error {
+	var owner sql.NullString
+	var expires, shared sql.NullInt64
+	if !r.free {
+		owner = sql.NullString{String: r.owner, Valid: true}
+		expires = sql.NullInt64{Int64: r.expires, Valid: true}
+	}
+	if r.sharedUntil != 0 {
+		shared = sql.NullInt64{Int64: r.sharedUntil, Valid: true}
+	}
+	_, err := tx.ExecContext(ctx, db.Dialect.Shared().Update, owner, r.reentry, expires, r.readers, shared, name)
+	return db.Classify(err)
+}
+
+// ShareHolder reads owner's share of name and the name's row, without
+// locking, as a Holder: Owner is the share's owner and Version its token
+// while the row still holds the name for readers at that token (or for
+// owner's exclusive hold); a share whose row no longer does is reported
+// with an empty Owner, a missing share as not Exists.
+func (db *DB) ShareHolder(ctx context.Context, name, owner string) (Holder, error) {
+	var (
+		s          share
+		now        int64
+		rowOwner   sql.NullString
+		rowFree    sql.NullBool
+		rowVersion sql.NullInt64
+	)
+	err := db.QueryRowxContext(ctx, db.Dialect.Shared().Holder, name, owner).Scan(
+		&s.token, &s.reentry, &s.expires, &now, &rowOwner, &rowFree, &rowVersion)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Holder{}, nil
+	}
+	if err != nil {
+		return Holder{}, db.Classify(err)
+	}
+	h := Holder{Exists: true, Reentry: s.reentry, ExpiresAt: Micros(s.expires), Now: Micros(now)}
+	holds := rowVersion.Valid && rowVersion.Int64 == s.token && rowOwner.Valid && (rowOwner.String == "" || rowOwner.String == owner)
+	if holds {
+		h.Owner, h.Version, h.Mode = owner, s.token, readMode
+	}
+	return h, nil
+}
+
+// WantWrite marks a writer waiting for name while readers hold it, for d
+// by the database clock: new readers are refused until then.
+func (db *DB) WantWrite(ctx context.Context, name string, d time.Duration) error {
+	_, err := db.ExecContext(ctx, db.Dialect.Shared().Want, d.Microseconds(), name)
+	return db.Classify(err)
+}
+
+// UnwantWrite clears a writer's mark on name (it took the name).
+func (db *DB) UnwantWrite(ctx context.Context, name string) error {
+	_, err := db.ExecContext(ctx, db.Dialect.Shared().Unwant, name)
+	return db.Classify(err)
+}
+
+// ShareInfo is one unexpired share, as ListShares reads it.
+type ShareInfo struct {
+	Name, Owner string
+	Token       int64
+	Reentry     int
+	AcquiredAt  time.Time
+	ExpiresAt   time.Time
+}
+
+// ListShares reads every unexpired share, by name and owner.
+func (db *DB) ListShares(ctx context.Context) ([]ShareInfo, error) {
+	rows, err := db.QueryxContext(ctx, db.Dialect.Shared().List)
+	if err != nil {
+		return nil, db.Classify(err)
+	}
+	defer rows.Close()
+	var out []ShareInfo
+	for rows.Next() {
+		var s ShareInfo
+		var acq, exp int64
+		if err := rows.Scan(&s.Name, &s.Owner, &s.Token, &s.Reentry, &acq, &exp); err != nil {
+			return nil, db.Classify(err)
+		}
+		s.AcquiredAt, s.ExpiresAt = Micros(acq), Micros(exp)
+		out = append(out, s)
+	}
+	return out, db.Classify(rows.Err())
+}

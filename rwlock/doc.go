@@ -1,0 +1,38 @@
+// Package rwlock provides read-write locks on the dblock_locks table: many
+// readers or one writer per name, in the namespace every mode shares.
+//
+// A name held by readers is held for every exclusive mode (optimistic,
+// fair, pessimistic and this package's writers), and a name held
+// exclusively in any mode refuses readers. Both sides are leases with the
+// contract of the other modes: expiry by the database clock, renewal while
+// held, Done and Err on loss, Release, Do.
+//
+//	l, _ := rwlock.New(db, nil)
+//	err := l.DoRead(ctx, "catalog", func(ctx context.Context) error { return serve(ctx) })
+//	err = l.Do(ctx, "catalog", func(ctx context.Context) error { return rebuild(ctx) })
+//
+// Semantics:
+//   - Writers are not starved: a writer waiting for readers keeps new
+//     readers out (for a second or so after each of its tries, renewed
+//     while it waits), so the readers drain and it enters. A reader that
+//     holds the name already may re-enter meanwhile: it would otherwise
+//     wait for a writer waiting for it. Between two writers, readers that
+//     were waiting may enter first.
+//   - A writer's token is greater than every earlier token of the name.
+//     Readers get the readers' token: one taken when readers begin to
+//     hold a free name, shared by every reader until the name is free
+//     again (or the token of the exclusive hold they downgrade).
+//   - Downgrade: the owner of an exclusive hold (of any lease mode) may
+//     take the read lock; its last exclusive release leaves the name to
+//     readers, with no writer in between.
+//   - Upgrade is refused: a read holder asking for the write lock gets
+//     ErrUpgrade at once, never a wait on itself.
+//   - Re-entry by owner, on both sides, as in the other modes.
+//   - A reader that dies keeps writers out until its lease expires by the
+//     database clock; the readers that remain keep theirs.
+//
+// Every read statement runs in one short transaction that locks the
+// name's row (PostgreSQL, MySQL) or the database (SQLite): it works behind
+// PgBouncer in transaction mode like the lease modes. The write side is
+// the optimistic mode's engine (one statement per try).
+package rwlock

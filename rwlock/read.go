@@ -1,0 +1,197 @@
+package rwlock
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/leasekeeper"
+	"github.com/dblock-go/dblock/internal/leasemode"
+	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// AcquireRead takes the read lock of name, shared with other readers,
+// waiting while a writer (or an exclusive holder of any mode) holds it or
+// waits for it. The lease's token is the current readers' token: the
+// token of the hold that readers began (or of the owner's own exclusive
+// hold, for a downgrade), which a later writer's exceeds. The owner of an
+// exclusive hold of name may take the read lock too (a downgrade): its
+// last exclusive release then leaves the name to readers, and no waiting
+// writer can slip in between. Re-entry by owner counts, as in the other
+// modes. The wait ends with ctx or dblock.WithWait, with an error wrapping
+// dblock.ErrNotAcquired and the cause.
+func (l *Locker) AcquireRead(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
+	ctx, call := l.parts.Events.Recorder().BeginAcquire(ctx, name, true)
+	lease, err := l.acquireRead(ctx, name, true, opts)
+	call.End(lease, err)
+	return lease, err
+}
+
+// TryAcquireRead takes the read lock of name if it can at once, and
+// otherwise returns an error wrapping dblock.ErrNotAcquired with a
+// *dblock.HeldError naming the holder (readers, refused because a writer
+// waits, show as held by readers).
+func (l *Locker) TryAcquireRead(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
+	ctx, call := l.parts.Events.Recorder().BeginAcquire(ctx, name, false)
+	lease, err := l.acquireRead(ctx, name, false, opts)
+	call.End(lease, err)
+	return lease, err
+}
+
+func (l *Locker) acquireRead(ctx context.Context, name string, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
+	c, err := mode.BeginOne(ctx, "rwlock: acquire read", name, wait, opts)
+	if err != nil {
+		return nil, err
+	}
+	if !l.parts.Life.Enter() {
+		return nil, fmt.Errorf("rwlock: acquire read %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
+	}
+	defer l.parts.Life.Leave()
+	waitCtx, cancel := c.WaitContext(ctx)
+	defer cancel()
+	r := &readCall{l: l, ctx: ctx, name: name, o: c.Opts, wait: c.Wait, start: time.Now()}
+	r.pause = leasemode.NewPause(waitCtx, l.parts.Life, l.parts.Hub, name, l.cfg.PollMin, l.cfg.PollMax)
+	defer r.pause.Close()
+	return r.run()
+}
+
+// readCall is one AcquireRead or TryAcquireRead: ask, and between asks
+// pause (a notification, the holder's expiry, the backoff).
+type readCall struct {
+	l     *Locker
+	ctx   context.Context
+	name  string
+	o     mode.Options
+	wait  bool
+	start time.Time
+	pause *leasemode.Pause
+
+	res     store.ShareResult
+	lastErr error // The last attempt's error, nil once one answers.
+}
+
+func (r *readCall) run() (*dblock.Lease, error) {
+	for attempt := 1; ; attempt++ {
+		lease, err := r.ask(attempt)
+		if lease != nil || err != nil {
+			return lease, err
+		}
+		h := r.res.Holder
+		if err := r.pause.Sleep(h.ExpiresAt, h.Now); err != nil {
+			return nil, r.ended(err)
+		}
+	}
+}
+
+// ask runs one acquire transaction: the lease, an error that ends the
+// call, or neither (pause and ask again).
+func (r *readCall) ask(attempt int) (*dblock.Lease, error) {
+	l := r.l
+	reqStart := time.Now()
+	stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), l.cfg.StatementTimeout)
+	res, err := l.db.AcquireShare(stmtCtx, store.ShareParams{Name: r.name, Owner: r.o.Owner, TTL: r.o.FirstTTL(), Metadata: r.o.Metadata})
+	cancel()
+	switch {
+	case err != nil && outcomeUnknown(err):
+		if lease := r.settle(reqStart); lease != nil {
+			return lease, nil
+		}
+		fallthrough
+	case err != nil:
+		if !r.wait || !leasekeeper.Transient(err) {
+			return nil, fmt.Errorf("rwlock: acquire read %q: %w", r.name, err)
+		}
+		l.parts.Logger.LogAttrs(r.ctx, slog.LevelWarn, "rwlock: acquire read failed, retrying",
+			slog.String("lock_key", r.name), slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		r.res, r.lastErr = store.ShareResult{}, err
+		return nil, nil
+	case res.Acquired:
+		return r.newLease(res.Token, reqStart)
+	}
+	r.res, r.lastErr = res, nil
+	if !r.wait {
+		return nil, fmt.Errorf("rwlock: acquire read %q: %w", r.name, r.held(nil))
+	}
+	return nil, nil
+}
+
+// held is the refusal naming the holder, with cause.
+func (r *readCall) held(cause error) error {
+	if r.res.WriterWaits && cause == nil {
+		cause = errors.New("a writer waits for the name")
+	}
+	return r.res.Holder.HeldError(r.name, cause)
+}
+
+// ended is the error of a wait that ended (cause).
+func (r *readCall) ended(cause error) error {
+	if r.lastErr != nil {
+		return fmt.Errorf("rwlock: acquire read %q: the last attempt failed: %w (wait ended: %w)", r.name, r.lastErr, cause)
+	}
+	return fmt.Errorf("rwlock: acquire read %q: %w", r.name, r.held(cause))
+}
+
+// settle reads back an acquire whose answer was lost: a share of the owner
+// with more entries than this Locker's leases on it was taken by it.
+func (r *readCall) settle(reqStart time.Time) *dblock.Lease {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.l.cfg.StatementTimeout)
+	defer cancel()
+	h, err := r.l.db.ShareHolder(ctx, r.name, r.o.Owner)
+	if err != nil || h.Owner != r.o.Owner || !h.ExpiresAt.After(h.Now) {
+		return nil
+	}
+	token := dblock.Token(h.Version)
+	if h.Reentry <= r.l.parts.Keeper.Handles(r.name, r.o.Owner, token) {
+		return nil
+	}
+	lease, err := r.newLease(token, reqStart)
+	if err != nil {
+		return nil
+	}
+	return lease
+}
+
+func (r *readCall) newLease(token dblock.Token, reqStart time.Time) (*dblock.Lease, error) {
+	l := r.l
+	lease, err := l.parts.Keeper.Start(leasekeeper.Params{
+		Name: r.name, Owner: r.o.Owner, Mode: dblock.ModeRead, Token: token, TTL: r.o.TTL, MaxHold: r.o.MaxHold,
+		ReqStart: reqStart, Rows: shares{l.db},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rwlock: acquire read %q: %w: %w", r.name, dblock.ErrNotAcquired, dblock.ErrClosed)
+	}
+	l.parts.Logger.LogAttrs(r.ctx, slog.LevelDebug, "rwlock: read acquired",
+		slog.String("lock_key", r.name), slog.String("owner", r.o.Owner), slog.Int64("token", int64(token)))
+	l.parts.Events.Acquired(r.name, r.o.Owner, token, time.Since(r.start))
+	return lease, nil
+}
+
+// outcomeUnknown reports whether a failed acquire may have committed: its
+// connection broke or it timed out.
+func outcomeUnknown(err error) bool {
+	if store.NotSent(err) {
+		return false
+	}
+	return errors.Is(err, dblock.ErrUnavailable) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// shares are the Rows of read leases (leasekeeper).
+type shares struct{ db *store.DB }
+
+func (s shares) Renew(ctx context.Context, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
+	return s.db.RenewShare(ctx, name, owner, token, ttl)
+}
+
+func (s shares) Release(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+	return s.db.ReleaseShare(ctx, name, owner, token)
+}
+
+func (s shares) Holder(ctx context.Context, name, owner string, _ dblock.Token) (store.Holder, error) {
+	return s.db.ShareHolder(ctx, name, owner)
+}

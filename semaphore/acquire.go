@@ -1,0 +1,136 @@
+package semaphore
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/leasekeeper"
+	"github.com/dblock-go/dblock/internal/leasemode"
+	"github.com/dblock-go/dblock/internal/mode"
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+func (l *Locker) acquire(ctx context.Context, name string, limit, permits int, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
+	if err := validate(name, limit, permits); err != nil {
+		return nil, fmt.Errorf("semaphore: acquire: %w", err)
+	}
+	c, err := mode.BeginOne(ctx, "semaphore: acquire", name, wait, opts)
+	if err != nil {
+		return nil, err
+	}
+	if !l.parts.Life.Enter() {
+		return nil, fmt.Errorf("semaphore: acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
+	}
+	defer l.parts.Life.Leave()
+	waitCtx, cancel := c.WaitContext(ctx)
+	defer cancel()
+	g := &grantCall{l: l, ctx: ctx, o: c.Opts, wait: c.Wait, start: time.Now(),
+		p: store.PermitParams{Name: name, Owner: c.Opts.Owner, Limit: limit, Permits: permits, TTL: c.Opts.FirstTTL(), Metadata: c.Opts.Metadata}}
+	g.pause = leasemode.NewPause(waitCtx, l.parts.Life, l.parts.Hub, name, l.cfg.PollMin, l.cfg.PollMax)
+	defer g.pause.Close()
+	return g.run()
+}
+
+// grantCall is one Acquire or TryAcquire: ask, and between asks pause (a
+// release's notification, the earliest grant's expiry, the backoff).
+type grantCall struct {
+	l     *Locker
+	ctx   context.Context
+	p     store.PermitParams
+	o     mode.Options
+	wait  bool
+	start time.Time
+	pause *leasemode.Pause
+
+	res     store.PermitResult
+	lastErr error
+}
+
+func (g *grantCall) run() (*dblock.Lease, error) {
+	for attempt := 1; ; attempt++ {
+		lease, err := g.ask(attempt)
+		if lease != nil || err != nil {
+			return lease, err
+		}
+		if err := g.pause.Sleep(g.res.NextExpiry, g.res.Now); err != nil {
+			return nil, g.ended(err)
+		}
+	}
+}
+
+// ask runs one grant transaction. A grant whose answer was lost is not
+// read back: its permits come back at its expiry.
+func (g *grantCall) ask(attempt int) (*dblock.Lease, error) {
+	l := g.l
+	reqStart := time.Now()
+	stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(g.ctx), l.cfg.StatementTimeout)
+	res, err := l.db.AcquirePermits(stmtCtx, g.p)
+	cancel()
+	switch {
+	case err != nil:
+		if !g.wait || !leasekeeper.Transient(err) {
+			return nil, fmt.Errorf("semaphore: acquire %q: %w", g.p.Name, err)
+		}
+		l.parts.Logger.LogAttrs(g.ctx, slog.LevelWarn, "semaphore: acquire failed, retrying",
+			slog.String("lock_key", g.p.Name), slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		g.res, g.lastErr = store.PermitResult{}, err
+		return nil, nil
+	case res.Acquired:
+		return g.newLease(res.Token, reqStart)
+	}
+	g.res, g.lastErr = res, nil
+	if !g.wait {
+		return nil, fmt.Errorf("semaphore: acquire %q: %w", g.p.Name, g.held(nil))
+	}
+	return nil, nil
+}
+
+// held is the refusal, with cause.
+func (g *grantCall) held(cause error) error {
+	out := fmt.Errorf("%d of %d permits out, %d asked", g.res.Used, g.p.Limit, g.p.Permits)
+	if cause != nil {
+		out = fmt.Errorf("%w: %w", out, cause)
+	}
+	return &dblock.HeldError{Name: g.p.Name, Mode: dblock.ModeSemaphore, Cause: out}
+}
+
+// ended is the error of a wait that ended (cause).
+func (g *grantCall) ended(cause error) error {
+	if g.lastErr != nil {
+		return fmt.Errorf("semaphore: acquire %q: the last attempt failed: %w (wait ended: %w)", g.p.Name, g.lastErr, cause)
+	}
+	return fmt.Errorf("semaphore: acquire %q: %w", g.p.Name, g.held(cause))
+}
+
+func (g *grantCall) newLease(token dblock.Token, reqStart time.Time) (*dblock.Lease, error) {
+	l := g.l
+	lease, err := l.parts.Keeper.Start(leasekeeper.Params{
+		Name: g.p.Name, Owner: g.o.Owner, Mode: dblock.ModeSemaphore, Token: token, TTL: g.o.TTL, MaxHold: g.o.MaxHold,
+		ReqStart: reqStart, Reentry: 1, Rows: grants{l.db},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: acquire %q: %w: %w", g.p.Name, dblock.ErrNotAcquired, dblock.ErrClosed)
+	}
+	l.parts.Logger.LogAttrs(g.ctx, slog.LevelDebug, "semaphore: permits granted", slog.String("lock_key", g.p.Name),
+		slog.String("owner", g.o.Owner), slog.Int("permits", g.p.Permits), slog.Int64("token", int64(token)))
+	l.parts.Events.Acquired(g.p.Name, g.o.Owner, token, time.Since(g.start))
+	return lease, nil
+}
+
+// grants are the Rows of grants (leasekeeper): a grant is its id.
+type grants struct{ db *store.DB }
+
+func (s grants) Renew(ctx context.Context, _, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
+	return s.db.RenewPermits(ctx, token, owner, ttl)
+}
+
+func (s grants) Release(ctx context.Context, _, owner string, token dblock.Token) (bool, error) {
+	return s.db.ReleasePermits(ctx, token, owner)
+}
+
+func (s grants) Holder(ctx context.Context, _, _ string, token dblock.Token) (store.Holder, error) {
+	return s.db.PermitsHolder(ctx, token)
+}

@@ -1,0 +1,13 @@
+package semaphore_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/dblock-go/dblock/internal/locktest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, locktest.LeakOptions()...)
+}
