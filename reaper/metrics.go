@@ -27,6 +27,9 @@ const (
 	rowsWaitersDeleted = "waiters_deleted"
 	rowsIdleDeleted    = "idle_deleted"
 	rowsHistoryPruned  = "history_pruned"
+	rowsShares         = "shares_deleted"
+	rowsGrants         = "grants_deleted"
+	rowsSemaphores     = "semaphores_deleted"
 )
 
 // metrics records the reaper's instruments into two providers: the one of
@@ -55,7 +58,7 @@ func newMetrics(cfg *telemetry.Config) (*metrics, error) {
 		providers[1] = cfg.MeterProvider
 	}
 	for _, p := range providers {
-		ins, err := obs.NewReaperInstruments(p, []string{rowsExpiredFreed, rowsWaitersDeleted, rowsIdleDeleted, rowsHistoryPruned})
+		ins, err := obs.NewReaperInstruments(p, []string{rowsExpiredFreed, rowsWaitersDeleted, rowsIdleDeleted, rowsHistoryPruned, rowsShares, rowsGrants, rowsSemaphores})
 		if err != nil {
 			return nil, fmt.Errorf("reaper: metrics: %w", err)
 		}
@@ -74,6 +77,9 @@ func (m *metrics) observe(st Stats, err error) {
 		s.Rows(ctx, rowsWaitersDeleted, st.WaitersDeleted)
 		s.Rows(ctx, rowsIdleDeleted, st.IdleDeleted)
 		s.Rows(ctx, rowsHistoryPruned, st.HistoryPruned)
+		s.Rows(ctx, rowsShares, st.SharesDeleted)
+		s.Rows(ctx, rowsGrants, st.GrantsDeleted)
+		s.Rows(ctx, rowsSemaphores, st.SemaphoresDeleted)
 		switch {
 		case err != nil:
 			s.Failed(ctx)

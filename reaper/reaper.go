@@ -123,6 +123,15 @@ type Stats struct {
 	IdleDeleted int
 	// HistoryPruned counts history entries deleted after HistoryRetention.
 	HistoryPruned int
+	// SharesDeleted counts readers' shares (rwlock) deleted WaiterGrace
+	// after they expired.
+	SharesDeleted int
+	// GrantsDeleted counts semaphore grants deleted WaiterGrace after they
+	// expired.
+	GrantsDeleted int
+	// SemaphoresDeleted counts semaphores deleted after Retention without
+	// a grant.
+	SemaphoresDeleted int
 	// Batches counts the statements (or transactions) that freed or deleted rows.
 	Batches int
 	// Duration is how long the pass took.
@@ -418,11 +427,12 @@ func (r *Reaper) finish(ctx context.Context, st *Stats, l *passLease, err error,
 			r.log.DebugContext(ctx, "reaper: pass skipped: another pass holds the reaper lease", "lock_key", LeaseName, "owner", st.Owner)
 		case err == nil:
 			level := slog.LevelInfo
-			if st.ExpiredFreed+st.WaitersDeleted+st.IdleDeleted+st.HistoryPruned == 0 {
+			if st.ExpiredFreed+st.WaitersDeleted+st.IdleDeleted+st.HistoryPruned+st.SharesDeleted+st.GrantsDeleted+st.SemaphoresDeleted == 0 {
 				level = slog.LevelDebug // Nothing to do: every 15 s by default, not worth an Info line.
 			}
 			r.log.Log(ctx, level, "reaper: pass done",
 				"expired_freed", st.ExpiredFreed, "waiters_deleted", st.WaitersDeleted, "idle_deleted", st.IdleDeleted, "history_pruned", st.HistoryPruned,
+				"shares_deleted", st.SharesDeleted, "grants_deleted", st.GrantsDeleted, "semaphores_deleted", st.SemaphoresDeleted,
 				"duration", st.Duration, "stopped", st.Stopped, "owner", st.Owner, "token", int64(st.Token))
 		}
 	}()
@@ -494,6 +504,9 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **passLease) (s
 		{"free expired leases", &st.ExpiredFreed, 0, r.db.ReapExpired},
 		{"delete dead waiters", &st.WaitersDeleted, r.cfg.WaiterGrace, r.db.ReapWaiters},
 		{"delete idle rows", &st.IdleDeleted, r.cfg.Retention, r.db.ReapIdle},
+		{"delete expired shares", &st.SharesDeleted, r.cfg.WaiterGrace, r.db.ReapShares},
+		{"delete expired grants", &st.GrantsDeleted, r.cfg.WaiterGrace, r.db.ReapGrants},
+		{"delete idle semaphores", &st.SemaphoresDeleted, r.cfg.Retention, r.db.ReapSemaphores},
 	}
 	if r.cfg.HistoryRetention > 0 && r.db.HistorySupported() {
 		steps = append(steps, reapStep{"prune history", &st.HistoryPruned, r.cfg.HistoryRetention, r.db.ReapHistory})

@@ -25,7 +25,7 @@ const (
 // ..._oldest_stale_age_seconds, ..._locks_held, ..._waiters,
 // ..._dead_waiters and ..._last_success_timestamp_seconds).
 const (
-	ReaperRows           = "dblock.reaper.rows" // by kind: expired_freed, waiters_deleted, idle_deleted, history_pruned
+	ReaperRows           = "dblock.reaper.rows" // by kind: expired_freed, waiters_deleted, idle_deleted, history_pruned, shares_deleted, grants_deleted, semaphores_deleted
 	ReaperPasses         = "dblock.reaper.passes"
 	ReaperErrors         = "dblock.reaper.errors"
 	ReaperSkippedPasses  = "dblock.reaper.skipped_passes"

@@ -107,6 +107,8 @@ type Dialect interface {
 	Shared() *SharedSQL
 	// Semaphore returns the statements of semaphores.
 	Semaphore() *SemaphoreSQL
+	// SharedReap returns the reaper's statements for shared locks.
+	SharedReap() *SharedReapSQL
 
 	// attach returns the dialect of a new handle on sdb: this one, or one
 	// that knows more of the server (MariaDB or MySQL; SQLite's file); it

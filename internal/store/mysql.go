@@ -79,9 +79,10 @@ func (d mysqlDialect) Queue() *QueueSQL {
 	return &mysqlQueue
 }
 
-func (mysqlDialect) History() *HistorySQL     { return &mysqlHistory }
-func (mysqlDialect) Shared() *SharedSQL       { return &mysqlShared }
-func (mysqlDialect) Semaphore() *SemaphoreSQL { return &mysqlSemaphore }
+func (mysqlDialect) History() *HistorySQL       { return &mysqlHistory }
+func (mysqlDialect) Shared() *SharedSQL         { return &mysqlShared }
+func (mysqlDialect) Semaphore() *SemaphoreSQL   { return &mysqlSemaphore }
+func (mysqlDialect) SharedReap() *SharedReapSQL { return &mysqlSharedReap }
 
 func (d mysqlDialect) Reap() *ReapSQL {
 	if d.mariadb {

@@ -345,6 +345,7 @@ FROM dblock_shares WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, owner`,
 // grant committed before the lock was had.
 var mysqlSemaphore = SemaphoreSQL{
 	Ensure: `INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE name = name`,
+	Touch:  `UPDATE dblock_semaphores SET updated_at = UTC_TIMESTAMP(6) WHERE name = ?`,
 	Lock:   `SELECT lim, ` + myUs("UTC_TIMESTAMP(6)") + ` FROM dblock_semaphores WHERE name = ? FOR UPDATE`,
 	Used: `SELECT IFNULL(SUM(permits), 0), IFNULL(MIN(` + myUs("expires_at") + `), 0)
 FROM dblock_permits WHERE name = ? AND expires_at > ` + myAt + ` LOCK IN SHARE MODE`,
@@ -360,4 +361,18 @@ ON DUPLICATE KEY UPDATE lim = VALUES(lim), updated_at = VALUES(updated_at)`,
 FROM dblock_semaphores s WHERE s.name = ?`,
 	List: `SELECT id, name, owner, permits, ` + myUs("acquired_at") + `, ` + myUs("expires_at") + `
 FROM dblock_permits WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, id`,
+}
+
+// mysqlSharedReap: single-table deletes in index order, which wait for a
+// row another transaction holds (a grant or a share in its transaction,
+// for a few statements) rather than skip it.
+var mysqlSharedReap = SharedReapSQL{
+	DeleteShares: `DELETE FROM dblock_shares WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY expires_at LIMIT ?`,
+	DeleteGrants: `DELETE FROM dblock_permits WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY expires_at LIMIT ?`,
+	DeleteSemaphores: `DELETE FROM dblock_semaphores
+WHERE updated_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = dblock_semaphores.name)
+LIMIT ?`,
 }

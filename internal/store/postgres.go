@@ -39,9 +39,10 @@ func (postgres) Row() *RowSQL     { return &pgRow }
 func (postgres) Queue() *QueueSQL { return &pgQueue }
 func (postgres) Reap() *ReapSQL   { return &pgReap }
 
-func (postgres) History() *HistorySQL     { return &pgHistory }
-func (postgres) Shared() *SharedSQL       { return &pgShared }
-func (postgres) Semaphore() *SemaphoreSQL { return &pgSemaphore }
+func (postgres) History() *HistorySQL       { return &pgHistory }
+func (postgres) Shared() *SharedSQL         { return &pgShared }
+func (postgres) Semaphore() *SemaphoreSQL   { return &pgSemaphore }
+func (postgres) SharedReap() *SharedReapSQL { return &pgSharedReap }
 
 // Classify maps PostgreSQL SQLSTATEs:
 //

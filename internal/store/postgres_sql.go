@@ -378,7 +378,7 @@ var pgShared = SharedSQL{
 FROM dblock_locks l, (SELECT set_config('lock_timeout', '` + lockWaitMs + `', true)) AS cfg
 WHERE l.name = $1
 FOR UPDATE OF l`,
-	ReadShare:  `SELECT token, reentry, ` + pgUs("expires_at") + ` FROM dblock_shares WHERE name = $1 AND owner = $2`,
+	ReadShare:  `SELECT token, reentry, ` + pgUs("expires_at") + ` FROM dblock_shares WHERE name = $1 AND owner = $2 FOR UPDATE`,
 	LiveShares: `SELECT count(*), coalesce(max(` + pgUs("expires_at") + `), 0) FROM dblock_shares WHERE name = $1 AND token = $2 AND expires_at > ` + pgAt(3),
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = '` + readMode + `',
     acquired_at = ` + pgAt(1) + `, expires_at = ` + pgAt(2) + `, readers = 1, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
@@ -408,7 +408,7 @@ FROM dblock_shares WHERE expires_at > now() ORDER BY name, owner`,
 // statements); the release commits asynchronously, as a lease's does.
 var pgSemaphore = SemaphoreSQL{
 	Ensure: `INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES ($1, $2, now()) ON CONFLICT (name) DO NOTHING`,
-	Lock:   `SELECT lim, ` + pgUs("clock_timestamp()") + ` FROM dblock_semaphores WHERE name = $1 FOR UPDATE`,
+	Lock:   `UPDATE dblock_semaphores SET updated_at = clock_timestamp() WHERE name = $1 RETURNING lim, ` + pgUs("clock_timestamp()"),
 	Used: `SELECT coalesce(sum(permits), 0), coalesce(min(` + pgUs("expires_at") + `), 0)
 FROM dblock_permits WHERE name = $1 AND expires_at > ` + pgAt(2),
 	Grant: `INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
@@ -428,4 +428,21 @@ RETURNING pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL`,
 FROM dblock_semaphores s WHERE s.name = $1`,
 	List: `SELECT id, name, owner, permits, ` + pgUs("acquired_at") + `, ` + pgUs("expires_at") + `
 FROM dblock_permits WHERE expires_at > now() ORDER BY name, id`,
+}
+
+var pgSharedReap = SharedReapSQL{
+	DeleteShares: `DELETE FROM dblock_shares WHERE (name, owner) IN (
+    SELECT name, owner FROM dblock_shares WHERE expires_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+) AND expires_at < now() - $1::bigint * interval '1 microsecond'`,
+	DeleteGrants: `DELETE FROM dblock_permits WHERE id IN (
+    SELECT id FROM dblock_permits WHERE expires_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)`,
+	DeleteSemaphores: `DELETE FROM dblock_semaphores WHERE name IN (
+    SELECT s.name FROM dblock_semaphores s
+    WHERE s.updated_at < now() - $1::bigint * interval '1 microsecond'
+      AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = s.name)
+    LIMIT $2 FOR UPDATE SKIP LOCKED
+) AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = dblock_semaphores.name)`,
 }

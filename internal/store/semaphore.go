@@ -23,9 +23,10 @@ import (
 type SemaphoreSQL struct {
 	// Ensure (name, limit) inserts the semaphore unless it exists.
 	Ensure string
-	// Lock (name) locks the semaphore's row and reads its limit and the
-	// clock.
-	Lock string
+	// Lock (name) locks the semaphore's row, marks it used (updated_at,
+	// which the reaper's idle deletion reads) and reads its limit and the
+	// clock; on MySQL, Touch (name) marks and locks it first.
+	Lock, Touch string
 	// Used (name, now) sums the unexpired permits and reads the earliest
 	// expiry among them.
 	Used string
@@ -158,6 +159,11 @@ func (db *DB) semaphoreAttempt(ctx context.Context, tx *sqlx.Tx, name string, li
 	s := db.Dialect.Semaphore()
 	if !db.Dialect.Caps().RowLocks {
 		if _, err := tx.ExecContext(ctx, s.Ensure, name, limit); err != nil {
+			return false, false, db.Classify(err)
+		}
+	}
+	if s.Touch != "" {
+		if _, err := tx.ExecContext(ctx, s.Touch, name); err != nil {
 			return false, false, db.Classify(err)
 		}
 	}

@@ -70,9 +70,10 @@ func (sqliteDialect) Row() *RowSQL     { return &sqliteRow }
 func (sqliteDialect) Queue() *QueueSQL { return &sqliteQueue }
 func (sqliteDialect) Reap() *ReapSQL   { return &sqliteReap }
 
-func (sqliteDialect) History() *HistorySQL     { return &sqliteHistory }
-func (sqliteDialect) Shared() *SharedSQL       { return &sqliteShared }
-func (sqliteDialect) Semaphore() *SemaphoreSQL { return &sqliteSemaphore }
+func (sqliteDialect) History() *HistorySQL       { return &sqliteHistory }
+func (sqliteDialect) Shared() *SharedSQL         { return &sqliteShared }
+func (sqliteDialect) Semaphore() *SemaphoreSQL   { return &sqliteSemaphore }
+func (sqliteDialect) SharedReap() *SharedReapSQL { return &sqliteSharedReap }
 
 // Classify maps SQLite result codes:
 //

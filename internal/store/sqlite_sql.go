@@ -226,7 +226,7 @@ FROM dblock_shares WHERE expires_at > ` + sqliteNow + ` ORDER BY name, owner`,
 // sqliteSemaphore: the write transaction is the lock.
 var sqliteSemaphore = SemaphoreSQL{
 	Ensure: `INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?1, ?2, ` + sqliteNow + `) ON CONFLICT (name) DO NOTHING`,
-	Lock:   `SELECT lim, ` + sqliteNow + ` FROM dblock_semaphores WHERE name = ?1`,
+	Lock:   `UPDATE dblock_semaphores SET updated_at = ` + sqliteNow + ` WHERE name = ?1 RETURNING lim, ` + sqliteNow,
 	Used: `SELECT IFNULL(sum(permits), 0), IFNULL(min(expires_at), 0)
 FROM dblock_permits WHERE name = ?1 AND expires_at > ?2`,
 	Grant: `INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
@@ -242,4 +242,18 @@ ON CONFLICT (name) DO UPDATE SET lim = excluded.lim, updated_at = excluded.updat
 FROM dblock_semaphores s WHERE s.name = ?1`,
 	List: `SELECT id, name, owner, permits, acquired_at, expires_at
 FROM dblock_permits WHERE expires_at > ` + sqliteNow + ` ORDER BY name, id`,
+}
+
+var sqliteSharedReap = SharedReapSQL{
+	DeleteShares: `DELETE FROM dblock_shares WHERE rowid IN (
+    SELECT rowid FROM dblock_shares WHERE expires_at < ` + sqliteNow + ` - ?1 ORDER BY expires_at LIMIT ?2
+)`,
+	DeleteGrants: `DELETE FROM dblock_permits WHERE id IN (
+    SELECT id FROM dblock_permits WHERE expires_at < ` + sqliteNow + ` - ?1 ORDER BY expires_at LIMIT ?2
+)`,
+	DeleteSemaphores: `DELETE FROM dblock_semaphores WHERE name IN (
+    SELECT s.name FROM dblock_semaphores s
+    WHERE s.updated_at < ` + sqliteNow + ` - ?1 AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = s.name)
+    LIMIT ?2
+)`,
 }

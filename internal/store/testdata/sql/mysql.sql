@@ -248,6 +248,9 @@ INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?, ?, UTC_TIMESTAM
 -- SemaphoreSQL.Lock
 SELECT lim, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) FROM dblock_semaphores WHERE name = ? FOR UPDATE;
 
+-- SemaphoreSQL.Touch
+UPDATE dblock_semaphores SET updated_at = UTC_TIMESTAMP(6) WHERE name = ?;
+
 -- SemaphoreSQL.Used
 SELECT IFNULL(SUM(permits), 0), IFNULL(MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)), 0)
 FROM dblock_permits WHERE name = ? AND expires_at > TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00') LOCK IN SHARE MODE;
@@ -277,3 +280,17 @@ FROM dblock_semaphores s WHERE s.name = ?;
 -- SemaphoreSQL.List
 SELECT id, name, owner, permits, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)
 FROM dblock_permits WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, id;
+
+-- SharedReapSQL.DeleteShares
+DELETE FROM dblock_shares WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY expires_at LIMIT ?;
+
+-- SharedReapSQL.DeleteGrants
+DELETE FROM dblock_permits WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY expires_at LIMIT ?;
+
+-- SharedReapSQL.DeleteSemaphores
+DELETE FROM dblock_semaphores
+WHERE updated_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = dblock_semaphores.name)
+LIMIT ?;

@@ -320,7 +320,7 @@ WHERE l.name = $1
 FOR UPDATE OF l;
 
 -- SharedSQL.ReadShare
-SELECT token, reentry, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dblock_shares WHERE name = $1 AND owner = $2;
+SELECT token, reentry, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dblock_shares WHERE name = $1 AND owner = $2 FOR UPDATE;
 
 -- SharedSQL.LiveShares
 SELECT count(*), coalesce(max((extract(epoch FROM expires_at) * 1000000)::bigint), 0) FROM dblock_shares WHERE name = $1 AND token = $2 AND expires_at > ('epoch'::timestamptz + $3::bigint * interval '1 microsecond');
@@ -371,7 +371,7 @@ FROM dblock_shares WHERE expires_at > now() ORDER BY name, owner;
 INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES ($1, $2, now()) ON CONFLICT (name) DO NOTHING;
 
 -- SemaphoreSQL.Lock
-SELECT lim, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint FROM dblock_semaphores WHERE name = $1 FOR UPDATE;
+UPDATE dblock_semaphores SET updated_at = clock_timestamp() WHERE name = $1 RETURNING lim, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 
 -- SemaphoreSQL.Used
 SELECT coalesce(sum(permits), 0), coalesce(min((extract(epoch FROM expires_at) * 1000000)::bigint), 0)
@@ -407,3 +407,23 @@ FROM dblock_semaphores s WHERE s.name = $1;
 -- SemaphoreSQL.List
 SELECT id, name, owner, permits, (extract(epoch FROM acquired_at) * 1000000)::bigint, (extract(epoch FROM expires_at) * 1000000)::bigint
 FROM dblock_permits WHERE expires_at > now() ORDER BY name, id;
+
+-- SharedReapSQL.DeleteShares
+DELETE FROM dblock_shares WHERE (name, owner) IN (
+    SELECT name, owner FROM dblock_shares WHERE expires_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+) AND expires_at < now() - $1::bigint * interval '1 microsecond';
+
+-- SharedReapSQL.DeleteGrants
+DELETE FROM dblock_permits WHERE id IN (
+    SELECT id FROM dblock_permits WHERE expires_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+);
+
+-- SharedReapSQL.DeleteSemaphores
+DELETE FROM dblock_semaphores WHERE name IN (
+    SELECT s.name FROM dblock_semaphores s
+    WHERE s.updated_at < now() - $1::bigint * interval '1 microsecond'
+      AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = s.name)
+    LIMIT $2 FOR UPDATE SKIP LOCKED
+) AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = dblock_semaphores.name);

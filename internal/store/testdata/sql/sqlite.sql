@@ -261,7 +261,7 @@ FROM dblock_shares WHERE expires_at > CAST(unixepoch('subsec') * 1000000 AS INTE
 INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000000 AS INTEGER)) ON CONFLICT (name) DO NOTHING;
 
 -- SemaphoreSQL.Lock
-SELECT lim, CAST(unixepoch('subsec') * 1000000 AS INTEGER) FROM dblock_semaphores WHERE name = ?1;
+UPDATE dblock_semaphores SET updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER) WHERE name = ?1 RETURNING lim, CAST(unixepoch('subsec') * 1000000 AS INTEGER);
 
 -- SemaphoreSQL.Used
 SELECT IFNULL(sum(permits), 0), IFNULL(min(expires_at), 0)
@@ -293,3 +293,20 @@ FROM dblock_semaphores s WHERE s.name = ?1;
 -- SemaphoreSQL.List
 SELECT id, name, owner, permits, acquired_at, expires_at
 FROM dblock_permits WHERE expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) ORDER BY name, id;
+
+-- SharedReapSQL.DeleteShares
+DELETE FROM dblock_shares WHERE rowid IN (
+    SELECT rowid FROM dblock_shares WHERE expires_at < CAST(unixepoch('subsec') * 1000000 AS INTEGER) - ?1 ORDER BY expires_at LIMIT ?2
+);
+
+-- SharedReapSQL.DeleteGrants
+DELETE FROM dblock_permits WHERE id IN (
+    SELECT id FROM dblock_permits WHERE expires_at < CAST(unixepoch('subsec') * 1000000 AS INTEGER) - ?1 ORDER BY expires_at LIMIT ?2
+);
+
+-- SharedReapSQL.DeleteSemaphores
+DELETE FROM dblock_semaphores WHERE name IN (
+    SELECT s.name FROM dblock_semaphores s
+    WHERE s.updated_at < CAST(unixepoch('subsec') * 1000000 AS INTEGER) - ?1 AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = s.name)
+    LIMIT ?2
+);

@@ -1,0 +1,82 @@
+package reaper
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/rwlock"
+	"github.com/dblock-go/dblock/semaphore"
+)
+
+// A reader and a semaphore holder that die (their leases run out, nobody
+// releases): the pass frees the name the reader held, deletes its share and
+// the grant, and later the idle semaphore; a live reader is kept.
+func TestPassClearsDeadSharedHolders(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		short := []dblock.Option{dblock.WithTTL(200 * time.Millisecond), dblock.WithMaxHold(200 * time.Millisecond)}
+		rw, err := rwlock.New(iso.DB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rw.Close()
+		sem, err := semaphore.New(iso.DB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sem.Close()
+		dead, err := rw.TryAcquireRead(ctx, randomName("dead-reader"), short...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live, err := rw.TryAcquireRead(ctx, randomName("live-reader"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		semName := randomName("sem")
+		grant, err := sem.TryAcquire(ctx, semName, 2, 1, short...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-dead.Done()
+		<-grant.Done()
+		time.Sleep(50 * time.Millisecond)
+
+		r := newReaper(t, iso.DB, &Config{WaiterGrace: time.Millisecond, Retention: time.Hour})
+		st := runOnce(t, r)
+		if st.ExpiredFreed < 1 || st.SharesDeleted != 1 || st.GrantsDeleted != 1 || st.SemaphoresDeleted != 0 {
+			t.Fatalf("pass %+v: want the dead reader's name freed, its share and the grant deleted, the semaphore kept", st)
+		}
+		if !errors.Is(dead.Err(), dblock.ErrExpired) || !errors.Is(grant.Err(), dblock.ErrExpired) {
+			t.Fatalf("dead holders' Err: %v, %v", dead.Err(), grant.Err())
+		}
+		if live.Err() != nil {
+			t.Fatalf("live reader lost: %v", live.Err())
+		}
+		w, err := rw.TryAcquire(ctx, dead.Name())
+		if err != nil {
+			t.Fatalf("write after the dead reader was cleared: %v", err)
+		}
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := live.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		exec(t, iso.DB, "UPDATE dblock_semaphores SET updated_at = "+shifted(iso.DB, 1), (-2 * time.Hour).Microseconds())
+		st = runOnce(t, r)
+		if st.SemaphoresDeleted != 1 {
+			t.Fatalf("pass %+v: want the idle semaphore deleted", st)
+		}
+		if s, err := sem.State(ctx, semName); err != nil || s.Exists {
+			t.Fatalf("semaphore after the pass: %+v, %v", s, err)
+		}
+	})
+}
