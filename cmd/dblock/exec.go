@@ -23,6 +23,7 @@ import (
 )
 
 const execHelp = `Usage: dblock [--dsn DSN] exec --lock NAME [--mode optimistic|pessimistic] [--fair]
+                 [--read | --semaphore --limit N [--permits K]]
                  [--ttl DUR] [--max-hold DUR] [--wait DUR] [--owner ID] -- CMD [ARGS...]
 
 Runs CMD while holding the lock NAME, like flock(1) but across hosts: every
@@ -54,6 +55,14 @@ Flags:
                   CMD runs (freed at once if dblock dies; needs a connection
                   for the whole run)
   --fair          take the lock in arrival order (FIFO) among waiters
+  --read          take the read lock of NAME (rwlock): shared with other
+                  readers, excluded by every exclusive holder (any mode) and
+                  by a writer waiting for it
+  --semaphore     take permits of the semaphore NAME instead of a lock: at
+                  most --limit N permits out at once (required; the
+                  semaphore keeps the limit it was created with, and another
+                  N is a usage error); --permits K (default 1) is how many
+                  this run takes
   --ttl DUR       the lease length (default 30s); renewed every DUR/3 while
                   CMD runs. A dead dblock's lock is free again after DUR.
                   Pessimistic mode: the server ends the transaction if this
@@ -86,6 +95,8 @@ Examples:
   dblock exec --lock nightly-report --wait 0 -- ./report.sh   # cron: skip if running
   dblock exec --lock deploy --wait 10m --ttl 1m -- make deploy
   dblock exec --lock queue --fair -- ./worker --once
+  dblock exec --lock catalog --read -- ./export.sh           # many at once, no writer
+  dblock exec --lock api-key --semaphore --limit 5 -- ./call.sh
 `
 
 const (
@@ -133,6 +144,11 @@ func (a *app) exec(ctx context.Context, args []string) int {
 	name := fs.String("lock", "", "lock name")
 	modeFlag := fs.String("mode", dblock.ModeOptimistic, "optimistic or pessimistic")
 	fair := fs.Bool("fair", false, "FIFO")
+	var spec execSpec
+	fs.BoolVar(&spec.read, "read", false, "take the read lock")
+	fs.BoolVar(&spec.semaphore, "semaphore", false, "take semaphore permits")
+	fs.IntVar(&spec.limit, "limit", 0, "the semaphore's limit")
+	fs.IntVar(&spec.permits, "permits", 1, "permits to take")
 	owner := fs.String("owner", "", "owner")
 	metadataArgs := fs.Bool("metadata-args", false, "store CMD's arguments in the lock's metadata")
 	var ttl, maxHold, wait optDuration
@@ -152,7 +168,7 @@ func (a *app) exec(ctx context.Context, args []string) int {
 	if err := dblock.ValidateName(*name); err != nil {
 		return a.fail(withCode(exitUsage, fmt.Errorf("exec: --lock: %w", err)))
 	}
-	mode, err := modeOf(*modeFlag, *fair)
+	mode, err := spec.resolve(*modeFlag, *fair)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -187,7 +203,7 @@ func (a *app) exec(ctx context.Context, args []string) int {
 		return a.fail(err)
 	}
 	defer db.Close()
-	locker, err := newLocker(db, mode, a.logger)
+	locker, err := newLocker(db, spec, a.logger)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -211,6 +227,10 @@ func (a *app) exec(ctx context.Context, args []string) int {
 		return 128 + signum(sig)
 	}
 	if err != nil {
+		if errors.Is(err, dblock.ErrNotAcquired) && mode == dblock.ModeSemaphore {
+			a.errorLine(fmt.Errorf("exec: %w", err)) // It says how many permits are out.
+			return exitNotAcquired
+		}
 		if errors.Is(err, dblock.ErrNotAcquired) {
 			a.errorLine(notAcquiredLine(*name, holderOf(ctx, db, *name, err), err, wait))
 			return exitNotAcquired
@@ -397,6 +417,11 @@ func notAcquiredLine(name string, h holder, err error, wait optDuration) error {
 		fmt.Fprintf(&b, "%q is held by owner %q", name, held.Owner)
 		if held.Mode != "" {
 			fmt.Fprintf(&b, " (%s)", held.Mode)
+		}
+	case held.Mode == dblock.ModeRead:
+		fmt.Fprintf(&b, "%q is held by readers", name)
+		if held.Cause != nil && !errors.Is(held.Cause, context.DeadlineExceeded) && !errors.Is(held.Cause, context.Canceled) {
+			fmt.Fprintf(&b, " (%v)", held.Cause)
 		}
 	case h.writeLocked:
 		fmt.Fprintf(&b, "%q is held by a pessimistic transaction: the database is write-locked by a transaction (SQLite: a pessimistic hold locks the whole file until it ends)", name)

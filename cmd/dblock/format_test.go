@@ -116,7 +116,7 @@ func TestStatusUnchecked(t *testing.T) {
 	waiters := []store.WaiterRow{{Name: "queued", Owner: "w", Position: 1, CreatedAt: now, Now: now}}
 	st := statusData{now: now, locks: mergeTxHolds(now, rows, store.TxHolds{}), waiters: waiters, unchecked: uncheckedDenied}
 	st.unknown = uncheckedNames(names, rows)
-	st.free = freeNames(names, st.locks, waiters, st.unknown)
+	st.free = freeNames(names, st.locks, waiters, st.unknown, sharedHolds{})
 	if got := strings.Join(st.unknown, ","); got != "expired,none,queued" {
 		t.Errorf("unknown = %q, want the names no live lease holds", got)
 	}

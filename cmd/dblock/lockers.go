@@ -12,6 +12,8 @@ import (
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
+	"github.com/dblock-go/dblock/rwlock"
+	"github.com/dblock-go/dblock/semaphore"
 )
 
 // cliLocker is a mode's Locker plus what exec needs while CMD runs.
@@ -26,8 +28,20 @@ type cliLocker interface {
 // newLocker returns the Locker of a mode: optimistic (lease), pessimistic
 // (a transaction held while CMD runs) or fair (optimistic leases taken in
 // FIFO order).
-func newLocker(db *dialect.DB, mode string, logger *slog.Logger) (cliLocker, error) {
-	switch mode {
+func newLocker(db *dialect.DB, spec execSpec, logger *slog.Logger) (cliLocker, error) {
+	switch spec.mode {
+	case dblock.ModeRead:
+		l, err := rwlock.New(db, &rwlock.Config{Logger: logger})
+		if err != nil {
+			return nil, err
+		}
+		return leaseLocker{readLocker{l}}, nil
+	case dblock.ModeSemaphore:
+		l, err := semaphore.New(db, &semaphore.Config{Logger: logger})
+		if err != nil {
+			return nil, err
+		}
+		return leaseLocker{semLocker{l, spec.limit, spec.permits}}, nil
 	case dblock.ModeOptimistic:
 		l, err := optimistic.New(db, &optimistic.Config{Logger: logger})
 		if err != nil {
@@ -47,7 +61,7 @@ func newLocker(db *dialect.DB, mode string, logger *slog.Logger) (cliLocker, err
 		}
 		return leaseLocker{l}, nil
 	}
-	return nil, usageErrorf("exec: unknown mode %q", mode)
+	return nil, usageErrorf("exec: unknown mode %q", spec.mode)
 }
 
 // leaseLocker is a lease mode: its watchdog renews the lease by itself.

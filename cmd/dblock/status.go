@@ -19,8 +19,9 @@ import (
 const statusHelp = `Usage: dblock [--dsn DSN] status [--json] [NAME...]
 
 Lists the held locks (name, owner, fencing token, reentry count, mode, when
-acquired, when the lease expires) and the fair-queue waiters (queue position
-and how long each has waited). With NAMEs, only those locks; a NAME that
+acquired, when the lease expires), the fair-queue waiters (queue position
+and how long each has waited), the readers of names held for reading and
+the grants of semaphores' permits. With NAMEs, only those locks; a NAME that
 nobody holds is reported free, and a NAME that status could not check is
 reported unknown, never free. Times come from the database clock.
 
@@ -67,8 +68,16 @@ seconds as numbers, null when there is no value):
                  "heartbeat_at": "...", "expires_at": "..."}],
     "free": ["names asked for that nobody holds"],
     "unknown": [{"name": "names asked for that status could not check",
-                 "reason": "permission_denied"}]
+                 "reason": "permission_denied"}],
+    "readers": [{"name": "...", "owner": "...", "token": 9, "reentry": 1,
+                 "acquired_at": "...", "expires_at": "..."}],
+    "permits": [{"name": "...", "owner": "...", "token": 4, "permits": 2,
+                 "acquired_at": "...", "expires_at": "..."}]
   }
+A name held for reading (rwlock, dblock exec --read) is listed under "locks"
+with "owner": "" and "mode": "read", until the last reader's lease ends; each
+reader is listed under "readers". "permits" lists the grants of semaphores'
+permits (dblock exec --semaphore), whose token is the grant's id.
 A transaction (pessimistic) hold has "mode": "pessimistic", "owner": "",
 "token": null, "reentry": 0 and null times; "write_locked" is true when an
 SQLite database is write-locked by a transaction ("now" is the database
@@ -115,6 +124,11 @@ type statusJSON struct {
 	Waiters         []waiterJSON  `json:"waiters"`
 	Free            []string      `json:"free"`
 	Unknown         []unknownJSON `json:"unknown"`
+	// Readers lists each reader's lease of a name held for reading (the
+	// name's lock shows owner "" and mode read); Permits each grant of a
+	// semaphore's permits.
+	Readers []readerJSON `json:"readers"`
+	Permits []permitJSON `json:"permits"`
 }
 
 // unknownJSON is a name asked for that status could not check.
@@ -178,6 +192,10 @@ func (a *app) status(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	shared, err := readShared(ctx, store.Of(db), names)
+	if err != nil {
+		return fmt.Errorf("status: %w", a.schemaError(err))
+	}
 	var now time.Time
 	switch {
 	case len(rows) > 0:
@@ -191,12 +209,12 @@ func (a *app) status(ctx context.Context, args []string) error {
 	}
 	st := statusData{
 		now: now, locks: mergeTxHolds(now, rows, tx), waiters: waiters,
-		writeLocked: tx.WriteLocked, unchecked: unchecked,
+		writeLocked: tx.WriteLocked, unchecked: unchecked, shared: shared,
 	}
 	if unchecked != "" {
 		st.unknown = uncheckedNames(names, rows)
 	}
-	st.free = freeNames(names, st.locks, waiters, st.unknown)
+	st.free = freeNames(names, st.locks, waiters, st.unknown, shared)
 	if *asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -256,6 +274,7 @@ type statusData struct {
 	// unchecked says why transaction holds were not all checked (one of
 	// the unchecked* values), or is empty.
 	unchecked string
+	shared    sharedHolds // Readers' leases and semaphore grants.
 }
 
 // lockEntry is a held lock: a lease row, or a transaction hold (tx), which
@@ -311,7 +330,7 @@ func uncheckedNames(names []string, rows []store.LockRow) []string {
 // freeNames returns the asked-for names that nobody holds or waits for and
 // that were checked (not in unknown), in the order given, without
 // duplicates.
-func freeNames(names []string, locks []lockEntry, waiters []store.WaiterRow, unknown []string) []string {
+func freeNames(names []string, locks []lockEntry, waiters []store.WaiterRow, unknown []string, shared sharedHolds) []string {
 	busy := map[string]bool{}
 	for _, l := range locks {
 		busy[l.Name] = true
@@ -324,7 +343,7 @@ func freeNames(names []string, locks []lockEntry, waiters []store.WaiterRow, unk
 	}
 	free := []string{}
 	for _, n := range names {
-		if !busy[n] {
+		if !busy[n] && !shared.busy(n) {
 			free = append(free, n)
 			busy[n] = true
 		}
@@ -343,6 +362,7 @@ func buildStatus(st statusData) statusJSON {
 		Free:          st.free,
 		Unknown:       []unknownJSON{},
 	}
+	doc.Readers, doc.Permits = st.shared.json()
 	if st.unchecked != "" {
 		reason := st.unchecked
 		doc.UncheckedReason = &reason
@@ -414,7 +434,11 @@ func (a *app) printStatus(st statusData) error {
 			default:
 				expires = "in " + human(l.ExpiresAt.Sub(l.Now))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Name, l.Owner, l.Token, l.Reentry, dash(l.Mode), acquired, expires)
+			owner := l.Owner
+			if owner == "" && l.Mode == dblock.ModeRead {
+				owner = "(readers)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Name, owner, l.Token, l.Reentry, dash(l.Mode), acquired, expires)
 		}
 	}
 	switch st.unchecked {
@@ -431,6 +455,7 @@ func (a *app) printStatus(st statusData) error {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", w.Name, w.Position, w.Owner, human(w.Now.Sub(w.CreatedAt)))
 		}
 	}
+	st.shared.print(tw, st)
 	if len(st.free) > 0 || len(st.unknown) > 0 {
 		fmt.Fprintln(tw)
 	}
