@@ -8,6 +8,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/sharedstress"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 	"github.com/dblock-go/dblock/rwlock"
@@ -253,5 +254,17 @@ func TestWriterNotStarved(t *testing.T) {
 		if err := <-wrote; err != nil {
 			t.Fatalf("writer: %v", err)
 		}
+	})
+}
+
+// Processes take read and write locks of one name; some are killed while
+// they hold. No writer ever overlapped anyone, and tokens ordered.
+func TestProcesses(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("multi-process stress test skipped in -short mode")
+	}
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		sharedstress.Run(t, iso, sharedstress.KindRW, 5, 60, 2)
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/sharedstress"
 	"github.com/dblock-go/dblock/semaphore"
 )
 
@@ -227,5 +228,17 @@ func TestNeverOverLimit(t *testing.T) {
 		if most.Load() > limit || most.Load() < 2 {
 			t.Fatalf("at most %d permits out at once, limit %d", most.Load(), limit)
 		}
+	})
+}
+
+// Processes take permits of one semaphore; some are killed while they
+// hold. Never more than the limit out.
+func TestProcesses(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("multi-process stress test skipped in -short mode")
+	}
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		sharedstress.Run(t, iso, sharedstress.KindSemaphore, 5, 60, 2)
 	})
 }
