@@ -252,12 +252,16 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 	}
 	namesCells := namesCheck(e, newCell, only)
 	runGroup(namesCells)
+	readerCells := readersCheck(e, newCell, only)
+	runGroup(readerCells)
 
 	fmt.Fprintf(w, "## %s\n\n`%s`\n\n", e.label, e.version)
 	printUncontended(w, uncontended)
 	printContended(w, contended)
 	printProcs(w, e, procs, find(contended, keyOptAcquire, 8))
 	printNames(w, namesCells)
+	printReaders(w, readerCells, find(uncontended, keyRead, sharedReaders))
 	printBars(w, e, uncontended, contended, namesCells)
+	printSharedBars(w, uncontended, readerCells)
 	return nil
 }

@@ -252,7 +252,7 @@ func runRound(ctx context.Context, e *env, c *cell, warm, dur time.Duration) {
 		c.lat = append(c.lat, time.Duration(r.relDone-r.acqStart))
 		c.wait = append(c.wait, time.Duration(r.acqDone-r.acqStart))
 	}
-	if c.contended {
+	if c.contended && !c.sc.shared {
 		slices.SortFunc(all, func(a, b rec) int { return int(a.acqDone - b.acqDone) })
 		for i := 1; i < len(all); i++ {
 			prev, cur := all[i-1], all[i]

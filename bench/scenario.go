@@ -49,6 +49,9 @@ type scenario struct {
 	setup func(ctx context.Context, e *env, contended bool) (*instance, error)
 	// resetTables names extra tables to empty between cells.
 	resetTables []string
+	// shared: holds of one name may overlap (readers, a semaphore's
+	// permits), so the contended cell counts no overlaps.
+	shared bool
 }
 
 func (s *scenario) runsOn(k store.Kind) bool {

@@ -9,6 +9,9 @@
 -- permit grant (the token is its id).
 
 -- +goose Up
+-- Adding the columns is instant, but waits for the table's lock: give up after 3 s rather
+-- than queue every lock statement behind a long pessimistic transaction (run it again).
+SET LOCAL lock_timeout = '3s';
 ALTER TABLE dblock_locks
     ADD COLUMN readers      integer NOT NULL DEFAULT 0,
     ADD COLUMN shared_until timestamptz,

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/rwlock"
+	"github.com/dblock-go/dblock/semaphore"
+)
+
+// Scenario keys of the shared locks.
+const (
+	keyRead      = "read"
+	keySemaphore = "semaphore"
+	// sharedReaders is the goroutine count of the readers-on-one-name cell.
+	sharedReaders = 32
+)
+
+func init() {
+	register(&scenario{
+		key: keyRead, order: 75, title: "dblock rwlock AcquireRead+Release",
+		about: "rwlock.New(db, nil); AcquireRead with no options (30 s lease renewed), then Release: one " +
+			"transaction each, which locks the name's row. Contended cells: readers share the name.",
+		resetTables: []string{"dblock_shares"}, shared: true,
+		setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
+			l, err := rwlock.New(e.db, nil)
+			if err != nil {
+				return nil, err
+			}
+			return leaseInstance(func(ctx context.Context, name string) (*dblock.Lease, error) {
+				return l.AcquireRead(ctx, name)
+			}, func() { _ = l.Close() }), nil
+		},
+	})
+	register(&scenario{
+		key: keySemaphore, order: 76, title: "dblock semaphore Acquire+Release (limit 64, 1 permit)",
+		about: "semaphore.New(db, nil); Acquire(name, 64, 1), then Release: a grant is one transaction on the " +
+			"semaphore's row, a release one statement.",
+		resetTables: []string{"dblock_permits", "dblock_semaphores"}, shared: true,
+		setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
+			l, err := semaphore.New(e.db, nil)
+			if err != nil {
+				return nil, err
+			}
+			return leaseInstance(func(ctx context.Context, name string) (*dblock.Lease, error) {
+				return l.Acquire(ctx, name, 64, 1)
+			}, func() { _ = l.Close() }), nil
+		},
+	})
+}
+
+// leaseInstance is an instance whose workers take leases through acquire.
+func leaseInstance(acquire func(ctx context.Context, name string) (*dblock.Lease, error), closeFn func()) *instance {
+	return &instance{
+		worker: func(context.Context, int) (*worker, error) {
+			return &worker{
+				acquire: func(ctx context.Context, name string) (releaseFunc, error) {
+					lease, err := acquire(ctx, name)
+					if err != nil {
+						return nil, err
+					}
+					return lease.Release, nil
+				},
+				close: func() {},
+			}, nil
+		},
+		close: closeFn,
+	}
+}
+
+// readersCheck is the cell of sharedReaders goroutines reading one name
+// (compared with as many reading a name each).
+func readersCheck(e *env, newCell func(*scenario, int) *cell, only map[string]bool) []*cell {
+	sc := registry[keyRead]
+	if sc == nil || only != nil && !only[keyRead] {
+		return nil
+	}
+	c := newCell(sc, sharedReaders)
+	name := e.prefix + "/readers/one"
+	c.nameOf = func(int, int) string { return name } // Not contended: readers hold together.
+	return []*cell{c}
+}
+
+// printSharedBars prints the shared locks' bars: a read pair vs an
+// optimistic pair at 1 goroutine, and 32 readers on one name vs 32 on a
+// name each.
+func printSharedBars(w io.Writer, un, readers []*cell) {
+	barVs(w, find(un, keyRead, 1), find(un, keyOptAcquire, 1), 0.9, "read vs optimistic",
+		"rwlock AcquireRead+Release, 1 goroutine: %.3f× optimistic Acquire+Release (bar ≥ 0.9×)")
+	var one *cell
+	if len(readers) > 0 {
+		one = readers[0]
+	}
+	barVs(w, one, find(un, keyRead, sharedReaders), 0.8, "32 readers on one name vs on 32 names",
+		fmt.Sprintf("rwlock: %d readers on one name: %%.3f× %d readers on a name each (bar ≥ 0.8×)", sharedReaders, sharedReaders))
+}
+
+// printReaders prints the readers-on-one-name cell beside its comparison.
+func printReaders(w io.Writer, readers []*cell, spread *cell) {
+	if len(readers) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "### Readers: %d goroutines reading one name vs a name each\n\n", sharedReaders)
+	fmt.Fprintln(w, "| cell | ops/s | p50 | p99 |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	for _, c := range []*cell{readers[0], spread} {
+		label := "one name"
+		if c == spread {
+			label = "a name each"
+		}
+		if s := status(c); s != "" {
+			fmt.Fprintf(w, "| %s | %s | | |\n", label, s)
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %s | %s |\n", label, c.opsPerSec(), fmtDur(pct(c.lat, .5)), fmtDur(pct(c.lat, .99)))
+	}
+	fmt.Fprintln(w)
+}
