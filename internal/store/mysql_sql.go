@@ -316,8 +316,7 @@ var mysqlShared = SharedSQL{
        IFNULL(` + myUs("shared_until") + `, 0), IFNULL(` + myUs("wanted_until") + `, 0), reentry, readers
 FROM dblock_locks WHERE name = ?
 FOR UPDATE NOWAIT`,
-	ReadShare:  `SELECT token, reentry, ` + myUs("expires_at") + ` FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE`,
-	LiveShares: `SELECT count(*), IFNULL(MAX(` + myUs("expires_at") + `), 0) FROM dblock_shares WHERE name = ? AND token = ? AND expires_at > ` + myAt + ` LOCK IN SHARE MODE`,
+	ReadShare: `SELECT token, reentry, ` + myUs("expires_at") + ` FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = '` + readMode + `',
     acquired_at = ` + myAt + `, expires_at = ` + myAt + `, readers = 1, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ?`,
@@ -367,7 +366,11 @@ FROM dblock_permits WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, id`,
 // row another transaction holds (a grant or a share in its transaction,
 // for a few statements) rather than skip it.
 var mysqlSharedReap = SharedReapSQL{
-	DeleteShares: `DELETE FROM dblock_shares WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+	DeleteShares: `DELETE FROM dblock_shares
+WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND NOT EXISTS (SELECT 1 FROM dblock_locks l
+                  WHERE l.name = dblock_shares.name AND l.version = dblock_shares.token
+                    AND l.owner IN ('', dblock_shares.owner) AND l.expires_at > UTC_TIMESTAMP(6))
 ORDER BY expires_at LIMIT ?`,
 	DeleteGrants: `DELETE FROM dblock_permits WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
 ORDER BY expires_at LIMIT ?`,

@@ -378,8 +378,7 @@ var pgShared = SharedSQL{
 FROM dblock_locks l, (SELECT set_config('lock_timeout', '` + lockWaitMs + `', true)) AS cfg
 WHERE l.name = $1
 FOR UPDATE OF l`,
-	ReadShare:  `SELECT token, reentry, ` + pgUs("expires_at") + ` FROM dblock_shares WHERE name = $1 AND owner = $2 FOR UPDATE`,
-	LiveShares: `SELECT count(*), coalesce(max(` + pgUs("expires_at") + `), 0) FROM dblock_shares WHERE name = $1 AND token = $2 AND expires_at > ` + pgAt(3),
+	ReadShare: `SELECT token, reentry, ` + pgUs("expires_at") + ` FROM dblock_shares WHERE name = $1 AND owner = $2 FOR UPDATE`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = '` + readMode + `',
     acquired_at = ` + pgAt(1) + `, expires_at = ` + pgAt(2) + `, readers = 1, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
 WHERE name = $3
@@ -432,9 +431,12 @@ FROM dblock_permits WHERE expires_at > now() ORDER BY name, id`,
 
 var pgSharedReap = SharedReapSQL{
 	DeleteShares: `DELETE FROM dblock_shares WHERE (name, owner) IN (
-    SELECT name, owner FROM dblock_shares WHERE expires_at < now() - $1::bigint * interval '1 microsecond'
-    ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
-) AND expires_at < now() - $1::bigint * interval '1 microsecond'`,
+    SELECT s.name, s.owner FROM dblock_shares s
+    WHERE s.expires_at < now() - $1::bigint * interval '1 microsecond'
+      AND NOT EXISTS (SELECT 1 FROM dblock_locks l
+                      WHERE l.name = s.name AND l.version = s.token AND l.owner IN ('', s.owner) AND l.expires_at > now())
+    ORDER BY s.expires_at LIMIT $2 FOR UPDATE OF s SKIP LOCKED
+)`,
 	DeleteGrants: `DELETE FROM dblock_permits WHERE id IN (
     SELECT id FROM dblock_permits WHERE expires_at < now() - $1::bigint * interval '1 microsecond'
     ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED

@@ -9,8 +9,8 @@ import (
 // deletes up to a limit of rows (limit last) past an age (µs, first).
 type SharedReapSQL struct {
 	// DeleteShares deletes readers' shares expired longer than the age ago
-	// (a share past its expiry counts for nobody; the name's row ends by
-	// its own expiry, freed by FreeExpired).
+	// whose period ended (the name's row no longer holds them): a share of
+	// the current period still counts in its readers (see SharedSQL).
 	DeleteShares string
 	// DeleteGrants deletes semaphore grants expired longer than the age
 	// ago (their permits were free from their expiry on).

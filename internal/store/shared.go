@@ -16,7 +16,7 @@ import (
 const readMode = dblock.ModeRead
 
 // SharedSQL holds the statements of read locks (package rwlock). A name held
-// by readers is its dblock_locks row with owner ” (an owner no caller can
+// by readers is its dblock_locks row with owner the empty string (an owner no caller can
 // name, so every exclusive mode finds the name held and needs no change),
 // mode read, expires_at the end of the readers' period (the latest of their
 // leases) and a token of the period's own; each reader's lease is its row of
@@ -25,6 +25,14 @@ const readMode = dblock.ModeRead
 // row, whose shared_until carries its read lease: its last exclusive release
 // hands the name to readers (LeaseSQL.Release). A waiting writer sets
 // wanted_until, which refuses new readers until then.
+//
+// readers counts the shares of the period (the rows of dblock_shares with
+// its token) while readers hold the name: one more for each new share, one
+// fewer for each share released, and the last release frees the name. A
+// share that expired without a release (its holder died) still counts, so
+// the name stays held until the period itself runs out by the database
+// clock (at most a TTL after the last reader's renewal); the reaper deletes
+// only the shares of periods that ended.
 //
 // Every statement but Want and Unwant runs in one transaction that first
 // locks the name's row (LockRow), so the reads of dblock_shares that follow
@@ -41,9 +49,6 @@ type SharedSQL struct {
 	LockRow string
 	// ReadShare (name, owner) reads token, reentry, expires_at.
 	ReadShare string
-	// LiveShares (name, token, now) counts the unexpired shares of a period
-	// and reads the latest expiry among them.
-	LiveShares string
 	// Begin (acquired_at, expires_at, name) starts a readers' period with
 	// a new token: RETURNING it (PostgreSQL, SQLite) or as the insert id
 	// (MySQL).

@@ -184,28 +184,20 @@ func (db *DB) ReleaseShare(ctx context.Context, name, owner string, token dblock
 	return released, err
 }
 
-// shareLeft updates the row after a share of its period was dropped: the
-// readers left are counted (the latest expiry among them ends the period),
-// and none left frees the name; an exclusive holder's read lease ends.
+// shareLeft updates the row after a share of its period was dropped: one
+// reader fewer, and none left frees the name (announced); an exclusive
+// holder's read lease ends.
 func (db *DB) shareLeft(ctx context.Context, tx *sqlx.Tx, name, owner string, r sharedRow) error {
 	switch r.owner {
 	case "":
-		var n int
-		var last int64
-		err := tx.QueryRowxContext(ctx, db.Dialect.Shared().LiveShares, name, r.version, r.now).Scan(&n, &last)
-		if err != nil {
-			return db.Classify(err)
+		if r.readers > 1 {
+			r.readers--
+			return db.updateRow(ctx, tx, name, r)
 		}
-		r.readers = n
-		if n == 0 {
-			r = sharedRow{free: true, version: r.version}
-			if err := db.updateRow(ctx, tx, name, r); err != nil {
-				return err
-			}
-			return db.notifyShared(ctx, tx, name)
+		if err := db.updateRow(ctx, tx, name, sharedRow{free: true, version: r.version}); err != nil {
+			return err
 		}
-		r.expires = last
-		return db.updateRow(ctx, tx, name, r)
+		return db.notifyShared(ctx, tx, name)
 	case owner:
 		r.sharedUntil = 0
 		return db.updateRow(ctx, tx, name, r)

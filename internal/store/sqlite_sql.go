@@ -198,8 +198,7 @@ var sqliteShared = SharedSQL{
 	LockRow: `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `,
        IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry, readers
 FROM dblock_locks WHERE name = ?1`,
-	ReadShare:  `SELECT token, reentry, expires_at FROM dblock_shares WHERE name = ?1 AND owner = ?2`,
-	LiveShares: `SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 AND token = ?2 AND expires_at > ?3`,
+	ReadShare: `SELECT token, reentry, expires_at FROM dblock_shares WHERE name = ?1 AND owner = ?2`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = '` + readMode + `',
     acquired_at = ?1, expires_at = ?2, readers = 1, shared_until = NULL, metadata = NULL, updated_at = ` + sqliteNow + `
 WHERE name = ?3
@@ -246,7 +245,11 @@ FROM dblock_permits WHERE expires_at > ` + sqliteNow + ` ORDER BY name, id`,
 
 var sqliteSharedReap = SharedReapSQL{
 	DeleteShares: `DELETE FROM dblock_shares WHERE rowid IN (
-    SELECT rowid FROM dblock_shares WHERE expires_at < ` + sqliteNow + ` - ?1 ORDER BY expires_at LIMIT ?2
+    SELECT s.rowid FROM dblock_shares s
+    WHERE s.expires_at < ` + sqliteNow + ` - ?1
+      AND NOT EXISTS (SELECT 1 FROM dblock_locks l
+                      WHERE l.name = s.name AND l.version = s.token AND l.owner IN ('', s.owner) AND l.expires_at > ` + sqliteNow + `)
+    ORDER BY s.expires_at LIMIT ?2
 )`,
 	DeleteGrants: `DELETE FROM dblock_permits WHERE id IN (
     SELECT id FROM dblock_permits WHERE expires_at < ` + sqliteNow + ` - ?1 ORDER BY expires_at LIMIT ?2

@@ -201,9 +201,6 @@ FOR UPDATE NOWAIT;
 -- SharedSQL.ReadShare
 SELECT token, reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE;
 
--- SharedSQL.LiveShares
-SELECT count(*), IFNULL(MAX(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)), 0) FROM dblock_shares WHERE name = ? AND token = ? AND expires_at > TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00') LOCK IN SHARE MODE;
-
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = 'read',
     acquired_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), readers = 1, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)
@@ -282,7 +279,11 @@ SELECT id, name, owner, permits, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00
 FROM dblock_permits WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, id;
 
 -- SharedReapSQL.DeleteShares
-DELETE FROM dblock_shares WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+DELETE FROM dblock_shares
+WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND NOT EXISTS (SELECT 1 FROM dblock_locks l
+                  WHERE l.name = dblock_shares.name AND l.version = dblock_shares.token
+                    AND l.owner IN ('', dblock_shares.owner) AND l.expires_at > UTC_TIMESTAMP(6))
 ORDER BY expires_at LIMIT ?;
 
 -- SharedReapSQL.DeleteGrants

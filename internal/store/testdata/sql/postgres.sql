@@ -322,9 +322,6 @@ FOR UPDATE OF l;
 -- SharedSQL.ReadShare
 SELECT token, reentry, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dblock_shares WHERE name = $1 AND owner = $2 FOR UPDATE;
 
--- SharedSQL.LiveShares
-SELECT count(*), coalesce(max((extract(epoch FROM expires_at) * 1000000)::bigint), 0) FROM dblock_shares WHERE name = $1 AND token = $2 AND expires_at > ('epoch'::timestamptz + $3::bigint * interval '1 microsecond');
-
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = 'read',
     acquired_at = ('epoch'::timestamptz + $1::bigint * interval '1 microsecond'), expires_at = ('epoch'::timestamptz + $2::bigint * interval '1 microsecond'), readers = 1, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
@@ -410,9 +407,12 @@ FROM dblock_permits WHERE expires_at > now() ORDER BY name, id;
 
 -- SharedReapSQL.DeleteShares
 DELETE FROM dblock_shares WHERE (name, owner) IN (
-    SELECT name, owner FROM dblock_shares WHERE expires_at < now() - $1::bigint * interval '1 microsecond'
-    ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
-) AND expires_at < now() - $1::bigint * interval '1 microsecond';
+    SELECT s.name, s.owner FROM dblock_shares s
+    WHERE s.expires_at < now() - $1::bigint * interval '1 microsecond'
+      AND NOT EXISTS (SELECT 1 FROM dblock_locks l
+                      WHERE l.name = s.name AND l.version = s.token AND l.owner IN ('', s.owner) AND l.expires_at > now())
+    ORDER BY s.expires_at LIMIT $2 FOR UPDATE OF s SKIP LOCKED
+);
 
 -- SharedReapSQL.DeleteGrants
 DELETE FROM dblock_permits WHERE id IN (

@@ -215,9 +215,6 @@ FROM dblock_locks WHERE name = ?1;
 -- SharedSQL.ReadShare
 SELECT token, reentry, expires_at FROM dblock_shares WHERE name = ?1 AND owner = ?2;
 
--- SharedSQL.LiveShares
-SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 AND token = ?2 AND expires_at > ?3;
-
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = 'read',
     acquired_at = ?1, expires_at = ?2, readers = 1, shared_until = NULL, metadata = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
@@ -296,7 +293,11 @@ FROM dblock_permits WHERE expires_at > CAST(unixepoch('subsec') * 1000000 AS INT
 
 -- SharedReapSQL.DeleteShares
 DELETE FROM dblock_shares WHERE rowid IN (
-    SELECT rowid FROM dblock_shares WHERE expires_at < CAST(unixepoch('subsec') * 1000000 AS INTEGER) - ?1 ORDER BY expires_at LIMIT ?2
+    SELECT s.rowid FROM dblock_shares s
+    WHERE s.expires_at < CAST(unixepoch('subsec') * 1000000 AS INTEGER) - ?1
+      AND NOT EXISTS (SELECT 1 FROM dblock_locks l
+                      WHERE l.name = s.name AND l.version = s.token AND l.owner IN ('', s.owner) AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+    ORDER BY s.expires_at LIMIT ?2
 );
 
 -- SharedReapSQL.DeleteGrants
