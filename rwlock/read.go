@@ -111,7 +111,7 @@ func (r *readCall) ask(attempt int) (*dblock.Lease, error) {
 		r.res, r.lastErr = store.ShareResult{}, err
 		return nil, nil
 	case res.Acquired:
-		return r.newLease(res.Token, reqStart)
+		return r.newLease(res.Token, res.Granted, reqStart)
 	}
 	r.res, r.lastErr = res, nil
 	if !r.wait {
@@ -149,18 +149,18 @@ func (r *readCall) settle(reqStart time.Time) *dblock.Lease {
 	if h.Reentry <= r.l.parts.Keeper.Handles(r.name, r.o.Owner, token) {
 		return nil
 	}
-	lease, err := r.newLease(token, reqStart)
+	lease, err := r.newLease(token, 0, reqStart)
 	if err != nil {
 		return nil
 	}
 	return lease
 }
 
-func (r *readCall) newLease(token dblock.Token, reqStart time.Time) (*dblock.Lease, error) {
+func (r *readCall) newLease(token dblock.Token, granted time.Duration, reqStart time.Time) (*dblock.Lease, error) {
 	l := r.l
 	lease, err := l.parts.Keeper.Start(leasekeeper.Params{
 		Name: r.name, Owner: r.o.Owner, Mode: dblock.ModeRead, Token: token, TTL: r.o.TTL, MaxHold: r.o.MaxHold,
-		ReqStart: reqStart, Rows: shares{l.db},
+		ReqStart: reqStart, Granted: granted, Rows: shares{l.db},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rwlock: acquire read %q: %w: %w", r.name, dblock.ErrNotAcquired, dblock.ErrClosed)

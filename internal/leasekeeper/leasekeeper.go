@@ -90,14 +90,22 @@ type Params struct {
 	// Rows are the lease's statements; nil: an exclusive lease of
 	// dblock_locks.
 	Rows Rows
+	// Granted, when positive and shorter, replaces the TTL as the first
+	// lease: the database granted less than asked (a reader joining a
+	// period that ends sooner). Renewals ask for the TTL.
+	Granted time.Duration
 }
 
 // firstTTL is the lease the acquisition asked for: TTL, or MaxHold when shorter.
 func (p Params) firstTTL() time.Duration {
-	if p.MaxHold > 0 && p.MaxHold < p.TTL {
+	ttl := p.TTL
+	if p.Granted > 0 && p.Granted < ttl {
+		ttl = p.Granted
+	}
+	if p.MaxHold > 0 && p.MaxHold < ttl {
 		return p.MaxHold
 	}
-	return p.TTL
+	return ttl
 }
 
 // Start returns the handle of a lease just acquired and starts its watchdog.

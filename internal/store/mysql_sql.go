@@ -316,7 +316,8 @@ var mysqlShared = SharedSQL{
        IFNULL(` + myUs("shared_until") + `, 0), IFNULL(` + myUs("wanted_until") + `, 0), reentry, readers
 FROM dblock_locks WHERE name = ?
 FOR UPDATE NOWAIT`,
-	ReadShare: `SELECT token, reentry, ` + myUs("expires_at") + ` FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE`,
+	ReadShare:  `SELECT token, reentry, ` + myUs("expires_at") + ` FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE`,
+	LiveShares: `SELECT count(*), IFNULL(MAX(` + myUs("expires_at") + `), 0) FROM dblock_shares WHERE name = ? AND token = ? AND expires_at > ` + myAt + ` LOCK IN SHARE MODE`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = '` + readMode + `',
     acquired_at = ` + myAt + `, expires_at = ` + myAt + `, readers = 1, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ?`,

@@ -401,6 +401,7 @@ WHERE s.name = $1 AND s.owner = $2`,
 	Notify: `SELECT pg_notify('` + NotifyChannel + `', $1)::text`,
 	List: `SELECT name, owner, token, reentry, ` + pgUs("acquired_at") + `, ` + pgUs("expires_at") + `
 FROM dblock_shares WHERE expires_at > now() ORDER BY name, owner`,
+	Acquire: pgShareAcquire, Release: pgShareRelease, Renew: pgShareRenew,
 }
 
 // pgSemaphore: Lock waits for the row (others hold it for one grant's few
@@ -448,3 +449,38 @@ var pgSharedReap = SharedReapSQL{
     LIMIT $2 FOR UPDATE SKIP LOCKED
 ) AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = dblock_semaphores.name)`,
 }
+
+// pgShareAcquire and pgShareRelease call the functions of the migration
+// that created dblock_shares (migrations/postgres/00005): a function's
+// statements each see what committed before they began, which the release's
+// count of the readers left needs, in one round trip.
+const (
+	pgShareAcquire = `SELECT acquired, token, holder, holder_mode, expires_us, now_us, writer_waits, granted_us
+FROM dblock_acquire_share($1, $2, $3, $4)`
+	pgShareRelease = `SELECT dblock_release_share($1, $2, $3)`
+)
+
+// pgShareRenew is RenewShare in one statement ($1 name, $2 owner, $3 token,
+// $4 ttl µs): the row locked first; the share extended while it is
+// unexpired and the row still holds its period; the row's expiry (and an
+// exclusive holder's shared_until) with it. It answers whether it did.
+var pgShareRenew = `WITH cur AS (
+    SELECT l.name, l.version, l.owner, l.expires_at FROM dblock_locks l,
+        (SELECT set_config('lock_timeout', '` + lockWaitMs + `', true)) AS cfg
+    WHERE l.name = $1
+    FOR UPDATE OF l
+), s AS (
+    UPDATE dblock_shares d SET expires_at = greatest(d.expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
+    FROM cur
+    WHERE d.name = $1 AND d.owner = $2 AND d.token = $3 AND d.reentry > 0 AND d.expires_at > clock_timestamp()
+      AND cur.version = $3 AND cur.owner IN ('', $2) AND cur.expires_at > clock_timestamp()
+    RETURNING d.expires_at
+), upd AS (
+    UPDATE dblock_locks l SET
+        expires_at   = greatest(l.expires_at, s.expires_at),
+        shared_until = CASE WHEN l.owner = $2 THEN greatest(coalesce(l.shared_until, s.expires_at), s.expires_at) ELSE l.shared_until END,
+        updated_at   = clock_timestamp()
+    FROM s WHERE l.name = $1
+    RETURNING 1
+)
+SELECT count(*) > 0 FROM s`

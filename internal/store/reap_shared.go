@@ -9,8 +9,8 @@ import (
 // deletes up to a limit of rows (limit last) past an age (µs, first).
 type SharedReapSQL struct {
 	// DeleteShares deletes readers' shares expired longer than the age ago
-	// whose period ended (the name's row no longer holds them): a share of
-	// the current period still counts in its readers (see SharedSQL).
+	// whose period ended (the name's row no longer holds them); the shares
+	// of a period that still holds the name go with it.
 	DeleteShares string
 	// DeleteGrants deletes semaphore grants expired longer than the age
 	// ago (their permits were free from their expiry on).

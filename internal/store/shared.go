@@ -26,13 +26,11 @@ const readMode = dblock.ModeRead
 // hands the name to readers (LeaseSQL.Release). A waiting writer sets
 // wanted_until, which refuses new readers until then.
 //
-// readers counts the shares of the period (the rows of dblock_shares with
-// its token) while readers hold the name: one more for each new share, one
-// fewer for each share released, and the last release frees the name. A
-// share that expired without a release (its holder died) still counts, so
-// the name stays held until the period itself runs out by the database
-// clock (at most a TTL after the last reader's renewal); the reaper deletes
-// only the shares of periods that ended.
+// A reader's release counts the unexpired shares of the period left, with a
+// read that sees every reader who committed before it locked the row: none
+// left frees the name (a dead reader's share counts until it expires), and
+// the latest expiry among them ends the period. readers shows that count
+// (status).
 //
 // Every statement but Want and Unwant runs in one transaction that first
 // locks the name's row (LockRow), so the reads of dblock_shares that follow
@@ -49,6 +47,9 @@ type SharedSQL struct {
 	LockRow string
 	// ReadShare (name, owner) reads token, reentry, expires_at.
 	ReadShare string
+	// LiveShares (name, token, now) counts the unexpired shares of a period
+	// and reads the latest expiry among them.
+	LiveShares string
 	// Begin (acquired_at, expires_at, name) starts a readers' period with
 	// a new token: RETURNING it (PostgreSQL, SQLite) or as the insert id
 	// (MySQL).
@@ -77,6 +78,12 @@ type SharedSQL struct {
 	// List reads the unexpired shares: name, owner, token, reentry,
 	// acquired_at, expires_at.
 	List string
+
+	// Acquire, Release and Renew do AcquireShare, ReleaseShare and
+	// RenewShare each in one round trip where the database can
+	// (PostgreSQL: the first two call functions of the migrations); empty
+	// elsewhere, where they are transactions of the statements above.
+	Acquire, Release, Renew string
 }
 
 // lockWaitMs bounds LockRow's wait for a row another transaction locked
@@ -107,6 +114,11 @@ type ShareResult struct {
 	// WriterWaits is true when readers hold the name and a waiting writer
 	// refused this new reader.
 	WriterWaits bool
+	// Granted is how long the share lasts from its acquisition by the
+	// database clock when shorter than the TTL asked for (a reader that
+	// joined without locking the row gets what is left of the readers'
+	// period, at least half the TTL); zero when it got the TTL.
+	Granted time.Duration
 }
 
 // sharedRow is a name's row as LockRow read it (times in µs).

@@ -20,6 +20,9 @@ import (
 // exclusive hold, records a read lease beside it. A name held exclusively
 // by another, or by a transaction (a pessimistic holder), is refused.
 func (db *DB) AcquireShare(ctx context.Context, p ShareParams) (ShareResult, error) {
+	if db.Dialect.Shared().Acquire != "" {
+		return db.acquireShareOne(ctx, p)
+	}
 	c := &shareAcquire{db: db, ctx: ctx, p: p}
 	err := db.sharedTx(ctx, p.Name, c.run)
 	if errors.Is(err, errRowLocked) {
@@ -157,6 +160,9 @@ func (db *DB) beginPeriod(ctx context.Context, tx *sqlx.Tx, name string, now, ex
 // reader's release frees the name (and announces it); an exclusive holder's
 // release of its read lease clears shared_until.
 func (db *DB) ReleaseShare(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+	if db.Dialect.Shared().Release != "" {
+		return db.releaseShareOne(ctx, name, owner, token)
+	}
 	released := false
 	err := db.sharedTx(ctx, name, func(tx *sqlx.Tx, r sharedRow) (bool, error) {
 		released = false
@@ -184,20 +190,28 @@ func (db *DB) ReleaseShare(ctx context.Context, name, owner string, token dblock
 	return released, err
 }
 
-// shareLeft updates the row after a share of its period was dropped: one
-// reader fewer, and none left frees the name (announced); an exclusive
-// holder's read lease ends.
+// shareLeft updates the row after a share of its period was dropped: the
+// readers left are counted (the latest expiry among them ends the period),
+// and none left frees the name; an exclusive holder's read lease ends.
 func (db *DB) shareLeft(ctx context.Context, tx *sqlx.Tx, name, owner string, r sharedRow) error {
 	switch r.owner {
 	case "":
-		if r.readers > 1 {
-			r.readers--
-			return db.updateRow(ctx, tx, name, r)
+		var n int
+		var last int64
+		err := tx.QueryRowxContext(ctx, db.Dialect.Shared().LiveShares, name, r.version, r.now).Scan(&n, &last)
+		if err != nil {
+			return db.Classify(err)
 		}
-		if err := db.updateRow(ctx, tx, name, sharedRow{free: true, version: r.version}); err != nil {
-			return err
+		r.readers = n
+		if n == 0 {
+			r = sharedRow{free: true, version: r.version}
+			if err := db.updateRow(ctx, tx, name, r); err != nil {
+				return err
+			}
+			return db.notifyShared(ctx, tx, name)
 		}
-		return db.notifyShared(ctx, tx, name)
+		r.expires = last
+		return db.updateRow(ctx, tx, name, r)
 	case owner:
 		r.sharedUntil = 0
 		return db.updateRow(ctx, tx, name, r)
@@ -220,6 +234,9 @@ func (db *DB) notifyShared(ctx context.Context, tx *sqlx.Tx, name string) error 
 // the database clock (never shortening it), and the name's row with it; it
 // reports false when the share is gone, expired, or no longer the row's.
 func (db *DB) RenewShare(ctx context.Context, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
+	if db.Dialect.Shared().Renew != "" {
+		return db.renewShareOne(ctx, name, owner, token, ttl)
+	}
 	renewed := false
 	err := db.sharedTx(ctx, name, func(tx *sqlx.Tx, r sharedRow) (bool, error) {
 		renewed = false

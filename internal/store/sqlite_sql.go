@@ -198,7 +198,8 @@ var sqliteShared = SharedSQL{
 	LockRow: `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `,
        IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry, readers
 FROM dblock_locks WHERE name = ?1`,
-	ReadShare: `SELECT token, reentry, expires_at FROM dblock_shares WHERE name = ?1 AND owner = ?2`,
+	ReadShare:  `SELECT token, reentry, expires_at FROM dblock_shares WHERE name = ?1 AND owner = ?2`,
+	LiveShares: `SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 AND token = ?2 AND expires_at > ?3`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = '` + readMode + `',
     acquired_at = ?1, expires_at = ?2, readers = 1, shared_until = NULL, metadata = NULL, updated_at = ` + sqliteNow + `
 WHERE name = ?3

@@ -50,7 +50,160 @@ CREATE TABLE dblock_permits (
 CREATE INDEX dblock_permits_name_idx ON dblock_permits (name, expires_at);
 CREATE INDEX dblock_permits_expires_at_idx ON dblock_permits (expires_at);
 
+-- A reader's acquisition and release, each one round trip (see internal/store/shared.go for
+-- the model). A function's statements each see the transactions committed before they began,
+-- which one statement cannot: the release counts the readers left after it locked the row.
+
+-- dblock_acquire_share joins the readers of a name without taking its row's lock from the
+-- others (FOR SHARE) while their period lasts at least half the TTL longer (the share then
+-- ends with the period: granted_us says how long it got); otherwise it locks the row, and
+-- starts a period with a new token (a free or expired name), joins (readers hold it and no
+-- writer waits, or the owner holds a share of the period already), or records the read
+-- lease of the name's exclusive holder itself (a downgrade: shared_until). A refusal
+-- answers the row as found.
+-- +goose StatementBegin
+CREATE FUNCTION dblock_acquire_share(p_name text, p_owner text, p_ttl_us bigint, p_metadata text)
+RETURNS TABLE (acquired boolean, token bigint, holder text, holder_mode text, expires_us bigint, now_us bigint,
+               writer_waits boolean, granted_us bigint)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    r     record;
+    ttl   interval := p_ttl_us * interval '1 microsecond';
+    now_  timestamptz;
+    fresh boolean;
+    tok   bigint;
+    exp   timestamptz;
+    n     integer;
+BEGIN
+    PERFORM set_config('lock_timeout', '100', true);
+    now_ := clock_timestamp();
+    SELECT l.version, l.expires_at INTO r FROM dblock_locks l
+    WHERE l.name = p_name AND l.owner = '' AND l.expires_at > now_ + ttl / 2
+      AND (l.wanted_until IS NULL OR l.wanted_until <= now_ OR EXISTS (
+          SELECT 1 FROM dblock_shares s WHERE s.name = p_name AND s.owner = p_owner AND s.token = l.version AND s.expires_at > now_))
+    FOR SHARE OF l;
+    IF FOUND THEN
+        exp := least(now_ + ttl, r.expires_at);
+        INSERT INTO dblock_shares AS s (name, owner, token, reentry, acquired_at, expires_at, metadata)
+        VALUES (p_name, p_owner, r.version, 1, now_, exp, p_metadata)
+        ON CONFLICT (name, owner) DO UPDATE SET
+            reentry     = CASE WHEN s.token = excluded.token THEN s.reentry + 1 ELSE 1 END,
+            expires_at  = CASE WHEN s.token = excluded.token THEN greatest(s.expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+            acquired_at = CASE WHEN s.token = excluded.token THEN s.acquired_at ELSE excluded.acquired_at END,
+            metadata    = CASE WHEN s.token = excluded.token THEN s.metadata ELSE excluded.metadata END,
+            token       = excluded.token
+        RETURNING s.expires_at INTO exp;
+        RETURN QUERY SELECT true, r.version, ''::text, ''::text, 0::bigint, 0::bigint, false,
+            ((extract(epoch FROM least(exp, r.expires_at) - now_)) * 1000000)::bigint;
+        RETURN;
+    END IF;
+
+    SELECT l.version, coalesce(l.owner, '') AS owner, l.owner IS NULL AS free, coalesce(l.mode, '') AS mode,
+           l.expires_at, l.wanted_until, l.shared_until INTO r
+    FROM dblock_locks l WHERE l.name = p_name FOR UPDATE OF l;
+    IF NOT FOUND THEN
+        INSERT INTO dblock_locks (name, reentry, version, updated_at)
+        VALUES (p_name, 0, nextval('dblock_token_seq'), now_) ON CONFLICT (name) DO NOTHING;
+        SELECT l.version, coalesce(l.owner, '') AS owner, l.owner IS NULL AS free, coalesce(l.mode, '') AS mode,
+               l.expires_at, l.wanted_until, l.shared_until INTO r
+        FROM dblock_locks l WHERE l.name = p_name FOR UPDATE OF l;
+    END IF;
+    now_ := clock_timestamp();
+    fresh := r.free OR r.expires_at <= now_;
+    IF NOT fresh AND r.owner <> p_owner AND (r.owner <> '' OR (coalesce(r.wanted_until > now_, false) AND NOT EXISTS (
+          SELECT 1 FROM dblock_shares s WHERE s.name = p_name AND s.owner = p_owner AND s.token = r.version AND s.expires_at > now_))) THEN
+        RETURN QUERY SELECT false, r.version, r.owner, r.mode,
+            coalesce(((extract(epoch FROM r.expires_at)) * 1000000)::bigint, 0), ((extract(epoch FROM now_)) * 1000000)::bigint,
+            r.owner = '' AND coalesce(r.wanted_until > now_, false), 0::bigint;
+        RETURN;
+    END IF;
+    tok := CASE WHEN fresh THEN nextval('dblock_token_seq') ELSE r.version END;
+    INSERT INTO dblock_shares AS s (name, owner, token, reentry, acquired_at, expires_at, metadata)
+    VALUES (p_name, p_owner, tok, 1, now_, now_ + ttl, p_metadata)
+    ON CONFLICT (name, owner) DO UPDATE SET
+        reentry     = CASE WHEN s.token = excluded.token THEN s.reentry + 1 ELSE 1 END,
+        expires_at  = CASE WHEN s.token = excluded.token THEN greatest(s.expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+        acquired_at = CASE WHEN s.token = excluded.token THEN s.acquired_at ELSE excluded.acquired_at END,
+        metadata    = CASE WHEN s.token = excluded.token THEN s.metadata ELSE excluded.metadata END,
+        token       = excluded.token
+    RETURNING s.expires_at, s.reentry INTO exp, n;
+    IF fresh THEN
+        UPDATE dblock_locks SET owner = '', reentry = 1, version = tok, mode = 'read', acquired_at = now_,
+            expires_at = exp, readers = 1, shared_until = NULL, metadata = NULL, updated_at = now_
+        WHERE name = p_name;
+    ELSIF r.owner = '' THEN
+        UPDATE dblock_locks SET expires_at = greatest(expires_at, exp),
+            readers = readers + CASE WHEN n = 1 THEN 1 ELSE 0 END, updated_at = now_
+        WHERE name = p_name;
+    ELSE
+        UPDATE dblock_locks SET expires_at = greatest(expires_at, exp),
+            shared_until = greatest(coalesce(shared_until, exp), exp), updated_at = now_
+        WHERE name = p_name;
+    END IF;
+    RETURN QUERY SELECT true, tok, ''::text, ''::text, 0::bigint, 0::bigint, false,
+        ((extract(epoch FROM exp - now_)) * 1000000)::bigint;
+END
+$fn$;
+-- +goose StatementEnd
+
+-- dblock_release_share ends one entry of the owner's share at the token (committed
+-- asynchronously, as a lease's release): its last entry deletes it; then, when readers hold
+-- the name at that token, the unexpired shares left are counted (none frees the name and
+-- announces it; else the latest of them ends the period), and an exclusive holder's own read
+-- lease just ends. It answers whether there was such a share.
+-- +goose StatementBegin
+CREATE FUNCTION dblock_release_share(p_name text, p_owner text, p_token bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    r    record;
+    n    integer;
+    last timestamptz;
+    now_ timestamptz;
+BEGIN
+    PERFORM set_config('lock_timeout', '100', true);
+    PERFORM set_config('synchronous_commit', 'off', true);
+    SELECT l.version, l.owner, l.expires_at INTO r FROM dblock_locks l WHERE l.name = p_name FOR UPDATE OF l;
+    SELECT s.reentry INTO n FROM dblock_shares s
+    WHERE s.name = p_name AND s.owner = p_owner AND s.token = p_token AND s.reentry > 0 FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF n > 1 THEN
+        UPDATE dblock_shares SET reentry = reentry - 1 WHERE name = p_name AND owner = p_owner;
+        RETURN true;
+    END IF;
+    DELETE FROM dblock_shares WHERE name = p_name AND owner = p_owner;
+    now_ := clock_timestamp();
+    IF r.version IS DISTINCT FROM p_token OR r.expires_at <= now_ THEN
+        RETURN true;
+    END IF;
+    IF r.owner = p_owner THEN
+        UPDATE dblock_locks SET shared_until = NULL, updated_at = now_ WHERE name = p_name;
+        RETURN true;
+    END IF;
+    IF r.owner IS NULL OR r.owner <> '' THEN
+        RETURN true;
+    END IF;
+    SELECT count(*), max(s.expires_at) INTO n, last FROM dblock_shares s
+    WHERE s.name = p_name AND s.token = p_token AND s.expires_at > now_;
+    IF n = 0 THEN
+        UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, readers = 0, updated_at = now_
+        WHERE name = p_name;
+        PERFORM pg_notify('dblock', p_name);
+    ELSE
+        UPDATE dblock_locks SET readers = n, expires_at = last, updated_at = now_ WHERE name = p_name;
+    END IF;
+    RETURN true;
+END
+$fn$;
+-- +goose StatementEnd
+
 -- +goose Down
+DROP FUNCTION dblock_release_share(text, text, bigint);
+DROP FUNCTION dblock_acquire_share(text, text, bigint, text);
 DROP TABLE dblock_permits;
 DROP TABLE dblock_semaphores;
 DROP TABLE dblock_shares;

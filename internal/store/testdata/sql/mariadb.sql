@@ -198,6 +198,9 @@ FOR UPDATE NOWAIT;
 -- SharedSQL.ReadShare
 SELECT token, reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE;
 
+-- SharedSQL.LiveShares
+SELECT count(*), IFNULL(MAX(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)), 0) FROM dblock_shares WHERE name = ? AND token = ? AND expires_at > TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00') LOCK IN SHARE MODE;
+
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = 'read',
     acquired_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), readers = 1, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)

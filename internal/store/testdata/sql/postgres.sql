@@ -364,6 +364,35 @@ SELECT pg_notify('dblock', $1)::text;
 SELECT name, owner, token, reentry, (extract(epoch FROM acquired_at) * 1000000)::bigint, (extract(epoch FROM expires_at) * 1000000)::bigint
 FROM dblock_shares WHERE expires_at > now() ORDER BY name, owner;
 
+-- SharedSQL.Acquire
+SELECT acquired, token, holder, holder_mode, expires_us, now_us, writer_waits, granted_us
+FROM dblock_acquire_share($1, $2, $3, $4);
+
+-- SharedSQL.Release
+SELECT dblock_release_share($1, $2, $3);
+
+-- SharedSQL.Renew
+WITH cur AS (
+    SELECT l.name, l.version, l.owner, l.expires_at FROM dblock_locks l,
+        (SELECT set_config('lock_timeout', '200', true)) AS cfg
+    WHERE l.name = $1
+    FOR UPDATE OF l
+), s AS (
+    UPDATE dblock_shares d SET expires_at = greatest(d.expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
+    FROM cur
+    WHERE d.name = $1 AND d.owner = $2 AND d.token = $3 AND d.reentry > 0 AND d.expires_at > clock_timestamp()
+      AND cur.version = $3 AND cur.owner IN ('', $2) AND cur.expires_at > clock_timestamp()
+    RETURNING d.expires_at
+), upd AS (
+    UPDATE dblock_locks l SET
+        expires_at   = greatest(l.expires_at, s.expires_at),
+        shared_until = CASE WHEN l.owner = $2 THEN greatest(coalesce(l.shared_until, s.expires_at), s.expires_at) ELSE l.shared_until END,
+        updated_at   = clock_timestamp()
+    FROM s WHERE l.name = $1
+    RETURNING 1
+)
+SELECT count(*) > 0 FROM s;
+
 -- SemaphoreSQL.Ensure
 INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES ($1, $2, now()) ON CONFLICT (name) DO NOTHING;
 

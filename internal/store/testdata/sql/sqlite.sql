@@ -215,6 +215,9 @@ FROM dblock_locks WHERE name = ?1;
 -- SharedSQL.ReadShare
 SELECT token, reentry, expires_at FROM dblock_shares WHERE name = ?1 AND owner = ?2;
 
+-- SharedSQL.LiveShares
+SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 AND token = ?2 AND expires_at > ?3;
+
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = 'read',
     acquired_at = ?1, expires_at = ?2, readers = 1, shared_until = NULL, metadata = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)

@@ -1,0 +1,91 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/backoff"
+)
+
+// The shared locks in one statement each, where the database has them
+// (SharedSQL.Acquire, Release, Renew: PostgreSQL).
+
+// acquireShareOne is AcquireShare in one statement.
+func (db *DB) acquireShareOne(ctx context.Context, p ShareParams) (ShareResult, error) {
+	var (
+		res                     ShareResult
+		token                   int64
+		owner, mode             string
+		expUs, nowUs, grantedUs int64
+	)
+	args := []any{p.Name, p.Owner, p.TTL.Microseconds(), nullString(p.Metadata)}
+	err := db.retryRowLocked(ctx, func() error {
+		return db.queryRow(ctx, db.DB, db.Dialect.Shared().Acquire, args,
+			&res.Acquired, &token, &owner, &mode, &expUs, &nowUs, &res.WriterWaits, &grantedUs)
+	})
+	switch {
+	case errors.Is(err, errRowLocked):
+		return ShareResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
+	case err != nil:
+		return ShareResult{}, err
+	case res.Acquired:
+		res.Token, res.Granted = dblock.Token(token), time.Duration(grantedUs)*time.Microsecond
+		return res, nil
+	}
+	h := Holder{Exists: true, Owner: owner, Version: token, Mode: mode, Now: Micros(nowUs)}
+	if expUs != 0 {
+		h.ExpiresAt = Micros(expUs)
+	}
+	res.Holder = h
+	return res, nil
+}
+
+// releaseShareOne is ReleaseShare in one statement.
+func (db *DB) releaseShareOne(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+	var released bool
+	err := db.retryRowLocked(ctx, func() error {
+		return db.queryRow(ctx, db.DB, db.Dialect.Shared().Release, []any{name, owner, int64(token)}, &released)
+	})
+	if errors.Is(err, errRowLocked) {
+		err = fmt.Errorf("%w: release of %q: %w", dblock.ErrUnavailable, name, err)
+	}
+	return released, err
+}
+
+// renewShareOne is RenewShare in one statement.
+func (db *DB) renewShareOne(ctx context.Context, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
+	var renewed bool
+	err := db.retryRowLocked(ctx, func() error {
+		return db.queryRow(ctx, db.DB, db.Dialect.Shared().Renew, []any{name, owner, int64(token), ttl.Microseconds()}, &renewed)
+	})
+	if errors.Is(err, errRowLocked) {
+		err = fmt.Errorf("%w: renewal of %q: %w", dblock.ErrUnavailable, name, err)
+	}
+	return renewed, err
+}
+
+// retryRowLocked runs attempt (its errors unclassified) until the name's
+// row was not locked past the statement's wait, for shareLockedMax at
+// most (then errRowLocked). Other errors are returned classified.
+func (db *DB) retryRowLocked(ctx context.Context, attempt func() error) error {
+	var first time.Time
+	pause := fenceRetryMin
+	for {
+		err := db.Classify(attempt())
+		if err == nil || errors.Is(err, errRowLocked) || !errors.Is(err, dblock.ErrNotAcquired) {
+			return err
+		}
+		if first.IsZero() {
+			first = time.Now()
+		} else if time.Since(first) >= shareLockedMax {
+			return errRowLocked
+		}
+		if err := sleepCtx(ctx, backoff.Jitter(pause)); err != nil {
+			return err
+		}
+		pause = min(2*pause, fenceRetryMax)
+	}
+}
