@@ -148,7 +148,7 @@ func (a *acquisition) ask(attempt int) (*dblock.Lease, bool, error) {
 		}
 	}
 	if !a.wait {
-		return nil, false, fmt.Errorf("optimistic: acquire %q: %w", a.name, a.res.Holder.HeldError(a.name, nil))
+		return nil, false, fmt.Errorf(a.l.prefix+": acquire %q: %w", a.name, a.res.Holder.HeldError(a.name, nil))
 	}
 	again, err := a.afterRefusal()
 	return nil, again, err
@@ -174,9 +174,9 @@ func (a *acquisition) failed(err error, reqStart time.Time, attempt int) (*dbloc
 		if a.unknown != nil {
 			return nil, l.unresolved(a.unknown)
 		}
-		return nil, fmt.Errorf("optimistic: acquire %q: %w", a.name, err)
+		return nil, fmt.Errorf(a.l.prefix+": acquire %q: %w", a.name, err)
 	}
-	l.logger.LogAttrs(a.ctx, slog.LevelWarn, "optimistic: acquire failed, retrying",
+	l.logger.LogAttrs(a.ctx, slog.LevelWarn, a.l.prefix+": acquire failed, retrying",
 		slog.String("lock_key", a.name), slog.String("owner", a.o.Owner), slog.Int("attempt", attempt), slog.String("error", err.Error()))
 	a.res, a.lastErr = store.AcquireResult{}, err
 	return nil, nil
@@ -271,7 +271,7 @@ func (a *acquisition) ended(held *dblock.HeldError, cause error) error {
 		return a.l.waitEnded(a.name, a.unknown, a.lastErr, cause)
 	}
 	held.Cause = cause
-	return fmt.Errorf("optimistic: acquire %q: %w", a.name, held)
+	return fmt.Errorf(a.l.prefix+": acquire %q: %w", a.name, held)
 }
 
 // leaveLine leaves the line (naming the lease the call took, if any) and

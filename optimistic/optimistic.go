@@ -81,6 +81,7 @@ type Locker struct {
 	parts  leasemode.Parts
 	life   *leasemode.Life // Closed by Close.
 	mode   string          // dblock.ModeOptimistic, or ModeWrite for an rwlock's write side.
+	prefix string          // "optimistic" or "rwlock", in errors and logs.
 	// writer is set on an rwlock's write side (see writer.go): a refusal by
 	// readers marks the name wanted, and a read holder of the owner is told
 	// it cannot take the write lock.
@@ -133,7 +134,7 @@ func newLocker(handle *dialect.DB, cfg *Config, prefix, modeName string) (*Locke
 		return nil, err
 	}
 	l := &Locker{parts: p, db: db, cfg: c, logger: p.Logger, events: p.Events, rec: p.Events.Recorder(),
-		keeper: p.Keeper, hub: p.Hub, life: p.Life, gates: newGates(), mode: modeName}
+		keeper: p.Keeper, hub: p.Hub, life: p.Life, gates: newGates(), mode: modeName, prefix: prefix}
 	return l, nil
 }
 
@@ -184,12 +185,12 @@ func (l *Locker) Close() error {
 }
 
 func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dblock.Option) (lease *dblock.Lease, err error) {
-	c, err := mode.BeginOne(ctx, "optimistic: acquire", name, wait, opts)
+	c, err := mode.BeginOne(ctx, l.prefix+": acquire", name, wait, opts)
 	if err != nil {
 		return nil, err
 	}
 	if l.isClosed() {
-		return nil, fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
+		return nil, fmt.Errorf(l.prefix+": acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
 	o := c.Opts
 	a := &acquisition{
@@ -210,7 +211,7 @@ func (l *Locker) gaveUp(name string, p *pending, lastErr, cause error) error {
 	if p != nil || lastErr != nil {
 		return l.waitEnded(name, p, lastErr, cause)
 	}
-	return fmt.Errorf("optimistic: acquire %q: %w", name, l.gates.holder(name).HeldError(name, cause))
+	return fmt.Errorf(l.prefix+": acquire %q: %w", name, l.gates.holder(name).HeldError(name, cause))
 }
 
 // pending is an acquire whose connection broke: it may have committed.
@@ -248,7 +249,7 @@ func (l *Locker) settle(ctx context.Context, p *pending, o mode.Options, start t
 		if err == nil {
 			token := dblock.Token(h.Version)
 			if h.Held() && h.Owner == p.owner && h.Reentry > p.handles[token] {
-				l.logger.LogAttrs(ctx, slog.LevelInfo, "optimistic: acquire with a lost answer had taken the lock; keeping it",
+				l.logger.LogAttrs(ctx, slog.LevelInfo, l.prefix+": acquire with a lost answer had taken the lock; keeping it",
 					slog.String("lock_key", p.name), slog.String("owner", p.owner), slog.Int64("token", h.Version), slog.String("error", p.err.Error()))
 				res := store.AcquireResult{Acquired: true, Token: token, Reentry: h.Reentry}
 				lease, err := l.newLease(p.name, o, res, p.reqStart, time.Since(start))
@@ -272,7 +273,7 @@ func (l *Locker) settle(ctx context.Context, p *pending, o mode.Options, start t
 
 // unresolved is the error of an acquire whose outcome could not be settled.
 func (l *Locker) unresolved(p *pending) error {
-	return fmt.Errorf("optimistic: acquire %q: outcome unknown, the name may be held by owner %q until its lease expires: %w",
+	return fmt.Errorf(l.prefix+": acquire %q: outcome unknown, the name may be held by owner %q until its lease expires: %w",
 		p.name, p.owner, p.err)
 }
 
@@ -284,9 +285,9 @@ func (l *Locker) waitEnded(name string, p *pending, lastErr, cause error) error 
 		return fmt.Errorf("%w (wait ended: %w)", l.unresolved(p), cause)
 	}
 	if lastErr != nil {
-		return fmt.Errorf("optimistic: acquire %q: the last attempt failed: %w (wait ended: %w)", name, lastErr, cause)
+		return fmt.Errorf(l.prefix+": acquire %q: the last attempt failed: %w (wait ended: %w)", name, lastErr, cause)
 	}
-	return fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, cause)
+	return fmt.Errorf(l.prefix+": acquire %q: %w: %w", name, dblock.ErrNotAcquired, cause)
 }
 
 // handles counts this Locker's live handles on name for owner, per token.
@@ -308,9 +309,9 @@ func (l *Locker) newLease(name string, o mode.Options, res store.AcquireResult, 
 		OnReleased: func() { l.gates.kick(name) },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("optimistic: acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
+		return nil, fmt.Errorf(l.prefix+": acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
-	l.logger.LogAttrs(context.Background(), slog.LevelDebug, "optimistic: acquired",
+	l.logger.LogAttrs(context.Background(), slog.LevelDebug, l.prefix+": acquired",
 		slog.String("lock_key", name), slog.String("owner", o.Owner), slog.Int64("token", int64(res.Token)))
 	l.events.Acquired(name, o.Owner, res.Token, waited)
 	return lease, nil
