@@ -32,8 +32,8 @@ func readThenWrite(ctx context.Context, db *dialect.DB, serve, rebuild func(cont
 		return err
 	}
 	defer rw.Close()
-	err = rw.DoRead(ctx, "catalog", func(ctx context.Context) error { return serve(ctx) })  // shared
-	err = rw.Do(ctx, "catalog", func(ctx context.Context) error { return rebuild(ctx) })    // exclusive
+	err = rw.DoRead(ctx, "catalog", func(ctx context.Context) error { return serve(ctx) }) // shared
+	err = rw.Do(ctx, "catalog", func(ctx context.Context) error { return rebuild(ctx) })   // exclusive
 	return err
 }
 
