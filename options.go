@@ -20,6 +20,8 @@ const (
 	ModeWrite = "write"
 	// ModeSemaphore is a grant of a semaphore's permits (package semaphore).
 	ModeSemaphore = "semaphore"
+	// ModeSchedule is a scheduled job's run (package schedule).
+	ModeSchedule = "schedule"
 )
 
 const (

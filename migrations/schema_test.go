@@ -52,6 +52,7 @@ var wantSchema = map[store.Kind]schema{
 				"acquired_at": "timestamp with time zone not null", "expires_at": "timestamp with time zone not null", "metadata": "text",
 			},
 			"dblock_semaphores": {"name": "text not null", "lim": "integer not null", "updated_at": "timestamp with time zone not null"},
+			"dblock_slots":      {"job": "text not null", "last_slot": "timestamp with time zone not null", "updated_at": "timestamp with time zone not null"},
 			"dblock_permits": {
 				"id": "bigint not null identity", "name": "text not null", "owner": "text not null", "permits": "integer not null",
 				"acquired_at": "timestamp with time zone not null", "expires_at": "timestamp with time zone not null", "metadata": "text",
@@ -68,7 +69,7 @@ var wantSchema = map[store.Kind]schema{
 			},
 		},
 		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_history": "id",
-			"dblock_shares": "name,owner", "dblock_semaphores": "name", "dblock_permits": "id"},
+			"dblock_shares": "name,owner", "dblock_semaphores": "name", "dblock_permits": "id", "dblock_slots": "job"},
 		indexes: map[string]string{
 			"dblock_locks_expires_at_idx":   "ON dblock_locks USING btree (expires_at) WHERE (expires_at IS NOT NULL)",
 			"dblock_locks_idle_idx":         "ON dblock_locks USING btree (updated_at) WHERE (owner IS NULL)",
@@ -96,6 +97,7 @@ var wantSchema = map[store.Kind]schema{
 				"metadata": "varchar(1024) utf8mb4",
 			},
 			"dblock_semaphores": {"name": "varbinary(255) not null", "lim": "int not null", "updated_at": "datetime(6) not null"},
+			"dblock_slots":      {"job": "varbinary(255) not null", "last_slot": "datetime(6) not null", "updated_at": "datetime(6) not null"},
 			"dblock_permits": {
 				"id": "bigint not null auto_increment", "name": "varbinary(255) not null", "owner": "varbinary(255) not null",
 				"permits": "int not null", "acquired_at": "datetime(6) not null", "expires_at": "datetime(6) not null",
@@ -109,7 +111,7 @@ var wantSchema = map[store.Kind]schema{
 			"dblock_fence": {"id": "int not null", "floor": "bigint not null"},
 		},
 		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_fence": "id",
-			"dblock_shares": "name,owner", "dblock_semaphores": "name", "dblock_permits": "id"},
+			"dblock_shares": "name,owner", "dblock_semaphores": "name", "dblock_permits": "id", "dblock_slots": "job"},
 		indexes: map[string]string{
 			"dblock_locks_expires_at_idx":   "dblock_locks (expires_at)",
 			"dblock_locks_idle_idx":         "dblock_locks (owner, updated_at)",
@@ -134,6 +136,7 @@ var wantSchema = map[store.Kind]schema{
 				"acquired_at": "INTEGER not null", "expires_at": "INTEGER not null", "metadata": "TEXT",
 			},
 			"dblock_semaphores": {"name": "TEXT not null", "lim": "INTEGER not null", "updated_at": "INTEGER not null"},
+			"dblock_slots":      {"job": "TEXT not null", "last_slot": "INTEGER not null", "updated_at": "INTEGER not null"},
 			"dblock_permits": {
 				"id": "INTEGER", "name": "TEXT not null", "owner": "TEXT not null", "permits": "INTEGER not null",
 				"acquired_at": "INTEGER not null", "expires_at": "INTEGER not null", "metadata": "TEXT",
@@ -151,7 +154,7 @@ var wantSchema = map[store.Kind]schema{
 			},
 		},
 		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_fence": "id", "dblock_history": "id",
-			"dblock_shares": "name,owner", "dblock_semaphores": "name", "dblock_permits": "id"},
+			"dblock_shares": "name,owner", "dblock_semaphores": "name", "dblock_permits": "id", "dblock_slots": "job"},
 		indexes: map[string]string{
 			"dblock_locks_expires_at_idx":   "ON dblock_locks (expires_at) WHERE expires_at IS NOT NULL",
 			"dblock_locks_idle_idx":         "ON dblock_locks (updated_at) WHERE owner IS NULL",

@@ -109,6 +109,8 @@ type Dialect interface {
 	Semaphore() *SemaphoreSQL
 	// SharedReap returns the reaper's statements for shared locks.
 	SharedReap() *SharedReapSQL
+	// Slots returns the statements of scheduled jobs.
+	Slots() *SlotSQL
 
 	// attach returns the dialect of a new handle on sdb: this one, or one
 	// that knows more of the server (MariaDB or MySQL; SQLite's file); it

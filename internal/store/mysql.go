@@ -83,6 +83,7 @@ func (mysqlDialect) History() *HistorySQL       { return &mysqlHistory }
 func (mysqlDialect) Shared() *SharedSQL         { return &mysqlShared }
 func (mysqlDialect) Semaphore() *SemaphoreSQL   { return &mysqlSemaphore }
 func (mysqlDialect) SharedReap() *SharedReapSQL { return &mysqlSharedReap }
+func (mysqlDialect) Slots() *SlotSQL            { return &mysqlSlots }
 
 func (d mysqlDialect) Reap() *ReapSQL {
 	if d.mariadb {

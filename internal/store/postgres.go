@@ -43,6 +43,7 @@ func (postgres) History() *HistorySQL       { return &pgHistory }
 func (postgres) Shared() *SharedSQL         { return &pgShared }
 func (postgres) Semaphore() *SemaphoreSQL   { return &pgSemaphore }
 func (postgres) SharedReap() *SharedReapSQL { return &pgSharedReap }
+func (postgres) Slots() *SlotSQL            { return &pgSlots }
 
 // Classify maps PostgreSQL SQLSTATEs:
 //

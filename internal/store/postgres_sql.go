@@ -484,3 +484,13 @@ var pgShareRenew = `WITH cur AS (
     RETURNING 1
 )
 SELECT count(*) > 0 FROM s`
+
+var pgSlots = SlotSQL{
+	Claim: `INSERT INTO dblock_slots (job, last_slot, updated_at) VALUES ($1, ` + pgAt(2) + `, now())
+ON CONFLICT (job) DO UPDATE SET last_slot = excluded.last_slot, updated_at = excluded.updated_at
+WHERE dblock_slots.last_slot < excluded.last_slot`,
+	Last: `SELECT ` + pgUs("last_slot") + ` FROM dblock_slots WHERE job = $1`,
+	Keep: `UPDATE dblock_locks SET expires_at = acquired_at + $1::bigint * interval '1 microsecond', updated_at = now()
+WHERE name = $2 AND owner = $3 AND version = $4 AND expires_at > now()
+  AND acquired_at + $5::bigint * interval '1 microsecond' > now()`,
+}

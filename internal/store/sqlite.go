@@ -74,6 +74,7 @@ func (sqliteDialect) History() *HistorySQL       { return &sqliteHistory }
 func (sqliteDialect) Shared() *SharedSQL         { return &sqliteShared }
 func (sqliteDialect) Semaphore() *SemaphoreSQL   { return &sqliteSemaphore }
 func (sqliteDialect) SharedReap() *SharedReapSQL { return &sqliteSharedReap }
+func (sqliteDialect) Slots() *SlotSQL            { return &sqliteSlots }
 
 // Classify maps SQLite result codes:
 //

@@ -261,3 +261,13 @@ var sqliteSharedReap = SharedReapSQL{
     LIMIT ?2
 )`,
 }
+
+var sqliteSlots = SlotSQL{
+	Claim: `INSERT INTO dblock_slots (job, last_slot, updated_at) VALUES (?1, ?2, ` + sqliteNow + `)
+ON CONFLICT (job) DO UPDATE SET last_slot = excluded.last_slot, updated_at = excluded.updated_at
+WHERE dblock_slots.last_slot < excluded.last_slot`,
+	Last: `SELECT last_slot FROM dblock_slots WHERE job = ?1`,
+	Keep: `UPDATE dblock_locks SET expires_at = acquired_at + ?1, updated_at = ` + sqliteNow + `
+WHERE name = ?2 AND owner = ?3 AND version = ?4 AND expires_at > ` + sqliteNow + `
+  AND acquired_at + ?5 > ` + sqliteNow,
+}

@@ -298,3 +298,17 @@ DELETE FROM dblock_semaphores
 WHERE updated_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
   AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = dblock_semaphores.name)
 LIMIT ?;
+
+-- SlotSQL.Claim
+INSERT INTO dblock_slots (job, last_slot, updated_at) VALUES (?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+    updated_at = IF(last_slot < VALUES(last_slot), VALUES(updated_at), updated_at),
+    last_slot  = IF(last_slot < VALUES(last_slot), VALUES(last_slot), last_slot);
+
+-- SlotSQL.Last
+SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', last_slot) FROM dblock_slots WHERE job = ?;
+
+-- SlotSQL.Keep
+UPDATE dblock_locks SET expires_at = acquired_at + INTERVAL ? MICROSECOND, updated_at = UTC_TIMESTAMP(6)
+WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
+  AND acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6);

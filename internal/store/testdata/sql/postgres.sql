@@ -456,3 +456,16 @@ DELETE FROM dblock_semaphores WHERE name IN (
       AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = s.name)
     LIMIT $2 FOR UPDATE SKIP LOCKED
 ) AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = dblock_semaphores.name);
+
+-- SlotSQL.Claim
+INSERT INTO dblock_slots (job, last_slot, updated_at) VALUES ($1, ('epoch'::timestamptz + $2::bigint * interval '1 microsecond'), now())
+ON CONFLICT (job) DO UPDATE SET last_slot = excluded.last_slot, updated_at = excluded.updated_at
+WHERE dblock_slots.last_slot < excluded.last_slot;
+
+-- SlotSQL.Last
+SELECT (extract(epoch FROM last_slot) * 1000000)::bigint FROM dblock_slots WHERE job = $1;
+
+-- SlotSQL.Keep
+UPDATE dblock_locks SET expires_at = acquired_at + $1::bigint * interval '1 microsecond', updated_at = now()
+WHERE name = $2 AND owner = $3 AND version = $4 AND expires_at > now()
+  AND acquired_at + $5::bigint * interval '1 microsecond' > now();

@@ -314,3 +314,16 @@ DELETE FROM dblock_semaphores WHERE name IN (
     WHERE s.updated_at < CAST(unixepoch('subsec') * 1000000 AS INTEGER) - ?1 AND NOT EXISTS (SELECT 1 FROM dblock_permits p WHERE p.name = s.name)
     LIMIT ?2
 );
+
+-- SlotSQL.Claim
+INSERT INTO dblock_slots (job, last_slot, updated_at) VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+ON CONFLICT (job) DO UPDATE SET last_slot = excluded.last_slot, updated_at = excluded.updated_at
+WHERE dblock_slots.last_slot < excluded.last_slot;
+
+-- SlotSQL.Last
+SELECT last_slot FROM dblock_slots WHERE job = ?1;
+
+-- SlotSQL.Keep
+UPDATE dblock_locks SET expires_at = acquired_at + ?1, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+WHERE name = ?2 AND owner = ?3 AND version = ?4 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+  AND acquired_at + ?5 > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
