@@ -76,6 +76,15 @@ func WithTTL(ttl time.Duration) Option {
 // pessimistic mode refuses it.
 func WithMaxHold(d time.Duration) Option { return func(o *options) { o.MaxHold = d } }
 
+// WithMinHold keeps the lock until d after it was acquired, by the database
+// clock, even when it is released sooner: the release then leaves the lease
+// held until that time instead of freeing it (a re-entered hold's inner
+// releases are unaffected). A job run on several hosts whose clocks differ
+// by less than d then runs once (ShedLock's lockAtLeastFor). Lease modes on
+// dblock_locks only (optimistic, fair, an rwlock's write side); pessimistic
+// mode, read leases and semaphore grants refuse it.
+func WithMinHold(d time.Duration) Option { return func(o *options) { o.MinHold = d } }
+
 // WithWait bounds how long Acquire waits for the name. WithWait(0) tries once.
 // Without it, Acquire waits until ctx ends.
 func WithWait(d time.Duration) Option {
@@ -128,6 +137,14 @@ func resolveOptions(ctx context.Context, opts []Option) (options, error) {
 	if o.MaxHold != 0 {
 		if err := validateTTL(o.MaxHold); err != nil {
 			return o, fmt.Errorf("max hold: %w", err)
+		}
+	}
+	if o.MinHold != 0 {
+		if err := validateTTL(o.MinHold); err != nil {
+			return o, fmt.Errorf("min hold: %w", err)
+		}
+		if o.MaxHold != 0 && o.MinHold > o.MaxHold {
+			return o, fmt.Errorf("%w: min hold %v is longer than max hold %v", ErrInvalidOption, o.MinHold, o.MaxHold)
 		}
 	}
 	if o.HasWait && o.Wait < 0 {

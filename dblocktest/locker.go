@@ -98,6 +98,9 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	if err != nil {
 		return nil, err
 	}
+	if c.Opts.MinHold != 0 {
+		return nil, fmt.Errorf("dblocktest: acquire %q: %w: WithMinHold is not modelled (use a real database: dblocktest.SQLite)", name, dblock.ErrInvalidOption)
+	}
 	waitCtx, cancel := c.WaitContext(ctx)
 	defer cancel()
 	start := time.Now()

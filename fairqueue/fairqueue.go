@@ -418,7 +418,7 @@ func (a *attempt) started(res store.AcquireResult, reqStart time.Time) (*dblock.
 	l := a.l
 	token := res.Token
 	lease, err := l.keeper.Start(leasekeeper.Params{
-		Name: a.name, Owner: a.o.Owner, Mode: dblock.ModeFair, Token: token, TTL: a.o.TTL, MaxHold: a.o.MaxHold,
+		Name: a.name, Owner: a.o.Owner, Mode: dblock.ModeFair, Token: token, TTL: a.o.TTL, MaxHold: a.o.MaxHold, MinHold: a.o.MinHold,
 		ReqStart: reqStart, Reentry: res.Reentry, OnReleased: func() { l.local.notify(a.name, eventRelease) },
 	})
 	if err != nil {

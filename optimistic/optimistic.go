@@ -302,7 +302,7 @@ func (l *Locker) isClosed() bool { return l.life.Closed() }
 
 func (l *Locker) newLease(name string, o mode.Options, res store.AcquireResult, reqStart time.Time, waited time.Duration) (*dblock.Lease, error) {
 	lease, err := l.keeper.Start(leasekeeper.Params{
-		Name: name, Owner: o.Owner, Mode: l.mode, Token: res.Token, TTL: o.TTL, MaxHold: o.MaxHold,
+		Name: name, Owner: o.Owner, Mode: l.mode, Token: res.Token, TTL: o.TTL, MaxHold: o.MaxHold, MinHold: o.MinHold,
 		ReqStart: reqStart, Reentry: res.Reentry,
 		// The next in this Locker's line asks at once, without waiting for
 		// the notification (or, without one, its backoff).

@@ -259,6 +259,9 @@ func refuseLeaseOnly(o mode.Options) error {
 	if o.Metadata != "" {
 		return fmt.Errorf("%w: WithMetadata: a pessimistic hold stores no metadata", dblock.ErrInvalidOption)
 	}
+	if o.MinHold != 0 {
+		return fmt.Errorf("%w: WithMinHold: a pessimistic hold ends with its transaction", dblock.ErrInvalidOption)
+	}
 	return nil
 }
 

@@ -48,6 +48,9 @@ func (l *Locker) acquireRead(ctx context.Context, name string, wait bool, opts [
 	if err != nil {
 		return nil, err
 	}
+	if c.Opts.MinHold != 0 {
+		return nil, fmt.Errorf("rwlock: acquire read %q: %w: WithMinHold: a read lease is released when its holder is done", name, dblock.ErrInvalidOption)
+	}
 	if !l.parts.Life.Enter() {
 		return nil, fmt.Errorf("rwlock: acquire read %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}

@@ -119,7 +119,7 @@ func (r *run) keep(res store.AcquireResult, reqStart time.Time) bool {
 	s := r.s
 	lease, err := s.parts.Keeper.Start(leasekeeper.Params{
 		Name: r.j.name, Owner: r.owner, Mode: dblock.ModeSchedule, Token: res.Token, TTL: s.cfg.TTL,
-		MaxHold: r.j.o.atMost, ReqStart: reqStart, Rows: keeping{db: s.db, lower: r.j.o.atLeast},
+		MaxHold: r.j.o.atMost, MinHold: r.j.o.atLeast, ReqStart: reqStart,
 	})
 	if err != nil {
 		return false // Stopping: the Keeper released it.
@@ -187,7 +187,7 @@ func (r *run) safeRun(ctx context.Context) (err error) {
 }
 
 // release ends the lease: kept until the lower bound by the database
-// clock when that is ahead (keeping.Release), else freed.
+// clock when that is ahead (leasekeeper.Params.MinHold), else freed.
 func (r *run) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), r.s.cfg.TTL)
 	defer cancel()
@@ -199,30 +199,4 @@ func (r *run) release() {
 func (r *run) log(level slog.Level, msg string, attrs ...slog.Attr) {
 	attrs = append([]slog.Attr{slog.String("job", r.j.name), slog.Time("slot", r.slot), slog.Bool("catch_up", r.catchUp)}, attrs...)
 	r.s.parts.Logger.LogAttrs(context.Background(), level, msg, attrs...)
-}
-
-// keeping is the Rows of a run's lease: an exclusive lease whose release
-// leaves it held until its acquisition plus the lower bound, by the
-// database clock, when that is still ahead.
-type keeping struct {
-	db    *store.DB
-	lower time.Duration
-}
-
-func (k keeping) Renew(ctx context.Context, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
-	return k.db.RenewLease(ctx, nil, name, owner, token, ttl)
-}
-
-func (k keeping) Release(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
-	if k.lower > 0 {
-		kept, err := k.db.KeepLease(ctx, name, owner, token, k.lower)
-		if err != nil || kept {
-			return kept, err
-		}
-	}
-	return k.db.ReleaseLease(ctx, nil, name, owner, token)
-}
-
-func (k keeping) Holder(ctx context.Context, name, _ string, _ dblock.Token) (store.Holder, error) {
-	return k.db.LeaseHolder(ctx, nil, name)
 }

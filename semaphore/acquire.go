@@ -21,6 +21,9 @@ func (l *Locker) acquire(ctx context.Context, name string, limit, permits int, w
 	if err != nil {
 		return nil, err
 	}
+	if c.Opts.MinHold != 0 {
+		return nil, fmt.Errorf("semaphore: acquire %q: %w: WithMinHold: a grant is released when its holder is done", name, dblock.ErrInvalidOption)
+	}
 	if !l.parts.Life.Enter() {
 		return nil, fmt.Errorf("semaphore: acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}

@@ -24,7 +24,8 @@ import (
 
 const execHelp = `Usage: dblock [--dsn DSN] exec --lock NAME [--mode optimistic|pessimistic] [--fair]
                  [--read | --semaphore --limit N [--permits K]]
-                 [--ttl DUR] [--max-hold DUR] [--wait DUR] [--owner ID] -- CMD [ARGS...]
+                 [--ttl DUR] [--max-hold DUR] [--min-hold DUR] [--slot SPEC]
+                 [--wait DUR] [--owner ID] -- CMD [ARGS...]
 
 Runs CMD while holding the lock NAME, like flock(1) but across hosts: every
 process on every machine that uses the same database and NAME takes turns.
@@ -72,6 +73,17 @@ Flags:
   --max-hold DUR  never hold the lock longer than DUR: renewal stops there and
                   the lock is lost (CMD gets SIGTERM, exit 76). Lease modes
                   only (with --mode pessimistic it is a usage error).
+  --min-hold DUR  keep the lock until DUR after it was taken, by the
+                  database clock, even when CMD ends sooner: the same job
+                  started by cron on hosts whose clocks differ by less than
+                  DUR runs once. Lease modes only.
+  --slot SPEC     run CMD at most once per slot of the cron SPEC (five
+                  fields, or six with seconds; @hourly, @every 10m): the
+                  slot is SPEC's latest time at or before this host's clock,
+                  and the database records the last slot NAME ran for, so a
+                  host whose clock is late (or a second run of the same
+                  crontab line) finds it ran and exits 75 without running
+                  CMD. Use the crontab line's own schedule.
   --wait DUR      give up after waiting DUR (exit 75); --wait 0 tries once;
                   without --wait, wait as long as it takes
                   (DUR: 30s, 5m, 1h30m; a bare number is seconds)
@@ -97,6 +109,8 @@ Examples:
   dblock exec --lock queue --fair -- ./worker --once
   dblock exec --lock catalog --read -- ./export.sh           # many at once, no writer
   dblock exec --lock api-key --semaphore --limit 5 -- ./call.sh
+  # crontab on every host: once per night, even with skewed clocks
+  0 3 * * * dblock exec --lock nightly --slot "0 3 * * *" --wait 0 --max-hold 1h --min-hold 1m -- ./report.sh
 `
 
 const (
@@ -151,9 +165,11 @@ func (a *app) exec(ctx context.Context, args []string) int {
 	fs.IntVar(&spec.permits, "permits", 1, "permits to take")
 	owner := fs.String("owner", "", "owner")
 	metadataArgs := fs.Bool("metadata-args", false, "store CMD's arguments in the lock's metadata")
-	var ttl, maxHold, wait optDuration
+	var ttl, maxHold, minHold, wait optDuration
 	fs.Var(&ttl, "ttl", "lease length")
 	fs.Var(&maxHold, "max-hold", "cap on the whole hold")
+	fs.Var(&minHold, "min-hold", "floor on the whole hold")
+	slotSpec := fs.String("slot", "", "run once per slot of this cron spec")
 	fs.Var(&wait, "wait", "how long to wait")
 	if done, err := a.parseFlags(fs, execHelp, args); done {
 		if err != nil {
@@ -177,13 +193,12 @@ func (a *app) exec(ctx context.Context, args []string) int {
 			return a.fail(withCode(exitUsage, fmt.Errorf("exec: --ttl: %w", err)))
 		}
 	}
-	if maxHold.set {
-		if err := lockmode.ValidateTTL(maxHold.d); err != nil {
-			return a.fail(withCode(exitUsage, fmt.Errorf("exec: --max-hold: %w", err)))
-		}
-		if mode == dblock.ModePessimistic {
-			return a.fail(usageErrorf("exec: --max-hold: a pessimistic hold has no lease to cap (use a lease mode)"))
-		}
+	if err := checkHoldFlags(mode, maxHold, minHold); err != nil {
+		return a.fail(err)
+	}
+	slot, err := slotOf(*slotSpec, time.Now())
+	if err != nil {
+		return a.fail(err)
 	}
 	if *owner != "" {
 		if err := lockmode.ValidateOwner(*owner); err != nil {
@@ -217,6 +232,9 @@ func (a *app) exec(ctx context.Context, args []string) int {
 	if maxHold.set {
 		opts = append(opts, dblock.WithMaxHold(maxHold.d))
 	}
+	if minHold.set {
+		opts = append(opts, dblock.WithMinHold(minHold.d))
+	}
 	a.logger.Debug("exec: acquiring", "lock", *name, "mode", mode, "wait", wait.String())
 	lease, sig, err := acquire(ctx, locker, *name, wait.set && wait.d == 0, opts, sigs)
 	if sig != nil {
@@ -241,6 +259,11 @@ func (a *app) exec(ctx context.Context, args []string) int {
 		return a.fail(fmt.Errorf("exec: %w", err)) // The library's error names the lock.
 	}
 	a.logger.Debug("exec: acquired", "lock", *name, "owner", lease.Owner(), "token", int64(lease.Token()))
+	if !slot.IsZero() {
+		if code, done := a.claimSlot(ctx, db, lease, slot); done {
+			return code
+		}
+	}
 	stopKeepAlive := locker.keepAlive(lease, ttl.d)
 	return a.runHeld(ctx, lease, path, argv, sigs, stopKeepAlive)
 }

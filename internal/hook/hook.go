@@ -49,6 +49,9 @@ type Options struct {
 	TTLSet bool
 	// MaxHold caps the whole hold (zero: no cap).
 	MaxHold time.Duration
+	// MinHold keeps the lock held until this long after its acquisition,
+	// by the database clock, when released sooner (zero: no floor).
+	MinHold time.Duration
 	// Wait bounds Acquire's wait when HasWait; zero means try once.
 	Wait    time.Duration
 	HasWait bool

@@ -90,6 +90,10 @@ type Params struct {
 	// Rows are the lease's statements; nil: an exclusive lease of
 	// dblock_locks.
 	Rows Rows
+	// MinHold, when positive, makes the release of a lease of dblock_locks
+	// leave it held until MinHold after its acquisition by the database
+	// clock, when that is still ahead (dblock.WithMinHold).
+	MinHold time.Duration
 	// Granted, when positive and shorter, replaces the TTL as the first
 	// lease: the database granted less than asked (a reader joining a
 	// period that ends sooner). Renewals ask for the TTL.

@@ -40,8 +40,30 @@ func (e exclusive) Holder(ctx context.Context, name, _ string, _ dblock.Token) (
 
 // rows returns the Rows of p.
 func (k *Keeper) rows(p Params) Rows {
+	var r Rows = exclusive{k.cfg.DB}
 	if p.Rows != nil {
-		return p.Rows
+		r = p.Rows
 	}
-	return exclusive{k.cfg.DB}
+	if p.MinHold > 0 {
+		r = keepFirst{Rows: r, db: k.cfg.DB, min: p.MinHold}
+	}
+	return r
+}
+
+// keepFirst is the Rows of a lease with a minimum hold: its release leaves
+// the lease held until the minimum after its acquisition, by the database
+// clock, when that is still ahead (store.KeepLease), and releases it
+// otherwise.
+type keepFirst struct {
+	Rows
+	db  *store.DB
+	min time.Duration
+}
+
+func (k keepFirst) Release(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+	kept, err := k.db.KeepLease(ctx, name, owner, token, k.min)
+	if err != nil || kept {
+		return kept, err
+	}
+	return k.Rows.Release(ctx, name, owner, token)
 }

@@ -390,6 +390,6 @@ ON DUPLICATE KEY UPDATE
     last_slot  = IF(last_slot < VALUES(last_slot), VALUES(last_slot), last_slot)`,
 	Last: `SELECT ` + myUs("last_slot") + ` FROM dblock_slots WHERE job = ?`,
 	Keep: `UPDATE dblock_locks SET expires_at = acquired_at + INTERVAL ? MICROSECOND, updated_at = UTC_TIMESTAMP(6)
-WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
+WHERE name = ? AND owner = ? AND version = ? AND reentry = 1 AND expires_at > UTC_TIMESTAMP(6)
   AND acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6)`,
 }

@@ -268,6 +268,6 @@ ON CONFLICT (job) DO UPDATE SET last_slot = excluded.last_slot, updated_at = exc
 WHERE dblock_slots.last_slot < excluded.last_slot`,
 	Last: `SELECT last_slot FROM dblock_slots WHERE job = ?1`,
 	Keep: `UPDATE dblock_locks SET expires_at = acquired_at + ?1, updated_at = ` + sqliteNow + `
-WHERE name = ?2 AND owner = ?3 AND version = ?4 AND expires_at > ` + sqliteNow + `
+WHERE name = ?2 AND owner = ?3 AND version = ?4 AND reentry = 1 AND expires_at > ` + sqliteNow + `
   AND acquired_at + ?5 > ` + sqliteNow,
 }

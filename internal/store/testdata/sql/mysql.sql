@@ -310,5 +310,5 @@ SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', last_slot) FROM dblock_
 
 -- SlotSQL.Keep
 UPDATE dblock_locks SET expires_at = acquired_at + INTERVAL ? MICROSECOND, updated_at = UTC_TIMESTAMP(6)
-WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
+WHERE name = ? AND owner = ? AND version = ? AND reentry = 1 AND expires_at > UTC_TIMESTAMP(6)
   AND acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6);

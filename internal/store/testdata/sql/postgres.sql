@@ -467,5 +467,5 @@ SELECT (extract(epoch FROM last_slot) * 1000000)::bigint FROM dblock_slots WHERE
 
 -- SlotSQL.Keep
 UPDATE dblock_locks SET expires_at = acquired_at + $1::bigint * interval '1 microsecond', updated_at = now()
-WHERE name = $2 AND owner = $3 AND version = $4 AND expires_at > now()
+WHERE name = $2 AND owner = $3 AND version = $4 AND reentry = 1 AND expires_at > now()
   AND acquired_at + $5::bigint * interval '1 microsecond' > now();

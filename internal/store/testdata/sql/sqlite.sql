@@ -325,5 +325,5 @@ SELECT last_slot FROM dblock_slots WHERE job = ?1;
 
 -- SlotSQL.Keep
 UPDATE dblock_locks SET expires_at = acquired_at + ?1, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
-WHERE name = ?2 AND owner = ?3 AND version = ?4 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+WHERE name = ?2 AND owner = ?3 AND version = ?4 AND reentry = 1 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
   AND acquired_at + ?5 > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
