@@ -28,8 +28,9 @@ help: ## Show this help
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_\/-]+:.*## / { printf "  %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: db/up ## Run all tests (race detector, shuffled) against PostgreSQL, MySQL/MariaDB and SQLite
+test: db/up ## Run all tests (race detector, shuffled) against PostgreSQL, MySQL/MariaDB and SQLite, and the gocron adapters' module
 	$(GO) test $(TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+	cd gocron && $(GO) test $(TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: soak
 soak: db/up ## Run the mixed-mode soak longer (DBLOCK_SOAK per dialect, default 2m; DBLOCK_SOAK_SEED replays)
@@ -52,6 +53,7 @@ lint: lint/shell ## gofmt, go vet, staticcheck and shellcheck
 	@if [ -f bench/go.mod ]; then \
 		echo "cd bench && go vet ./..."; cd bench && $(GO) vet ./...; \
 	fi
+	cd gocron && $(GO) vet ./... && $(if $(findstring -mod=,$(GOFLAGS)),GOFLAGS='$(TOOL_GOFLAGS)' )$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 # The shell scripts CI and `make test` run. shellcheck comes from Debian's packages: installed
 # when missing if we are root with apt-get; otherwise skipped with a notice, except under
@@ -129,7 +131,7 @@ down: ## Stop and remove the Docker services and their data
 	$(COMPOSE) down -v
 
 # The modules of this repository: the library and those with their own go.mod.
-MODULES := . $(patsubst %/go.mod,%,$(wildcard bench/go.mod internal/faults/go.mod))
+MODULES := . $(patsubst %/go.mod,%,$(wildcard bench/go.mod internal/faults/go.mod gocron/go.mod))
 
 # -e: tidy also resolves the tests of our dependencies, and one of those (modernc.org/sqlite's
 # test import of a github.com/google/pprof pseudo-version) is not always served by the module
@@ -139,7 +141,7 @@ TIDY := $(GO) mod tidy -e
 TIDY_TOLERATED := github.com/google/pprof
 
 .PHONY: tidy
-tidy: ## go mod tidy in every module (., bench/, internal/faults/)
+tidy: ## go mod tidy in every module (., bench/, internal/faults/, gocron/)
 	@for m in $(MODULES); do echo "(cd $$m && $(TIDY))"; (cd "$$m" && $(TIDY)); done
 
 .PHONY: verify
