@@ -8,8 +8,8 @@
 // held, Done and Err on loss, Release, Do.
 //
 //	l, _ := rwlock.New(db, nil)
-//	err := l.DoRead(ctx, "catalog", func(ctx context.Context) error { return serve(ctx) })
-//	err = l.Do(ctx, "catalog", func(ctx context.Context) error { return rebuild(ctx) })
+//	readErr := l.DoRead(ctx, "catalog", func(ctx context.Context) error { return serve(ctx) })
+//	writeErr := l.Do(ctx, "catalog", func(ctx context.Context) error { return rebuild(ctx) })
 //
 // Semantics:
 //   - Writers are not starved: a writer waiting for readers keeps new

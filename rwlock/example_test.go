@@ -32,9 +32,10 @@ func readThenWrite(ctx context.Context, db *dialect.DB, serve, rebuild func(cont
 		return err
 	}
 	defer rw.Close()
-	err = rw.DoRead(ctx, "catalog", func(ctx context.Context) error { return serve(ctx) }) // shared
-	err = rw.Do(ctx, "catalog", func(ctx context.Context) error { return rebuild(ctx) })   // exclusive
-	return err
+	if err := rw.DoRead(ctx, "catalog", func(ctx context.Context) error { return serve(ctx) }); err != nil { // shared
+		return err
+	}
+	return rw.Do(ctx, "catalog", func(ctx context.Context) error { return rebuild(ctx) }) // exclusive
 }
 
 // The package doc's example: DoRead, then Do.
@@ -45,14 +46,14 @@ func ExampleLocker_DoRead() {
 	serve := func(context.Context) error { fmt.Println("serving"); return nil }
 	rebuild := func(context.Context) error { fmt.Println("rebuilding"); return nil }
 	l, _ := rwlock.New(db, nil)
-	err := l.DoRead(ctx, "catalog", func(ctx context.Context) error { return serve(ctx) })
-	err = l.Do(ctx, "catalog", func(ctx context.Context) error { return rebuild(ctx) })
-	fmt.Println(err)
+	readErr := l.DoRead(ctx, "catalog", func(ctx context.Context) error { return serve(ctx) })
+	writeErr := l.Do(ctx, "catalog", func(ctx context.Context) error { return rebuild(ctx) })
+	fmt.Println(readErr, writeErr)
 	_ = l.Close()
 	// Output:
 	// serving
 	// rebuilding
-	// <nil>
+	// <nil> <nil>
 }
 
 // Two readers at once; a writer is refused until both leave.
