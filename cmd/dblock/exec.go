@@ -18,7 +18,6 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
-	lockmode "github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -155,22 +154,8 @@ func (o *optDuration) Set(s string) error {
 // exec runs the exec command and returns the exit code.
 func (a *app) exec(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
-	name := fs.String("lock", "", "lock name")
-	modeFlag := fs.String("mode", dblock.ModeOptimistic, "optimistic or pessimistic")
-	fair := fs.Bool("fair", false, "FIFO")
-	var spec execSpec
-	fs.BoolVar(&spec.read, "read", false, "take the read lock")
-	fs.BoolVar(&spec.semaphore, "semaphore", false, "take semaphore permits")
-	fs.IntVar(&spec.limit, "limit", 0, "the semaphore's limit")
-	fs.IntVar(&spec.permits, "permits", 1, "permits to take")
-	owner := fs.String("owner", "", "owner")
-	metadataArgs := fs.Bool("metadata-args", false, "store CMD's arguments in the lock's metadata")
-	var ttl, maxHold, minHold, wait optDuration
-	fs.Var(&ttl, "ttl", "lease length")
-	fs.Var(&maxHold, "max-hold", "cap on the whole hold")
-	fs.Var(&minHold, "min-hold", "floor on the whole hold")
-	slotSpec := fs.String("slot", "", "run once per slot of this cron spec")
-	fs.Var(&wait, "wait", "how long to wait")
+	f := &execFlags{}
+	f.bind(fs)
 	if done, err := a.parseFlags(fs, execHelp, args); done {
 		if err != nil {
 			return a.fail(err)
@@ -178,35 +163,8 @@ func (a *app) exec(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	argv := fs.Args()
-	if *name == "" {
-		return a.fail(usageErrorf("exec: --lock NAME is required (see dblock exec --help)"))
-	}
-	if err := dblock.ValidateName(*name); err != nil {
-		return a.fail(withCode(exitUsage, fmt.Errorf("exec: --lock: %w", err)))
-	}
-	mode, err := spec.resolve(*modeFlag, *fair)
-	if err != nil {
+	if err := f.check(argv); err != nil {
 		return a.fail(err)
-	}
-	if ttl.set {
-		if err := lockmode.ValidateTTL(ttl.d); err != nil {
-			return a.fail(withCode(exitUsage, fmt.Errorf("exec: --ttl: %w", err)))
-		}
-	}
-	if err := checkHoldFlags(mode, maxHold, minHold); err != nil {
-		return a.fail(err)
-	}
-	slot, err := slotOf(*slotSpec, time.Now())
-	if err != nil {
-		return a.fail(err)
-	}
-	if *owner != "" {
-		if err := lockmode.ValidateOwner(*owner); err != nil {
-			return a.fail(withCode(exitUsage, fmt.Errorf("exec: --owner: %w", err)))
-		}
-	}
-	if len(argv) == 0 {
-		return a.fail(usageErrorf("exec: no command given: dblock exec --lock %s -- CMD [ARGS...]", *name))
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
@@ -218,7 +176,7 @@ func (a *app) exec(ctx context.Context, args []string) int {
 		return a.fail(err)
 	}
 	defer db.Close()
-	locker, err := newLocker(db, spec, a.logger)
+	locker, err := newLocker(db, f.spec, a.logger)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -228,44 +186,43 @@ func (a *app) exec(ctx context.Context, args []string) int {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	opts := lockOptions(mode, *owner, ttl.d, ttl.set, wait.d, wait.set, metadata(argv, *metadataArgs))
-	if maxHold.set {
-		opts = append(opts, dblock.WithMaxHold(maxHold.d))
-	}
-	if minHold.set {
-		opts = append(opts, dblock.WithMinHold(minHold.d))
-	}
-	a.logger.Debug("exec: acquiring", "lock", *name, "mode", mode, "wait", wait.String())
-	lease, sig, err := acquire(ctx, locker, *name, wait.set && wait.d == 0, opts, sigs)
+	a.logger.Debug("exec: acquiring", "lock", f.name, "mode", f.spec.mode, "wait", f.wait.String())
+	lease, sig, err := acquire(ctx, locker, f.name, f.wait.set && f.wait.d == 0, f.options(argv), sigs)
 	if sig != nil {
 		if lease != nil {
 			a.releaseAfter(ctx, lease)
 		}
-		a.errorLine(fmt.Errorf("exec: interrupted by %s while waiting for %q", signame(sig), *name))
+		a.errorLine(fmt.Errorf("exec: interrupted by %s while waiting for %q", signame(sig), f.name))
 		return 128 + signum(sig)
 	}
 	if err != nil {
-		if errors.Is(err, dblock.ErrNotAcquired) && mode == dblock.ModeSemaphore {
-			a.errorLine(fmt.Errorf("exec: %w", err)) // It says how many permits are out.
-			return exitNotAcquired
-		}
-		if errors.Is(err, dblock.ErrNotAcquired) {
-			a.errorLine(notAcquiredLine(*name, holderOf(ctx, db, *name, err), err, wait))
-			return exitNotAcquired
-		}
-		if serr := a.schemaError(err); serr != err {
-			return a.fail(fmt.Errorf("exec: acquire %q: %w", *name, serr))
-		}
-		return a.fail(fmt.Errorf("exec: %w", err)) // The library's error names the lock.
+		return a.notAcquired(ctx, db, f, err)
 	}
-	a.logger.Debug("exec: acquired", "lock", *name, "owner", lease.Owner(), "token", int64(lease.Token()))
-	if !slot.IsZero() {
-		if code, done := a.claimSlot(ctx, db, lease, slot); done {
+	a.logger.Debug("exec: acquired", "lock", f.name, "owner", lease.Owner(), "token", int64(lease.Token()))
+	if !f.slot.IsZero() {
+		if code, done := a.claimSlot(ctx, db, lease, f.slot); done {
 			return code
 		}
 	}
-	stopKeepAlive := locker.keepAlive(lease, ttl.d)
+	stopKeepAlive := locker.keepAlive(lease, f.ttl.d)
 	return a.runHeld(ctx, lease, path, argv, sigs, stopKeepAlive)
+}
+
+// notAcquired reports an acquisition that failed and returns the exit code:
+// 75 with the holder (or the permits out) when held, else the error's.
+func (a *app) notAcquired(ctx context.Context, db *dialect.DB, f *execFlags, err error) int {
+	switch {
+	case errors.Is(err, dblock.ErrNotAcquired) && f.spec.mode == dblock.ModeSemaphore:
+		a.errorLine(fmt.Errorf("exec: %w", err)) // It says how many permits are out.
+		return exitNotAcquired
+	case errors.Is(err, dblock.ErrNotAcquired):
+		a.errorLine(notAcquiredLine(f.name, holderOf(ctx, db, f.name, err), err, f.wait))
+		return exitNotAcquired
+	}
+	if serr := a.schemaError(err); serr != err {
+		return a.fail(fmt.Errorf("exec: acquire %q: %w", f.name, serr))
+	}
+	return a.fail(fmt.Errorf("exec: %w", err)) // The library's error names the lock.
 }
 
 // acquire takes the lock, giving up when one of the forwarded signals
