@@ -23,13 +23,13 @@ import (
 // Defaults of Config.
 const (
 	// PollMinDefault is the first backoff step of a waiter.
-	PollMinDefault = 5 * time.Millisecond
+	PollMinDefault = leasemode.PollMinDefault
 	// PollMaxDefault caps a waiter's backoff.
-	PollMaxDefault = 250 * time.Millisecond
+	PollMaxDefault = leasemode.PollMaxDefault
 	// ReleaseTimeoutDefault bounds the release that Do and Close run.
-	ReleaseTimeoutDefault = 5 * time.Second
+	ReleaseTimeoutDefault = leasemode.ReleaseTimeoutDefault
 	// StatementTimeoutDefault bounds one acquire statement.
-	StatementTimeoutDefault = 10 * time.Second
+	StatementTimeoutDefault = leasemode.StatementTimeoutDefault
 )
 
 // Config configures a Locker. The zero value (or a nil *Config) means defaults.
@@ -106,25 +106,11 @@ func newLocker(handle *dialect.DB, cfg *Config, prefix, modeName string) (*Locke
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.PollMin < 0 || c.PollMax < 0 || c.ReleaseTimeout < 0 || c.StatementTimeout < 0 {
-		return nil, fmt.Errorf("%s: new: %w: negative duration (poll min %v, poll max %v, release timeout %v, statement timeout %v)",
-			prefix, dblock.ErrInvalidOption, c.PollMin, c.PollMax, c.ReleaseTimeout, c.StatementTimeout)
+	t, err := leasemode.Timing{PollMin: c.PollMin, PollMax: c.PollMax, ReleaseTimeout: c.ReleaseTimeout, StatementTimeout: c.StatementTimeout}.Resolve(prefix)
+	if err != nil {
+		return nil, err
 	}
-	if c.StatementTimeout == 0 {
-		c.StatementTimeout = StatementTimeoutDefault
-	}
-	if c.PollMin == 0 {
-		c.PollMin = PollMinDefault
-	}
-	if c.PollMax == 0 {
-		c.PollMax = max(PollMaxDefault, c.PollMin)
-	}
-	if c.PollMax < c.PollMin {
-		return nil, fmt.Errorf("%s: new: %w: poll max %v is below poll min %v", prefix, dblock.ErrInvalidOption, c.PollMax, c.PollMin)
-	}
-	if c.ReleaseTimeout == 0 {
-		c.ReleaseTimeout = ReleaseTimeoutDefault
-	}
+	c.PollMin, c.PollMax, c.ReleaseTimeout, c.StatementTimeout = t.PollMin, t.PollMax, t.ReleaseTimeout, t.StatementTimeout
 	p, err := leasemode.New(db, leasemode.Wiring{
 		Prefix: prefix, Mode: modeName, Logger: c.Logger, Hooks: c.Hooks, Telemetry: c.Telemetry,
 		DisableNotify: c.DisableNotify,

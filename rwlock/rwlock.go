@@ -2,7 +2,6 @@ package rwlock
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -20,13 +19,13 @@ import (
 // Defaults of Config.
 const (
 	// PollMinDefault is the first backoff step of a waiter.
-	PollMinDefault = 5 * time.Millisecond
+	PollMinDefault = leasemode.PollMinDefault
 	// PollMaxDefault caps a waiter's backoff.
-	PollMaxDefault = 250 * time.Millisecond
+	PollMaxDefault = leasemode.PollMaxDefault
 	// ReleaseTimeoutDefault bounds the release that Do and Close run.
-	ReleaseTimeoutDefault = 5 * time.Second
-	// StatementTimeoutDefault bounds one acquire transaction.
-	StatementTimeoutDefault = 10 * time.Second
+	ReleaseTimeoutDefault = leasemode.ReleaseTimeoutDefault
+	// StatementTimeoutDefault bounds one acquire statement.
+	StatementTimeoutDefault = leasemode.StatementTimeoutDefault
 	// WantForMin is the shortest time a waiting writer keeps new readers
 	// out after each of its tries (it is at least four times PollMax).
 	WantForMin = time.Second
@@ -113,25 +112,9 @@ func resolve(cfg *Config) (Config, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.PollMin < 0 || c.PollMax < 0 || c.ReleaseTimeout < 0 || c.StatementTimeout < 0 {
-		return c, fmt.Errorf("rwlock: new: %w: negative duration (poll min %v, poll max %v, release timeout %v, statement timeout %v)",
-			dblock.ErrInvalidOption, c.PollMin, c.PollMax, c.ReleaseTimeout, c.StatementTimeout)
-	}
-	c.PollMin = cmpOr(c.PollMin, PollMinDefault)
-	c.PollMax = cmpOr(c.PollMax, max(PollMaxDefault, c.PollMin))
-	c.ReleaseTimeout = cmpOr(c.ReleaseTimeout, ReleaseTimeoutDefault)
-	c.StatementTimeout = cmpOr(c.StatementTimeout, StatementTimeoutDefault)
-	if c.PollMax < c.PollMin {
-		return c, fmt.Errorf("rwlock: new: %w: poll max %v is below poll min %v", dblock.ErrInvalidOption, c.PollMax, c.PollMin)
-	}
-	return c, nil
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
+	t, err := leasemode.Timing{PollMin: c.PollMin, PollMax: c.PollMax, ReleaseTimeout: c.ReleaseTimeout, StatementTimeout: c.StatementTimeout}.Resolve("rwlock")
+	c.PollMin, c.PollMax, c.ReleaseTimeout, c.StatementTimeout = t.PollMin, t.PollMax, t.ReleaseTimeout, t.StatementTimeout
+	return c, err
 }
 
 // Acquire takes the write lock of name, waiting while anyone else holds

@@ -18,13 +18,13 @@ import (
 // Defaults of Config.
 const (
 	// PollMinDefault is the first backoff step of a waiter.
-	PollMinDefault = 5 * time.Millisecond
+	PollMinDefault = leasemode.PollMinDefault
 	// PollMaxDefault caps a waiter's backoff.
-	PollMaxDefault = 250 * time.Millisecond
+	PollMaxDefault = leasemode.PollMaxDefault
 	// ReleaseTimeoutDefault bounds the release that Do and Close run.
-	ReleaseTimeoutDefault = 5 * time.Second
-	// StatementTimeoutDefault bounds one acquire transaction.
-	StatementTimeoutDefault = 10 * time.Second
+	ReleaseTimeoutDefault = leasemode.ReleaseTimeoutDefault
+	// StatementTimeoutDefault bounds one acquire statement.
+	StatementTimeoutDefault = leasemode.StatementTimeoutDefault
 )
 
 // ErrLimitMismatch is the refusal of a caller that names another limit
@@ -74,17 +74,11 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.PollMin < 0 || c.PollMax < 0 || c.ReleaseTimeout < 0 || c.StatementTimeout < 0 {
-		return nil, fmt.Errorf("semaphore: new: %w: negative duration (poll min %v, poll max %v, release timeout %v, statement timeout %v)",
-			dblock.ErrInvalidOption, c.PollMin, c.PollMax, c.ReleaseTimeout, c.StatementTimeout)
+	t, err := leasemode.Timing{PollMin: c.PollMin, PollMax: c.PollMax, ReleaseTimeout: c.ReleaseTimeout, StatementTimeout: c.StatementTimeout}.Resolve("semaphore")
+	if err != nil {
+		return nil, err
 	}
-	c.PollMin = or(c.PollMin, PollMinDefault)
-	c.PollMax = or(c.PollMax, max(PollMaxDefault, c.PollMin))
-	c.ReleaseTimeout = or(c.ReleaseTimeout, ReleaseTimeoutDefault)
-	c.StatementTimeout = or(c.StatementTimeout, StatementTimeoutDefault)
-	if c.PollMax < c.PollMin {
-		return nil, fmt.Errorf("semaphore: new: %w: poll max %v is below poll min %v", dblock.ErrInvalidOption, c.PollMax, c.PollMin)
-	}
+	c.PollMin, c.PollMax, c.ReleaseTimeout, c.StatementTimeout = t.PollMin, t.PollMax, t.ReleaseTimeout, t.StatementTimeout
 	p, err := leasemode.New(db, leasemode.Wiring{
 		Prefix: "semaphore", Mode: dblock.ModeSemaphore, Logger: c.Logger, Hooks: c.Hooks, Telemetry: c.Telemetry,
 		DisableNotify: c.DisableNotify,
@@ -94,13 +88,6 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 		return nil, err
 	}
 	return &Locker{db: db, cfg: c, parts: p}, nil
-}
-
-func or(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // Acquire takes permits of the semaphore name, whose limit is limit (the

@@ -9,7 +9,6 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
-	"github.com/dblock-go/dblock/internal/backoff"
 )
 
 // readMode is the mode of a name held by readers.
@@ -160,23 +159,7 @@ var errRowLocked = errors.New("the name's row is locked by another transaction")
 // is inserted first if missing) and commits when fn asks to. A row locked
 // elsewhere is waited for shareLockedMax at most (errRowLocked).
 func (db *DB) sharedTx(ctx context.Context, name string, fn func(tx *sqlx.Tx, r sharedRow) (commit bool, err error)) error {
-	var first time.Time
-	pause := fenceRetryMin
-	for {
-		err := db.sharedAttempt(ctx, name, fn)
-		if err == nil || !errors.Is(err, errRowLocked) && !errors.Is(err, dblock.ErrNotAcquired) {
-			return err
-		}
-		if first.IsZero() {
-			first = time.Now()
-		} else if time.Since(first) >= shareLockedMax {
-			return errRowLocked
-		}
-		if err := sleepCtx(ctx, backoff.Jitter(pause)); err != nil {
-			return err
-		}
-		pause = min(2*pause, fenceRetryMax)
-	}
+	return db.retryRowLocked(ctx, func() error { return db.sharedAttempt(ctx, name, fn) })
 }
 
 // sharedAttempt is one transaction of sharedTx.

@@ -67,9 +67,10 @@ func (db *DB) renewShareOne(ctx context.Context, name, owner string, token dbloc
 	return renewed, err
 }
 
-// retryRowLocked runs attempt (its errors unclassified) until the name's
-// row was not locked past the statement's wait, for shareLockedMax at
-// most (then errRowLocked). Other errors are returned classified.
+// retryRowLocked runs attempt until the name's row was not locked past the
+// statement's wait (an error wrapping dblock.ErrNotAcquired), for
+// shareLockedMax at most (then errRowLocked). Other errors, classified, end
+// it.
 func (db *DB) retryRowLocked(ctx context.Context, attempt func() error) error {
 	var first time.Time
 	pause := fenceRetryMin
