@@ -23,13 +23,13 @@ import (
 // Defaults of Config.
 const (
 	// PollMinDefault is the first backoff step of a waiter.
-	PollMinDefault = leasemode.PollMinDefault
+	PollMinDefault = 5 * time.Millisecond
 	// PollMaxDefault caps a waiter's backoff.
-	PollMaxDefault = leasemode.PollMaxDefault
+	PollMaxDefault = 250 * time.Millisecond
 	// ReleaseTimeoutDefault bounds the release that Do and Close run.
-	ReleaseTimeoutDefault = leasemode.ReleaseTimeoutDefault
+	ReleaseTimeoutDefault = 5 * time.Second
 	// StatementTimeoutDefault bounds one acquire statement.
-	StatementTimeoutDefault = leasemode.StatementTimeoutDefault
+	StatementTimeoutDefault = 10 * time.Second
 )
 
 // Config configures a Locker. The zero value (or a nil *Config) means defaults.

@@ -7,8 +7,8 @@ import (
 	"github.com/dblock-go/dblock"
 )
 
-// Defaults of the waits of the lease modes' Configs (each package exports
-// them under its own name).
+// Defaults of the waits of the lease modes' Configs; each package exports
+// the same values under its own names (optimistic.PollMinDefault, ...).
 const (
 	PollMinDefault          = 5 * time.Millisecond
 	PollMaxDefault          = 250 * time.Millisecond
