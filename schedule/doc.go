@@ -26,6 +26,9 @@
 // slot runs on time. CatchUp runs once, at Start, the latest slot due that
 // no replica ran.
 //
+// A Scheduler fires its jobs on its own clock (Config.Now); Job wraps a job
+// as a cron.Job for a robfig/cron Cron of the caller's instead.
+//
 // Slots of @every schedules are multiples of the interval since the Unix
 // epoch, so that replicas started at different times agree on them. Slot
 // tells a job which slot it runs for.

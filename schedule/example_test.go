@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/robfig/cron/v3"
+
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/exampledb"
 	"github.com/dblock-go/dblock/schedule"
@@ -73,3 +75,21 @@ func ExampleSlot() {
 }
 
 var _ = readme
+
+// A job for a robfig/cron Cron of the caller's.
+func ExampleScheduler_Job() {
+	db, cleanup := exampledb.Open("schedule-job.db")
+	defer cleanup()
+	report := func(ctx context.Context) error { return nil }
+	s, _ := schedule.New(db, nil)
+	c := cron.New()
+	job, err := s.Job("0 3 * * *", "nightly-report", report, schedule.AtMostFor(time.Hour))
+	if err == nil {
+		_, err = c.AddJob("0 3 * * *", job)
+	}
+	fmt.Println(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.Stop(ctx)
+	// Output: <nil>
+}

@@ -101,9 +101,11 @@ func New(handle *dialect.DB, cfg *Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Scheduler{db: db, cfg: c, parts: p, stop: make(chan struct{}),
-		parser: cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)}, nil
+	return &Scheduler{db: db, cfg: c, parts: p, stop: make(chan struct{}), parser: parser}, nil
 }
+
+// parser reads cron specs: five fields, six with seconds, or a descriptor.
+var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Option is a job's option.
 type Option func(*jobOptions)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/robfig/cron/v3"
+
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/schedule"
@@ -256,4 +258,46 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// Two robfig Crons, each running the job through Job: each second's slot
+// runs once.
+func TestCronJob(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		r := &runs{got: map[time.Time][]int{}}
+		var crons []*cron.Cron
+		for id := range 2 {
+			s := newScheduler(t, iso, nil)
+			job, err := s.Job("* * * * * *", "cron-job", r.job(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := cron.New(cron.WithSeconds())
+			if _, err := c.AddJob("* * * * * *", job); err != nil {
+				t.Fatal(err)
+			}
+			crons = append(crons, c)
+		}
+		start := time.Now()
+		for _, c := range crons {
+			c.Start()
+		}
+		time.Sleep(4 * time.Second)
+		for _, c := range crons {
+			<-c.Stop().Done()
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for slot, ids := range r.got {
+			if len(ids) != 1 {
+				t.Errorf("slot %s ran %d times", slot.Format(time.RFC3339), len(ids))
+			}
+		}
+		for slot := start.Truncate(time.Second).Add(time.Second); slot.Before(start.Add(3 * time.Second)); slot = slot.Add(time.Second) {
+			if len(r.got[slot]) != 1 {
+				t.Errorf("slot %s ran %d times, want once (runs %v)", slot.Format(time.RFC3339), len(r.got[slot]), r.got)
+			}
+		}
+	})
 }

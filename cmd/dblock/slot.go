@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/robfig/cron/v3"
-
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	lockmode "github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
+	"github.com/dblock-go/dblock/schedule"
 )
 
 // checkHoldFlags checks --max-hold and --min-hold: each a valid duration,
@@ -43,40 +42,20 @@ func checkHoldFlags(mode string, maxHold, minHold optDuration) error {
 	return nil
 }
 
-// slotParser reads --slot: cron's five fields, six with seconds, or a
-// descriptor.
-var slotParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
-// slotOf returns the slot of spec at now: its latest time at or before now
-// (@every slots are multiples of the interval since the epoch); zero
+// slotOf returns the slot of spec at now (schedule.LatestSlot); zero
 // without a spec.
 func slotOf(spec string, now time.Time) (time.Time, error) {
 	if spec == "" {
 		return time.Time{}, nil
 	}
-	sched, err := slotParser.Parse(spec)
-	if err != nil {
-		return time.Time{}, usageErrorf("exec: --slot %q: %v", spec, err)
+	slot, err := schedule.LatestSlot(spec, now)
+	switch {
+	case err != nil:
+		return time.Time{}, withCode(exitUsage, fmt.Errorf("exec: --slot: %w", err))
+	case slot.IsZero():
+		return time.Time{}, usageErrorf("exec: --slot %q: no slot in the last year", spec)
 	}
-	if every, ok := sched.(cron.ConstantDelaySchedule); ok {
-		return now.Truncate(every.Delay), nil
-	}
-	// Walk from ever further back until a slot is found (a yearly spec
-	// looks back a year, an every-second one a minute).
-	for _, back := range []time.Duration{time.Minute, time.Hour, 25 * time.Hour, 32 * 24 * time.Hour, 367 * 24 * time.Hour} {
-		var due time.Time
-		for t, steps := now.Add(-back), 0; steps < 1<<20; steps++ {
-			next := sched.Next(t)
-			if next.IsZero() || next.After(now) {
-				break
-			}
-			due, t = next, next
-		}
-		if !due.IsZero() {
-			return due, nil
-		}
-	}
-	return time.Time{}, usageErrorf("exec: --slot %q: no slot in the last year", spec)
+	return slot, nil
 }
 
 // claimSlot records slot as the lock's last run; when it (or a later one)
