@@ -59,8 +59,8 @@ func (r *run) ranAlready() bool {
 }
 
 // take acquires the job's lock; false when another run holds it (or the
-// statement failed). A run of an earlier slot is waited for, until the slot
-// after this one is due: it may be a replica whose clock is behind, firing
+// statement failed). A run of an earlier slot, or a row locked by another
+// statement, is waited for, until the slot after this one is due: it may be a replica whose clock is behind, firing
 // a slot that never ran, at the moment this one fires its own, and skipping
 // would lose this slot (its successor's claim would then pass it by). A run
 // of this slot or a later one means this slot ran or will be skipped there
@@ -86,8 +86,12 @@ func (r *run) take() bool {
 		case res.Acquired:
 			return r.keep(res, reqStart)
 		}
+		// Wait for a run of an earlier slot, and for a row another
+		// statement has locked this instant (no owner: a replica's acquire
+		// or release in flight, or a transaction's hold).
 		held, ok := slotOf(res.Holder.Owner)
-		if !ok || !held.Before(r.slot) || !s.cfg.Now().Before(until) {
+		earlier := ok && held.Before(r.slot) || res.Holder.Owner == "" && res.Holder.Mode != dblock.ModeRead
+		if !earlier || !s.cfg.Now().Before(until) {
 			r.log(slog.LevelDebug, "schedule: the job runs elsewhere; slot skipped here", slog.String("holder", res.Holder.Owner))
 			return false
 		}
