@@ -17,6 +17,8 @@ import (
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 	"github.com/dblock-go/dblock/reaper"
+	"github.com/dblock-go/dblock/rwlock"
+	"github.com/dblock-go/dblock/semaphore"
 )
 
 // PostgresGrants are the statements that let a role use every mode and the
@@ -24,7 +26,8 @@ import (
 // repeats them). %s is the role.
 var PostgresGrants = []string{
 	"GRANT SELECT, INSERT, UPDATE, DELETE ON dblock_locks, dblock_waiters TO %s",
-	"GRANT USAGE ON SEQUENCE dblock_token_seq, dblock_waiters_id_seq TO %s",
+	"GRANT SELECT, INSERT, UPDATE, DELETE ON dblock_shares, dblock_semaphores, dblock_permits, dblock_slots TO %s",
+	"GRANT USAGE ON SEQUENCE dblock_token_seq, dblock_waiters_id_seq, dblock_permits_id_seq TO %s",
 }
 
 // MySQLGrants are the MySQL/MariaDB equivalent; %[1]s is the database and
@@ -33,6 +36,10 @@ var MySQLGrants = []string{
 	"GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.dblock_locks TO %[2]s",
 	"GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.dblock_waiters TO %[2]s",
 	"GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.dblock_fence TO %[2]s",
+	"GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.dblock_shares TO %[2]s",
+	"GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.dblock_semaphores TO %[2]s",
+	"GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.dblock_permits TO %[2]s",
+	"GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.dblock_slots TO %[2]s",
 }
 
 // The README's last grant: read access to the migrations' version table,
@@ -157,6 +164,8 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 		t.Fatalf("fair release: %v", err)
 	}
 
+	sharedPrivileges(ctx, t, db)
+
 	pl, err := pessimistic.New(db, &pessimistic.Config{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -249,5 +258,46 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 	}
 	if err := migrations.Check(ctx, db); err != nil {
 		t.Errorf("migrations.Check as the restricted role, after %s: %v", versionGrant, err)
+	}
+}
+
+// sharedPrivileges takes and releases a read lock and a write lock
+// (rwlock), a semaphore's permit and a scheduled job's slot as the
+// restricted role.
+func sharedPrivileges(ctx context.Context, t *testing.T, db *dialect.DB) {
+	t.Helper()
+	rw, err := rwlock.New(db, &rwlock.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close()
+	r, err := rw.AcquireRead(ctx, "priv-rw")
+	if err != nil {
+		t.Fatalf("read acquire: %v", err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatalf("read release: %v", err)
+	}
+	w, err := rw.Acquire(ctx, "priv-rw")
+	if err != nil {
+		t.Fatalf("write acquire: %v", err)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatalf("write release: %v", err)
+	}
+	sem, err := semaphore.New(db, &semaphore.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sem.Close()
+	g, err := sem.Acquire(ctx, "priv-sem", 2, 1)
+	if err != nil {
+		t.Fatalf("semaphore acquire: %v", err)
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatalf("semaphore release: %v", err)
+	}
+	if _, err := store.Of(db).ClaimSlot(ctx, "priv-job", time.Now()); err != nil {
+		t.Fatalf("claim a slot: %v", err)
 	}
 }
