@@ -17,6 +17,12 @@
 //     frees the lock the moment its connection drops.
 //   - fairqueue: leases handed out in arrival order through a wait queue
 //     (dblock_waiters).
+//   - rwlock: many readers or one writer; a name held by readers is held for
+//     every exclusive mode, and the other way round.
+//
+// Beside the locks: semaphore (at most N owned, leased grants of a name, in
+// a namespace of their own), election (a leader per name), and schedule
+// (cron jobs run once per slot across replicas).
 //
 // # Owner
 //
@@ -30,7 +36,8 @@
 // Lease locks expire by the database clock, never a client's. A lease lasts
 // its TTL (WithTTL, default TTLDefault) and is renewed every TTL/3 in the
 // background until released; WithMaxHold caps the whole hold, so a lease that
-// is never renewed is WithTTL(d) with WithMaxHold(d). The
+// is never renewed is WithTTL(d) with WithMaxHold(d), and WithMinHold keeps
+// it at least that long after its acquisition even when released sooner. The
 // holder trusts its lease only until a local deadline — the monotonic time at
 // which it sent the request plus the TTL — which is never later than the
 // database's expiry.
