@@ -79,8 +79,13 @@ func (d mysqlDialect) Queue() *QueueSQL {
 	return &mysqlQueue
 }
 
-func (mysqlDialect) History() *HistorySQL       { return &mysqlHistory }
-func (mysqlDialect) Shared() *SharedSQL         { return &mysqlShared }
+func (mysqlDialect) History() *HistorySQL { return &mysqlHistory }
+func (d mysqlDialect) Shared() *SharedSQL {
+	if d.mariadb {
+		return &mariadbShared
+	}
+	return &mysqlShared
+}
 func (mysqlDialect) Semaphore() *SemaphoreSQL   { return &mysqlSemaphore }
 func (mysqlDialect) SharedReap() *SharedReapSQL { return &mysqlSharedReap }
 func (mysqlDialect) Slots() *SlotSQL            { return &mysqlSlots }

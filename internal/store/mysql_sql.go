@@ -306,15 +306,21 @@ var mysqlHistory = HistorySQL{}
 // stays NULL).
 const myAt = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
 
-// mysqlShared: the row lock does not wait (NOWAIT, which MySQL 8 and
-// MariaDB both accept); a row locked elsewhere is retried for
-// shareLockedMax. The reads of dblock_shares lock what they read, so they
+// mysqlShareLock reads a name's row for SharedSQL.LockRow, followed by the
+// lock clause.
+var mysqlShareLock = `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `,
+       IFNULL(` + myUs("shared_until") + `, 0), IFNULL(` + myUs("wanted_until") + `, 0), reentry, readers
+FROM dblock_locks WHERE name = ?`
+
+// mysqlShared: on MySQL 8 the row lock does not wait (NOWAIT: its shortest
+// lock wait is a second, set per session); a row locked elsewhere is
+// retried for shareLockedMax. MariaDB's (mariadbShared) waits up to a
+// second in the server's queue, which serves many readers of one name far
+// better than retries. The reads of dblock_shares lock what they read, so they
 // see the latest committed rows under REPEATABLE READ. The new token of a
 // readers' period is the row's version + 1, reported as the insert id.
 var mysqlShared = SharedSQL{
-	LockRow: `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `,
-       IFNULL(` + myUs("shared_until") + `, 0), IFNULL(` + myUs("wanted_until") + `, 0), reentry, readers
-FROM dblock_locks WHERE name = ?
+	LockRow: mysqlShareLock + `
 FOR UPDATE NOWAIT`,
 	ReadShare:  `SELECT token, reentry, ` + myUs("expires_at") + ` FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE`,
 	LiveShares: `SELECT count(*), IFNULL(MAX(` + myUs("expires_at") + `), 0) FROM dblock_shares WHERE name = ? AND token = ? AND expires_at > ` + myAt + ` LOCK IN SHARE MODE`,
@@ -393,3 +399,13 @@ ON DUPLICATE KEY UPDATE
 WHERE name = ? AND owner = ? AND version = ? AND reentry = 1 AND expires_at > UTC_TIMESTAMP(6)
   AND acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6)`,
 }
+
+// mariadbShared is mysqlShared with a row lock that waits in the server's
+// queue, a second at most (SET STATEMENT, this statement only): readers of
+// one name hold it for a few statements each.
+var mariadbShared = func() SharedSQL {
+	s := mysqlShared
+	s.LockRow = "SET STATEMENT innodb_lock_wait_timeout=1 FOR " + mysqlShareLock + `
+FOR UPDATE`
+	return s
+}()

@@ -135,7 +135,7 @@ func (db *DB) semaphoreTx(ctx context.Context, name string, limit int, fn func(t
 				return db.Classify(err)
 			}
 		}
-		tx, end, err := db.BeginWriteTx(ctx)
+		tx, end, err := db.beginShortTx(ctx)
 		if err != nil {
 			return err
 		}

@@ -165,7 +165,7 @@ func (db *DB) sharedTx(ctx context.Context, name string, fn func(tx *sqlx.Tx, r 
 // sharedAttempt is one transaction of sharedTx.
 func (db *DB) sharedAttempt(ctx context.Context, name string, fn func(tx *sqlx.Tx, r sharedRow) (bool, error)) error {
 	for range 3 {
-		tx, end, err := db.BeginWriteTx(ctx)
+		tx, end, err := db.beginShortTx(ctx)
 		if err != nil {
 			return err
 		}
@@ -314,4 +314,18 @@ func (db *DB) ListShares(ctx context.Context) ([]ShareInfo, error) {
 		out = append(out, s)
 	}
 	return out, db.Classify(rows.Err())
+}
+
+// beginShortTx begins the short write transaction of a shared lock or a
+// semaphore's grant: READ COMMITTED where the database has row locks, so
+// that its reads see every transaction committed before they ran, and its
+// locking reads of missing keys take no gap locks (MySQL's REPEATABLE READ
+// would make grants and readers of unrelated names wait for each other, or
+// deadlock); on SQLite, BeginWriteTx.
+func (db *DB) beginShortTx(ctx context.Context) (*sqlx.Tx, func(), error) {
+	if !db.Dialect.Caps().RowLocks {
+		return db.BeginWriteTx(ctx)
+	}
+	tx, err := db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	return tx, func() {}, db.Classify(err)
 }

@@ -190,10 +190,10 @@ SELECT
             FROM dblock_locks WHERE owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)), 0);
 
 -- SharedSQL.LockRow
-SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
+SET STATEMENT innodb_lock_wait_timeout=1 FOR SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
        IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', shared_until), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', wanted_until), 0), reentry, readers
 FROM dblock_locks WHERE name = ?
-FOR UPDATE NOWAIT;
+FOR UPDATE;
 
 -- SharedSQL.ReadShare
 SELECT token, reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE;
