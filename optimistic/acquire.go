@@ -8,6 +8,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/backoff"
+	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
 )
@@ -159,7 +160,7 @@ func (a *acquisition) ask(attempt int) (*dblock.Lease, bool, error) {
 // ends the call unless it waits and the error is transient.
 func (a *acquisition) failed(err error, reqStart time.Time, attempt int) (*dblock.Lease, error) {
 	l := a.l
-	if outcomeUnknown(err) {
+	if leasekeeper.OutcomeUnknown(err) {
 		// The handles are counted after the statement: the same as before
 		// it, unless the owner acquires concurrently.
 		a.unknown = &pending{name: a.name, owner: a.o.Owner, handles: l.handles(a.name, a.o.Owner), reqStart: reqStart, err: err}

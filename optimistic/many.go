@@ -10,6 +10,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/backoff"
+	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
 )
@@ -138,7 +139,7 @@ func (m *manyCall) ask(attempt int) ([]*dblock.Lease, store.Holder, error) {
 		}
 		return nil, h, nil
 	}
-	if outcomeUnknown(err) {
+	if leasekeeper.OutcomeUnknown(err) {
 		// The commit's answer may be lost: every name or none was taken.
 		leases, settled := l.settleMany(m.ctx, m.names, m.o, handles, reqStart, m.start)
 		if leases != nil {

@@ -2,8 +2,6 @@ package optimistic
 
 import (
 	"context"
-	"database/sql/driver"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -206,18 +204,6 @@ type pending struct {
 	handles     map[dblock.Token]int // This Locker's live handles on the name for the owner, before it.
 	reqStart    time.Time
 	err         error
-}
-
-// outcomeUnknown reports whether a failed acquire may have committed: its
-// connection broke or its statement timed out. A statement the server
-// refused (a deadlock, a missing table), or that never reached it (no
-// connection could be made), changed nothing.
-func outcomeUnknown(err error) bool {
-	if store.NotSent(err) {
-		return false
-	}
-	return errors.Is(err, dblock.ErrUnavailable) || errors.Is(err, driver.ErrBadConn) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // settle reads the row of an acquire with an unknown outcome, on a fresh

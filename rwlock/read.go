@@ -2,7 +2,6 @@ package rwlock
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,7 +99,7 @@ func (r *readCall) ask(attempt int) (*dblock.Lease, error) {
 	res, err := l.db.AcquireShare(stmtCtx, store.ShareParams{Name: r.name, Owner: r.o.Owner, TTL: r.o.FirstTTL(), Metadata: r.o.Metadata})
 	cancel()
 	switch {
-	case err != nil && outcomeUnknown(err):
+	case err != nil && leasekeeper.OutcomeUnknown(err):
 		if lease := r.settle(reqStart); lease != nil {
 			return lease, nil
 		}
@@ -172,16 +171,6 @@ func (r *readCall) newLease(token dblock.Token, granted time.Duration, reqStart 
 		slog.String("lock_key", r.name), slog.String("owner", r.o.Owner), slog.Int64("token", int64(token)))
 	l.parts.Events.Acquired(r.name, r.o.Owner, token, time.Since(r.start))
 	return lease, nil
-}
-
-// outcomeUnknown reports whether a failed acquire may have committed: its
-// connection broke or it timed out.
-func outcomeUnknown(err error) bool {
-	if store.NotSent(err) {
-		return false
-	}
-	return errors.Is(err, dblock.ErrUnavailable) || errors.Is(err, driver.ErrBadConn) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // shares are the Rows of read leases (leasekeeper).

@@ -568,3 +568,15 @@ func Transient(err error) bool {
 
 // jitter spreads a pause over [d/2, d] (backoff.Jitter).
 var jitter = backoff.Jitter
+
+// OutcomeUnknown reports whether a failed acquire may have committed: its
+// connection broke or its statement timed out. A statement the server
+// refused (a deadlock, a missing table), or that never reached it (no
+// connection could be made), changed nothing.
+func OutcomeUnknown(err error) bool {
+	if store.NotSent(err) {
+		return false
+	}
+	return errors.Is(err, dblock.ErrUnavailable) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}

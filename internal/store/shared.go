@@ -41,7 +41,7 @@ type SharedSQL struct {
 	// LockRow (name) locks the row and reads owner, owner IS NULL,
 	// version, mode, expires_at, the clock, shared_until, wanted_until,
 	// reentry, readers; it gives up on a row locked for long (PostgreSQL
-	// after lockWaitMs, MySQL at once) with an error wrapping
+	// after lockWaitMs, MariaDB after a second, MySQL 8 at once) with an error wrapping
 	// dblock.ErrNotAcquired.
 	LockRow string
 	// ReadShare (name, owner) reads token, reentry, expires_at.
@@ -85,10 +85,11 @@ type SharedSQL struct {
 	Acquire, Release, Renew string
 }
 
-// lockWaitMs bounds LockRow's wait for a row another transaction locked
-// (PostgreSQL); on MySQL the statement does not wait and shareLockedMax
-// bounds the retries.
-const lockWaitMs = "200"
+// lockWaitMs bounds a PostgreSQL shared-lock statement's wait for a row
+// another transaction locked (the functions of migration 00005 set the
+// same); MariaDB waits a second, MySQL 8 not at all, and shareLockedMax bounds
+// the retries.
+const lockWaitMs = "100"
 
 // shareLockedMax bounds the retries of a shared-lock transaction whose row
 // another transaction held locked; then the name is reported held by it.

@@ -315,7 +315,7 @@ DELETE FROM dblock_history WHERE id IN (
 -- SharedSQL.LockRow
 SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), coalesce((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0),
        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, coalesce((extract(epoch FROM l.shared_until) * 1000000)::bigint, 0), coalesce((extract(epoch FROM l.wanted_until) * 1000000)::bigint, 0), l.reentry, l.readers
-FROM dblock_locks l, (SELECT set_config('lock_timeout', '200', true)) AS cfg
+FROM dblock_locks l, (SELECT set_config('lock_timeout', '100', true)) AS cfg
 WHERE l.name = $1
 FOR UPDATE OF l;
 
@@ -374,7 +374,7 @@ SELECT dblock_release_share($1, $2, $3);
 -- SharedSQL.Renew
 WITH cur AS (
     SELECT l.name, l.version, l.owner, l.expires_at FROM dblock_locks l,
-        (SELECT set_config('lock_timeout', '200', true)) AS cfg
+        (SELECT set_config('lock_timeout', '100', true)) AS cfg
     WHERE l.name = $1
     FOR UPDATE OF l
 ), s AS (
