@@ -43,22 +43,13 @@ func (l *Locker) TryAcquireRead(ctx context.Context, name string, opts ...dblock
 }
 
 func (l *Locker) acquireRead(ctx context.Context, name string, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
-	c, err := mode.BeginOne(ctx, "rwlock: acquire read", name, wait, opts)
+	c, pause, end, err := l.parts.BeginPolled(ctx, "rwlock: acquire read", name, wait, opts, l.cfg.PollMin, l.cfg.PollMax,
+		"a read lease is released when its holder is done")
 	if err != nil {
 		return nil, err
 	}
-	if c.Opts.MinHold != 0 {
-		return nil, fmt.Errorf("rwlock: acquire read %q: %w: WithMinHold: a read lease is released when its holder is done", name, dblock.ErrInvalidOption)
-	}
-	if !l.parts.Life.Enter() {
-		return nil, fmt.Errorf("rwlock: acquire read %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
-	}
-	defer l.parts.Life.Leave()
-	waitCtx, cancel := c.WaitContext(ctx)
-	defer cancel()
-	r := &readCall{l: l, ctx: ctx, name: name, o: c.Opts, wait: c.Wait, start: time.Now()}
-	r.pause = leasemode.NewPause(waitCtx, l.parts.Life, l.parts.Hub, name, l.cfg.PollMin, l.cfg.PollMax)
-	defer r.pause.Close()
+	defer end()
+	r := &readCall{l: l, ctx: ctx, name: name, o: c.Opts, wait: c.Wait, start: time.Now(), pause: pause}
 	return r.run()
 }
 

@@ -17,23 +17,14 @@ func (l *Locker) acquire(ctx context.Context, name string, limit, permits int, w
 	if err := validate(name, limit, permits); err != nil {
 		return nil, fmt.Errorf("semaphore: acquire: %w", err)
 	}
-	c, err := mode.BeginOne(ctx, "semaphore: acquire", name, wait, opts)
+	c, pause, end, err := l.parts.BeginPolled(ctx, "semaphore: acquire", name, wait, opts, l.cfg.PollMin, l.cfg.PollMax,
+		"a grant is released when its holder is done")
 	if err != nil {
 		return nil, err
 	}
-	if c.Opts.MinHold != 0 {
-		return nil, fmt.Errorf("semaphore: acquire %q: %w: WithMinHold: a grant is released when its holder is done", name, dblock.ErrInvalidOption)
-	}
-	if !l.parts.Life.Enter() {
-		return nil, fmt.Errorf("semaphore: acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
-	}
-	defer l.parts.Life.Leave()
-	waitCtx, cancel := c.WaitContext(ctx)
-	defer cancel()
-	g := &grantCall{l: l, ctx: ctx, o: c.Opts, wait: c.Wait, start: time.Now(),
+	defer end()
+	g := &grantCall{l: l, ctx: ctx, o: c.Opts, wait: c.Wait, start: time.Now(), pause: pause,
 		p: store.PermitParams{Name: name, Owner: c.Opts.Owner, Limit: limit, Permits: permits, TTL: c.Opts.FirstTTL(), Metadata: c.Opts.Metadata}}
-	g.pause = leasemode.NewPause(waitCtx, l.parts.Life, l.parts.Hub, name, l.cfg.PollMin, l.cfg.PollMax)
-	defer g.pause.Close()
 	return g.run()
 }
 

@@ -2,10 +2,12 @@ package leasemode
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/backoff"
+	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/wake"
 )
 
@@ -53,4 +55,29 @@ func (p *Pause) Sleep(change, now time.Time) error {
 	case <-p.life.Closing:
 		return dblock.ErrClosed
 	}
+}
+
+// BeginPolled starts one call of a mode that waits by pausing between
+// tries (rwlock's readers, semaphores): the prologue (mode.BeginOne, what
+// naming the call in errors), the refusal of dblock.WithMinHold (why says
+// why), entering the Locker's Life, and the pauses, bounded by
+// dblock.WithWait. Call end when the call returns.
+func (p Parts) BeginPolled(ctx context.Context, what, name string, wait bool, opts []dblock.Option,
+	pollMin, pollMax time.Duration, why string) (c mode.Call, pause *Pause, end func(), err error) {
+	if c, err = mode.BeginOne(ctx, what, name, wait, opts); err != nil {
+		return c, nil, nil, err
+	}
+	if c.Opts.MinHold != 0 {
+		return c, nil, nil, fmt.Errorf("%s %q: %w: WithMinHold: %s", what, name, dblock.ErrInvalidOption, why)
+	}
+	if !p.Life.Enter() {
+		return c, nil, nil, fmt.Errorf("%s %q: %w: %w", what, name, dblock.ErrNotAcquired, dblock.ErrClosed)
+	}
+	waitCtx, cancel := c.WaitContext(ctx)
+	pause = NewPause(waitCtx, p.Life, p.Hub, name, pollMin, pollMax)
+	return c, pause, func() {
+		pause.Close()
+		cancel()
+		p.Life.Leave()
+	}, nil
 }
