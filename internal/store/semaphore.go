@@ -126,20 +126,16 @@ func (db *DB) grant(ctx context.Context, tx *sqlx.Tx, p PermitParams, now int64)
 }
 
 // semaphoreTx runs fn in a write transaction holding name's semaphore row
-// locked (inserted first with limit if missing), committing when fn asks to.
+// locked, committing when fn asks to. A missing row is inserted with limit
+// (on the pool, outside the transaction, where the database has row locks)
+// and the transaction run again; an existing one costs no insert.
 func (db *DB) semaphoreTx(ctx context.Context, name string, limit int, fn func(tx *sqlx.Tx, limit int, now int64) (bool, error)) error {
-	s := db.Dialect.Semaphore()
 	for range 3 {
-		if db.Dialect.Caps().RowLocks {
-			if _, err := db.ExecContext(ctx, s.Ensure, name, limit); err != nil {
-				return db.Classify(err)
-			}
-		}
 		tx, end, err := db.beginShortTx(ctx)
 		if err != nil {
 			return err
 		}
-		commit, found, err := db.semaphoreAttempt(ctx, tx, name, limit, fn)
+		commit, found, err := db.semaphoreAttempt(ctx, tx, name, fn)
 		if err != nil || !commit {
 			_ = tx.Rollback()
 		} else {
@@ -149,19 +145,17 @@ func (db *DB) semaphoreTx(ctx context.Context, name string, limit int, fn func(t
 		if err != nil || found {
 			return err
 		}
+		if _, err := db.ExecContext(ctx, db.Dialect.Semaphore().Ensure, name, limit); err != nil {
+			return db.Classify(err)
+		}
 	}
 	return fmt.Errorf("%w: semaphore %q: its row was deleted as often as it was created", dblock.ErrUnavailable, name)
 }
 
-// semaphoreAttempt locks the semaphore's row in tx (inserting it there on
-// SQLite) and runs fn; found is false when the row was missing.
-func (db *DB) semaphoreAttempt(ctx context.Context, tx *sqlx.Tx, name string, limit int, fn func(tx *sqlx.Tx, limit int, now int64) (bool, error)) (commit, found bool, err error) {
+// semaphoreAttempt locks the semaphore's row in tx and runs fn; found is
+// false when the row was missing.
+func (db *DB) semaphoreAttempt(ctx context.Context, tx *sqlx.Tx, name string, fn func(tx *sqlx.Tx, limit int, now int64) (bool, error)) (commit, found bool, err error) {
 	s := db.Dialect.Semaphore()
-	if !db.Dialect.Caps().RowLocks {
-		if _, err := tx.ExecContext(ctx, s.Ensure, name, limit); err != nil {
-			return false, false, db.Classify(err)
-		}
-	}
 	if s.Touch != "" {
 		if _, err := tx.ExecContext(ctx, s.Touch, name); err != nil {
 			return false, false, db.Classify(err)
