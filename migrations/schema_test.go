@@ -45,7 +45,7 @@ var wantSchema = map[store.Kind]schema{
 				"version": "bigint not null", "mode": "text",
 				"acquired_at": "timestamp with time zone", "expires_at": "timestamp with time zone",
 				"updated_at": "timestamp with time zone not null", "metadata": "text",
-				"readers": "integer not null", "shared_until": "timestamp with time zone", "wanted_until": "timestamp with time zone",
+				"shared_until": "timestamp with time zone", "wanted_until": "timestamp with time zone",
 			},
 			"dblock_shares": {
 				"name": "text not null", "owner": "text not null", "token": "bigint not null", "reentry": "integer not null",
@@ -89,7 +89,7 @@ var wantSchema = map[store.Kind]schema{
 				"version": "bigint not null", "mode": "varchar(16) utf8mb4",
 				"acquired_at": "datetime(6)", "expires_at": "datetime(6)",
 				"updated_at": "datetime(6) not null", "metadata": "varchar(1024) utf8mb4",
-				"readers": "int not null", "shared_until": "datetime(6)", "wanted_until": "datetime(6)",
+				"shared_until": "datetime(6)", "wanted_until": "datetime(6)",
 			},
 			"dblock_shares": {
 				"name": "varbinary(255) not null", "owner": "varbinary(255) not null", "token": "bigint not null",
@@ -129,7 +129,7 @@ var wantSchema = map[store.Kind]schema{
 				"version": "INTEGER not null", "mode": "TEXT",
 				"acquired_at": "INTEGER", "expires_at": "INTEGER",
 				"updated_at": "INTEGER not null", "metadata": "TEXT",
-				"readers": "INTEGER not null", "shared_until": "INTEGER", "wanted_until": "INTEGER",
+				"shared_until": "INTEGER", "wanted_until": "INTEGER",
 			},
 			"dblock_shares": {
 				"name": "TEXT not null", "owner": "TEXT not null", "token": "INTEGER not null", "reentry": "INTEGER not null",

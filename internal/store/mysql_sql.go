@@ -105,7 +105,6 @@ const mysqlRelease = `UPDATE dblock_locks SET
     owner        = IF(reentry > 1, owner, IF(shared_until > UTC_TIMESTAMP(6), '', NULL)),
     expires_at   = IF(reentry > 1, expires_at, IF(shared_until > UTC_TIMESTAMP(6), shared_until, NULL)),
     mode         = IF(reentry <= 1 AND shared_until > UTC_TIMESTAMP(6), '` + readMode + `', mode),
-    readers      = IF(reentry <= 1 AND shared_until > UTC_TIMESTAMP(6), 1, readers),
     updated_at   = UTC_TIMESTAMP(6),
     shared_until = IF(reentry > 1, shared_until, NULL),
     reentry      = IF(reentry > 1, reentry - 1, IF(owner = '', 1, 0))
@@ -132,7 +131,7 @@ LOCK IN SHARE MODE`
 
 // mysqlForceRelease: mode NULL marks the row freed by an administrator (the
 // history's trigger reads it); a release keeps the mode.
-const mysqlForceRelease = `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = UTC_TIMESTAMP(6)
+const mysqlForceRelease = `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ? AND owner IS NOT NULL`
 
 // mariadbNoWait makes one statement fail at once (1205) instead of waiting
@@ -309,7 +308,7 @@ const myAt = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
 // mysqlShareLock reads a name's row for SharedSQL.LockRow, followed by the
 // lock clause.
 var mysqlShareLock = `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `,
-       IFNULL(` + myUs("shared_until") + `, 0), IFNULL(` + myUs("wanted_until") + `, 0), reentry, readers
+       IFNULL(` + myUs("shared_until") + `, 0), IFNULL(` + myUs("wanted_until") + `, 0), reentry
 FROM dblock_locks WHERE name = ?`
 
 // mysqlShared: on MySQL 8 the row lock does not wait (NOWAIT: its shortest
@@ -325,9 +324,9 @@ FOR UPDATE NOWAIT`,
 	ReadShare:  `SELECT token, reentry, ` + myUs("expires_at") + ` FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE`,
 	LiveShares: `SELECT count(*), IFNULL(MAX(` + myUs("expires_at") + `), 0) FROM dblock_shares WHERE name = ? AND token = ? AND expires_at > ` + myAt + ` LOCK IN SHARE MODE`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = '` + readMode + `',
-    acquired_at = ` + myAt + `, expires_at = ` + myAt + `, readers = 1, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)
+    acquired_at = ` + myAt + `, expires_at = ` + myAt + `, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ?`,
-	Update: `UPDATE dblock_locks SET owner = ?, reentry = ?, expires_at = ` + myAt + `, readers = ?, shared_until = ` + myAt + `, updated_at = UTC_TIMESTAMP(6)
+	Update: `UPDATE dblock_locks SET owner = ?, reentry = ?, expires_at = ` + myAt + `, shared_until = ` + myAt + `, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ?`,
 	PutShare: `INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
 VALUES (?, ?, ?, ?, ` + myAt + `, ` + myAt + `, ?)

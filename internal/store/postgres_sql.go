@@ -66,7 +66,6 @@ LIMIT 1`,
     owner        = CASE WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
     expires_at   = CASE WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
     mode         = CASE WHEN l.reentry <= 1 AND l.shared_until > now() THEN '` + readMode + `' ELSE l.mode END,
-    readers      = CASE WHEN l.reentry <= 1 AND l.shared_until > now() THEN 1 ELSE l.readers END,
     shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
     updated_at   = now()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
@@ -105,7 +104,7 @@ FROM g`,
 
 	// mode NULL marks the row freed by an administrator (the history's
 	// trigger reads it); a release keeps the mode.
-	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = now()
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, updated_at = now()
 WHERE name = $1 AND owner IS NOT NULL
 RETURNING pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL`,
 
@@ -374,17 +373,17 @@ func pgAt(n int) string {
 // locked); clock_timestamp() because now() is the transaction's start.
 var pgShared = SharedSQL{
 	LockRow: `SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), coalesce(` + pgUs("l.expires_at") + `, 0),
-       ` + pgUs("clock_timestamp()") + `, coalesce(` + pgUs("l.shared_until") + `, 0), coalesce(` + pgUs("l.wanted_until") + `, 0), l.reentry, l.readers
+       ` + pgUs("clock_timestamp()") + `, coalesce(` + pgUs("l.shared_until") + `, 0), coalesce(` + pgUs("l.wanted_until") + `, 0), l.reentry
 FROM dblock_locks l, (SELECT set_config('lock_timeout', '` + lockWaitMs + `', true)) AS cfg
 WHERE l.name = $1
 FOR UPDATE OF l`,
 	ReadShare: `SELECT token, reentry, ` + pgUs("expires_at") + ` FROM dblock_shares WHERE name = $1 AND owner = $2 FOR UPDATE`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = '` + readMode + `',
-    acquired_at = ` + pgAt(1) + `, expires_at = ` + pgAt(2) + `, readers = 1, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
+    acquired_at = ` + pgAt(1) + `, expires_at = ` + pgAt(2) + `, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
 WHERE name = $3
 RETURNING version`,
-	Update: `UPDATE dblock_locks SET owner = $1, reentry = $2, expires_at = ` + pgAt(3) + `, readers = $4, shared_until = ` + pgAt(5) + `, updated_at = clock_timestamp()
-WHERE name = $6`,
+	Update: `UPDATE dblock_locks SET owner = $1, reentry = $2, expires_at = ` + pgAt(3) + `, shared_until = ` + pgAt(4) + `, updated_at = clock_timestamp()
+WHERE name = $5`,
 	PutShare: `INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
 VALUES ($1, $2, $3, $4, ` + pgAt(5) + `, ` + pgAt(6) + `, $7)
 ON CONFLICT (name, owner) DO UPDATE SET

@@ -28,8 +28,8 @@ const readMode = dblock.ModeRead
 // A reader's release counts the unexpired shares of the period left, with a
 // read that sees every reader who committed before it locked the row: none
 // left frees the name (a dead reader's share counts until it expires), and
-// the latest expiry among them ends the period. readers shows that count
-// (status).
+// the latest expiry among them ends the period. The readers themselves are
+// the period's rows of dblock_shares (dblock status lists them).
 //
 // Every statement but Want and Unwant runs in one transaction that first
 // locks the name's row (LockRow), so the reads of dblock_shares that follow
@@ -40,7 +40,7 @@ const readMode = dblock.ModeRead
 type SharedSQL struct {
 	// LockRow (name) locks the row and reads owner, owner IS NULL,
 	// version, mode, expires_at, the clock, shared_until, wanted_until,
-	// reentry, readers; it gives up on a row locked for long (PostgreSQL
+	// reentry; it gives up on a row locked for long (PostgreSQL
 	// after lockWaitMs, MariaDB after a second, MySQL 8 at once) with an error wrapping
 	// dblock.ErrNotAcquired.
 	LockRow string
@@ -53,8 +53,8 @@ type SharedSQL struct {
 	// a new token: RETURNING it (PostgreSQL, SQLite) or as the insert id
 	// (MySQL).
 	Begin string
-	// Update (owner or NULL, reentry, expires_at or NULL, readers,
-	// shared_until or NULL, name) sets the row's shared-lock columns.
+	// Update (owner or NULL, reentry, expires_at or NULL, shared_until or
+	// NULL, name) sets the row's shared-lock columns.
 	Update string
 	// PutShare (name, owner, token, reentry, acquired_at, expires_at,
 	// metadata) inserts or replaces a reader's share.
@@ -129,7 +129,7 @@ type sharedRow struct {
 	mode                string
 	expires, now        int64
 	sharedUntil, wanted int64
-	reentry, readers    int
+	reentry             int
 }
 
 // live reports whether the row names an unexpired holder (readers included).
@@ -210,7 +210,7 @@ func (db *DB) sharedRun(ctx context.Context, tx *sqlx.Tx, name string, fn func(t
 func (db *DB) lockShared(ctx context.Context, tx *sqlx.Tx, name string) (sharedRow, bool, error) {
 	var r sharedRow
 	err := tx.QueryRowxContext(ctx, db.Dialect.Shared().LockRow, name).Scan(
-		&r.owner, &r.free, &r.version, &r.mode, &r.expires, &r.now, &r.sharedUntil, &r.wanted, &r.reentry, &r.readers)
+		&r.owner, &r.free, &r.version, &r.mode, &r.expires, &r.now, &r.sharedUntil, &r.wanted, &r.reentry)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
 	}
@@ -242,7 +242,7 @@ func (db *DB) updateRow(ctx context.Context, tx *sqlx.Tx, name string, r sharedR
 	if r.sharedUntil != 0 {
 		shared = sql.NullInt64{Int64: r.sharedUntil, Valid: true}
 	}
-	_, err := tx.ExecContext(ctx, db.Dialect.Shared().Update, owner, r.reentry, expires, r.readers, shared, name)
+	_, err := tx.ExecContext(ctx, db.Dialect.Shared().Update, owner, r.reentry, expires, shared, name)
 	return db.Classify(err)
 }
 

@@ -115,9 +115,6 @@ func (c *shareAcquire) join() (bool, error) {
 	}
 	r := c.r
 	r.expires = max(r.expires, exp)
-	if !c.s.found || c.s.token != c.r.version {
-		r.readers++
-	}
 	return true, c.db.updateRow(c.ctx, c.tx, c.p.Name, r)
 }
 
@@ -202,7 +199,6 @@ func (db *DB) shareLeft(ctx context.Context, tx *sqlx.Tx, name, owner string, r 
 		if err != nil {
 			return db.Classify(err)
 		}
-		r.readers = n
 		if n == 0 {
 			r = sharedRow{free: true, version: r.version}
 			if err := db.updateRow(ctx, tx, name, r); err != nil {

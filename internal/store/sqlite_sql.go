@@ -29,7 +29,6 @@ RETURNING version, reentry`,
     owner        = CASE WHEN reentry > 1 THEN owner WHEN shared_until > ` + sqliteNow + ` THEN '' END,
     expires_at   = CASE WHEN reentry > 1 THEN expires_at WHEN shared_until > ` + sqliteNow + ` THEN shared_until END,
     mode         = CASE WHEN reentry <= 1 AND shared_until > ` + sqliteNow + ` THEN '` + readMode + `' ELSE mode END,
-    readers      = CASE WHEN reentry <= 1 AND shared_until > ` + sqliteNow + ` THEN 1 ELSE readers END,
     shared_until = CASE WHEN reentry > 1 THEN shared_until END,
     updated_at   = ` + sqliteNow + `
 WHERE name = ?1 AND owner = ?2 AND version = ?3`,
@@ -52,7 +51,7 @@ WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
 
 	// mode NULL marks the row freed by an administrator (the history's
 	// trigger reads it); a release keeps the mode.
-	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = ` + sqliteNow + `
+	ForceRelease: `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, updated_at = ` + sqliteNow + `
 WHERE name = ?1 AND owner IS NOT NULL`,
 
 	Exists: `SELECT 1 FROM dblock_locks WHERE name = ?1`,
@@ -196,16 +195,16 @@ ORDER BY ended_at DESC, id DESC LIMIT ?3`,
 // sqliteShared: the write transaction is the lock (SQLite has one writer).
 var sqliteShared = SharedSQL{
 	LockRow: `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `,
-       IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry, readers
+       IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry
 FROM dblock_locks WHERE name = ?1`,
 	ReadShare:  `SELECT token, reentry, expires_at FROM dblock_shares WHERE name = ?1 AND owner = ?2`,
 	LiveShares: `SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 AND token = ?2 AND expires_at > ?3`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = '` + readMode + `',
-    acquired_at = ?1, expires_at = ?2, readers = 1, shared_until = NULL, metadata = NULL, updated_at = ` + sqliteNow + `
+    acquired_at = ?1, expires_at = ?2, shared_until = NULL, metadata = NULL, updated_at = ` + sqliteNow + `
 WHERE name = ?3
 RETURNING version`,
-	Update: `UPDATE dblock_locks SET owner = ?1, reentry = ?2, expires_at = ?3, readers = ?4, shared_until = ?5, updated_at = ` + sqliteNow + `
-WHERE name = ?6`,
+	Update: `UPDATE dblock_locks SET owner = ?1, reentry = ?2, expires_at = ?3, shared_until = ?4, updated_at = ` + sqliteNow + `
+WHERE name = ?5`,
 	PutShare: `INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
 ON CONFLICT (name, owner) DO UPDATE SET

@@ -3,9 +3,8 @@
 
 -- +goose Up
 ALTER TABLE dblock_locks
-    ADD COLUMN readers      INT         NOT NULL DEFAULT 0,
     ADD COLUMN shared_until DATETIME(6) NULL,
     ADD COLUMN wanted_until DATETIME(6) NULL;
 
 -- +goose Down
-ALTER TABLE dblock_locks DROP COLUMN wanted_until, DROP COLUMN shared_until, DROP COLUMN readers;
+ALTER TABLE dblock_locks DROP COLUMN wanted_until, DROP COLUMN shared_until;

@@ -1,8 +1,7 @@
 -- dblock: shared locks. Readers of a name (rwlock) hold its dblock_locks row together: the
 -- row's owner is then the empty string (never a valid owner) and its mode 'read', expires_at
--- is the end of the readers' period (the latest of their leases) and readers counts their
--- acquisitions; every exclusive mode therefore sees the name held without a change of its
--- statements. Each reader's own lease is a row of dblock_shares. shared_until carries the
+-- is the end of the readers' period (the latest of their leases); every exclusive mode
+-- therefore sees the name held without a change of its statements. Each reader's own lease is a row of dblock_shares. shared_until carries the
 -- read lease of an exclusive holder that took the read lock too (a downgrade), so that its
 -- release hands the name to readers; wanted_until is set by a waiting writer and refuses new
 -- readers until then. Semaphores: a row per name with its limit, and one row per leased
@@ -13,7 +12,6 @@
 -- than queue every lock statement behind a long pessimistic transaction (run it again).
 SET LOCAL lock_timeout = '3s';
 ALTER TABLE dblock_locks
-    ADD COLUMN readers      integer NOT NULL DEFAULT 0,
     ADD COLUMN shared_until timestamptz,
     ADD COLUMN wanted_until timestamptz;
 
@@ -130,11 +128,10 @@ BEGIN
     RETURNING s.expires_at, s.reentry INTO exp, n;
     IF fresh THEN
         UPDATE dblock_locks SET owner = '', reentry = 1, version = tok, mode = 'read', acquired_at = now_,
-            expires_at = exp, readers = 1, shared_until = NULL, metadata = NULL, updated_at = now_
+            expires_at = exp, shared_until = NULL, metadata = NULL, updated_at = now_
         WHERE name = p_name;
     ELSIF r.owner = '' THEN
-        UPDATE dblock_locks SET expires_at = greatest(expires_at, exp),
-            readers = readers + CASE WHEN n = 1 THEN 1 ELSE 0 END, updated_at = now_
+        UPDATE dblock_locks SET expires_at = greatest(expires_at, exp), updated_at = now_
         WHERE name = p_name;
     ELSE
         UPDATE dblock_locks SET expires_at = greatest(expires_at, exp),
@@ -190,11 +187,11 @@ BEGIN
     SELECT count(*), max(s.expires_at) INTO n, last FROM dblock_shares s
     WHERE s.name = p_name AND s.token = p_token AND s.expires_at > now_;
     IF n = 0 THEN
-        UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, readers = 0, updated_at = now_
+        UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = now_
         WHERE name = p_name;
         PERFORM pg_notify('dblock', p_name);
     ELSE
-        UPDATE dblock_locks SET readers = n, expires_at = last, updated_at = now_ WHERE name = p_name;
+        UPDATE dblock_locks SET expires_at = last, updated_at = now_ WHERE name = p_name;
     END IF;
     RETURN true;
 END
@@ -207,4 +204,4 @@ DROP FUNCTION dblock_acquire_share(text, text, bigint, text);
 DROP TABLE dblock_permits;
 DROP TABLE dblock_semaphores;
 DROP TABLE dblock_shares;
-ALTER TABLE dblock_locks DROP COLUMN wanted_until, DROP COLUMN shared_until, DROP COLUMN readers;
+ALTER TABLE dblock_locks DROP COLUMN wanted_until, DROP COLUMN shared_until;

@@ -3,7 +3,6 @@
 -- so an id is never given twice (they are the permits' tokens).
 
 -- +goose Up
-ALTER TABLE dblock_locks ADD COLUMN readers INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE dblock_locks ADD COLUMN shared_until INTEGER;
 ALTER TABLE dblock_locks ADD COLUMN wanted_until INTEGER;
 
@@ -45,4 +44,3 @@ DROP TABLE dblock_semaphores;
 DROP TABLE dblock_shares;
 ALTER TABLE dblock_locks DROP COLUMN wanted_until;
 ALTER TABLE dblock_locks DROP COLUMN shared_until;
-ALTER TABLE dblock_locks DROP COLUMN readers;

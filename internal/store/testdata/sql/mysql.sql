@@ -21,7 +21,6 @@ UPDATE dblock_locks SET
     owner        = IF(reentry > 1, owner, IF(shared_until > UTC_TIMESTAMP(6), '', NULL)),
     expires_at   = IF(reentry > 1, expires_at, IF(shared_until > UTC_TIMESTAMP(6), shared_until, NULL)),
     mode         = IF(reentry <= 1 AND shared_until > UTC_TIMESTAMP(6), 'read', mode),
-    readers      = IF(reentry <= 1 AND shared_until > UTC_TIMESTAMP(6), 1, readers),
     updated_at   = UTC_TIMESTAMP(6),
     shared_until = IF(reentry > 1, shared_until, NULL),
     reentry      = IF(reentry > 1, reentry - 1, IF(owner = '', 1, 0))
@@ -43,7 +42,7 @@ WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
 LOCK IN SHARE MODE;
 
 -- LeaseSQL.ForceRelease
-UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = UTC_TIMESTAMP(6)
+UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ? AND owner IS NOT NULL;
 
 -- LeaseSQL.Proclaim
@@ -194,7 +193,7 @@ SELECT
 
 -- SharedSQL.LockRow
 SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
-       IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', shared_until), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', wanted_until), 0), reentry, readers
+       IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', shared_until), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', wanted_until), 0), reentry
 FROM dblock_locks WHERE name = ?
 FOR UPDATE NOWAIT;
 
@@ -206,11 +205,11 @@ SELECT count(*), IFNULL(MAX(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ex
 
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = 'read',
-    acquired_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), readers = 1, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)
+    acquired_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ?;
 
 -- SharedSQL.Update
-UPDATE dblock_locks SET owner = ?, reentry = ?, expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), readers = ?, shared_until = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), updated_at = UTC_TIMESTAMP(6)
+UPDATE dblock_locks SET owner = ?, reentry = ?, expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), shared_until = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), updated_at = UTC_TIMESTAMP(6)
 WHERE name = ?;
 
 -- SharedSQL.PutShare

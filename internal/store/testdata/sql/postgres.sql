@@ -40,7 +40,6 @@ UPDATE dblock_locks l SET
     owner        = CASE WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
     expires_at   = CASE WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
     mode         = CASE WHEN l.reentry <= 1 AND l.shared_until > now() THEN 'read' ELSE l.mode END,
-    readers      = CASE WHEN l.reentry <= 1 AND l.shared_until > now() THEN 1 ELSE l.readers END,
     shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
     updated_at   = now()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
@@ -71,7 +70,7 @@ SELECT (set_config('idle_in_transaction_session_timeout', least(
 FROM g;
 
 -- LeaseSQL.ForceRelease
-UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = now()
+UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, updated_at = now()
 WHERE name = $1 AND owner IS NOT NULL
 RETURNING pg_notify('dblock', name)::text IS NOT NULL;
 
@@ -314,7 +313,7 @@ DELETE FROM dblock_history WHERE id IN (
 
 -- SharedSQL.LockRow
 SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), coalesce((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0),
-       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, coalesce((extract(epoch FROM l.shared_until) * 1000000)::bigint, 0), coalesce((extract(epoch FROM l.wanted_until) * 1000000)::bigint, 0), l.reentry, l.readers
+       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, coalesce((extract(epoch FROM l.shared_until) * 1000000)::bigint, 0), coalesce((extract(epoch FROM l.wanted_until) * 1000000)::bigint, 0), l.reentry
 FROM dblock_locks l, (SELECT set_config('lock_timeout', '100', true)) AS cfg
 WHERE l.name = $1
 FOR UPDATE OF l;
@@ -324,13 +323,13 @@ SELECT token, reentry, (extract(epoch FROM expires_at) * 1000000)::bigint FROM d
 
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = 'read',
-    acquired_at = ('epoch'::timestamptz + $1::bigint * interval '1 microsecond'), expires_at = ('epoch'::timestamptz + $2::bigint * interval '1 microsecond'), readers = 1, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
+    acquired_at = ('epoch'::timestamptz + $1::bigint * interval '1 microsecond'), expires_at = ('epoch'::timestamptz + $2::bigint * interval '1 microsecond'), shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
 WHERE name = $3
 RETURNING version;
 
 -- SharedSQL.Update
-UPDATE dblock_locks SET owner = $1, reentry = $2, expires_at = ('epoch'::timestamptz + $3::bigint * interval '1 microsecond'), readers = $4, shared_until = ('epoch'::timestamptz + $5::bigint * interval '1 microsecond'), updated_at = clock_timestamp()
-WHERE name = $6;
+UPDATE dblock_locks SET owner = $1, reentry = $2, expires_at = ('epoch'::timestamptz + $3::bigint * interval '1 microsecond'), shared_until = ('epoch'::timestamptz + $4::bigint * interval '1 microsecond'), updated_at = clock_timestamp()
+WHERE name = $5;
 
 -- SharedSQL.PutShare
 INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)

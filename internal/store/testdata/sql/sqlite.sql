@@ -21,7 +21,6 @@ UPDATE dblock_locks SET
     owner        = CASE WHEN reentry > 1 THEN owner WHEN shared_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN '' END,
     expires_at   = CASE WHEN reentry > 1 THEN expires_at WHEN shared_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN shared_until END,
     mode         = CASE WHEN reentry <= 1 AND shared_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN 'read' ELSE mode END,
-    readers      = CASE WHEN reentry <= 1 AND shared_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN 1 ELSE readers END,
     shared_until = CASE WHEN reentry > 1 THEN shared_until END,
     updated_at   = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE name = ?1 AND owner = ?2 AND version = ?3;
@@ -41,7 +40,7 @@ SELECT 1 FROM dblock_locks
 WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
 
 -- LeaseSQL.ForceRelease
-UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, readers = 0, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE name = ?1 AND owner IS NOT NULL;
 
 -- LeaseSQL.Proclaim
@@ -209,7 +208,7 @@ DELETE FROM dblock_history WHERE id IN (
 
 -- SharedSQL.LockRow
 SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER),
-       IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry, readers
+       IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry
 FROM dblock_locks WHERE name = ?1;
 
 -- SharedSQL.ReadShare
@@ -220,13 +219,13 @@ SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 A
 
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = 'read',
-    acquired_at = ?1, expires_at = ?2, readers = 1, shared_until = NULL, metadata = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+    acquired_at = ?1, expires_at = ?2, shared_until = NULL, metadata = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 WHERE name = ?3
 RETURNING version;
 
 -- SharedSQL.Update
-UPDATE dblock_locks SET owner = ?1, reentry = ?2, expires_at = ?3, readers = ?4, shared_until = ?5, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
-WHERE name = ?6;
+UPDATE dblock_locks SET owner = ?1, reentry = ?2, expires_at = ?3, shared_until = ?4, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+WHERE name = ?5;
 
 -- SharedSQL.PutShare
 INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
