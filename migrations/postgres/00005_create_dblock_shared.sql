@@ -72,7 +72,6 @@ DECLARE
     fresh boolean;
     tok   bigint;
     exp   timestamptz;
-    n     integer;
 BEGIN
     PERFORM set_config('lock_timeout', '100', true);
     now_ := clock_timestamp();
@@ -125,7 +124,7 @@ BEGIN
         acquired_at = CASE WHEN s.token = excluded.token THEN s.acquired_at ELSE excluded.acquired_at END,
         metadata    = CASE WHEN s.token = excluded.token THEN s.metadata ELSE excluded.metadata END,
         token       = excluded.token
-    RETURNING s.expires_at, s.reentry INTO exp, n;
+    RETURNING s.expires_at INTO exp;
     IF fresh THEN
         UPDATE dblock_locks SET owner = '', reentry = 1, version = tok, mode = 'read', acquired_at = now_,
             expires_at = exp, shared_until = NULL, metadata = NULL, updated_at = now_
