@@ -148,3 +148,23 @@ func runOnce(t testing.TB, r *Reaper) Stats {
 	}
 	return st
 }
+
+// untilExpired waits, by the database's clock, until every row of table for
+// name expired more than grace ago, failing t after ten seconds.
+func untilExpired(t testing.TB, db *dialect.DB, table, name string, grace time.Duration) {
+	t.Helper()
+	query := fmt.Sprintf("SELECT count(*) FROM %s WHERE name = %s AND expires_at >= %s",
+		table, store.Of(db).Dialect.Placeholder(1), shifted(db, 2))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := store.Of(db).GetContext(context.Background(), &n, query, name, -grace.Microseconds()); err != nil {
+			t.Fatalf("count unexpired rows of %s: %v", table, err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows of %s for %s still unexpired after 10s", n, table, name)
+		}
+	}
+}

@@ -46,7 +46,12 @@ func TestPassClearsDeadSharedHolders(t *testing.T) {
 		}
 		<-dead.Done()
 		<-grant.Done()
-		time.Sleep(50 * time.Millisecond)
+		// Done fires at the local deadline, counted from the request's
+		// start; the database's expiry counts from its statement, later by
+		// the round trip (a loaded host: tens of milliseconds). Wait for the
+		// database's clock to pass both, and the grace.
+		untilExpired(t, iso.DB, "dblock_shares", dead.Name(), 2*time.Millisecond)
+		untilExpired(t, iso.DB, "dblock_permits", semName, 2*time.Millisecond)
 
 		r := newReaper(t, iso.DB, &Config{WaiterGrace: time.Millisecond, Retention: time.Hour})
 		st := runOnce(t, r)
