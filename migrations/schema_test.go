@@ -109,10 +109,17 @@ var wantSchema = map[store.Kind]schema{
 				"heartbeat_at": "datetime(6) not null", "expires_at": "datetime(6) not null",
 			},
 			"dblock_fence": {"id": "int not null", "floor": "bigint not null"},
+			"dblock_history": {
+				"id": "bigint not null auto_increment", "name": "varbinary(255) not null", "owner": "varbinary(255) not null",
+				"token": "bigint not null", "mode": "varchar(16) utf8mb4", "acquired_at": "datetime(6)",
+				"ended_at": "datetime(6) not null", "ended_how": "varchar(16) utf8mb4 not null", "metadata": "varchar(1024) utf8mb4",
+			},
 		},
 		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_fence": "id",
-			"dblock_shares": "name,owner", "dblock_semaphores": "name", "dblock_permits": "id", "dblock_slots": "job"},
+			"dblock_shares": "name,owner", "dblock_semaphores": "name", "dblock_permits": "id", "dblock_slots": "job", "dblock_history": "id"},
 		indexes: map[string]string{
+			"dblock_history_name_idx":       "dblock_history (name, ended_at)",
+			"dblock_history_ended_at_idx":   "dblock_history (ended_at)",
 			"dblock_locks_expires_at_idx":   "dblock_locks (expires_at)",
 			"dblock_locks_idle_idx":         "dblock_locks (owner, updated_at)",
 			"dblock_waiters_queue_idx":      "dblock_waiters (name, created_at, id)",

@@ -98,8 +98,18 @@ func New(t testing.TB, kind store.Kind) *Isolated {
 	if err := migrations.Up(ctx, iso.DB); err != nil {
 		t.Fatalf("dbtest: migrate %s: %v", kind, err)
 	}
+	if os.Getenv(HistoryEnv) != "" && iso.Store().HistorySupported() {
+		if err := iso.Store().EnableHistory(ctx); err != nil {
+			t.Fatalf("dbtest: enable history on %s: %v", kind, err)
+		}
+	}
 	return iso
 }
+
+// HistoryEnv, when set, makes New enable the acquisition history (its
+// trigger on dblock_locks) on every database that keeps one, so that a
+// suite runs with every acquisition's end recorded (make test-history).
+const HistoryEnv = "DBLOCK_TEST_HISTORY"
 
 // NewEmpty is New without migrations.
 func NewEmpty(t testing.TB, kind store.Kind) *Isolated {

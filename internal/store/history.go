@@ -43,13 +43,13 @@ type HistoryEntry struct {
 }
 
 // HistorySupported reports whether the database can keep the history
-// (not MySQL or MariaDB: see mysqlHistory).
+// (not MySQL 8: see mysqlHistory; MariaDB can).
 func (db *DB) HistorySupported() bool { return db.Dialect.History().Enabled != "" }
 
 // errNoHistory is the error of a history call on a database without one.
 func (db *DB) errNoHistory(what string) error {
-	return fmt.Errorf("%s: %w: the acquisition history is not available on %s (a trigger on dblock_locks would hide the insert id its tokens are read from)",
-		what, dblock.ErrInvalidOption, db.Dialect.Kind())
+	return fmt.Errorf("%s: %w: the acquisition history is not available on MySQL 8 (a trigger on dblock_locks would hide the insert id its tokens are read from); MariaDB and PostgreSQL keep one",
+		what, dblock.ErrInvalidOption)
 }
 
 // EnableHistory adds the trigger that records every acquisition of

@@ -79,7 +79,12 @@ func (d mysqlDialect) Queue() *QueueSQL {
 	return &mysqlQueue
 }
 
-func (mysqlDialect) History() *HistorySQL { return &mysqlHistory }
+func (d mysqlDialect) History() *HistorySQL {
+	if d.mariadb {
+		return &mariadbHistory
+	}
+	return &mysqlHistory
+}
 func (d mysqlDialect) Shared() *SharedSQL {
 	if d.mariadb {
 		return &mariadbShared

@@ -79,13 +79,13 @@ func (d mysqlDialect) proclaim(ctx context.Context, db *DB, q Querier, name, own
 // is run again, with the fence retries' pauses, for up to keyLockedMax; only
 // then is it refused, with ErrKeyLocked as the reason.
 func (db *DB) acquireMySQL(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
-	attempt := db.mysqlAcquireAttempt(ctx, q, p)
+	a := &mysqlAcquisition{ctx: ctx, db: db, q: q, p: p}
 	var first time.Time
 	pause := fenceRetryMin
 	for {
-		n, id, err := db.retryFenced(ctx, q, attempt)
+		err := db.retryFenced(ctx, q, a.try)
 		if err == nil {
-			return mysqlAcquired(ctx, db, q, p.Name, n, id)
+			return a.result()
 		}
 		err = db.Classify(err)
 		if errors.Is(err, ErrFenceBusy) {
@@ -112,37 +112,98 @@ func (db *DB) acquireMySQL(ctx context.Context, q Querier, p AcquireParams) (Acq
 	}
 }
 
-// mysqlAcquireAttempt returns one try of the acquire statement for
-// retryFenced: Acquire on its own, or FloorInTx then AcquireInTx inside a
-// transaction (see LeaseSQL.FloorInTx).
-func (db *DB) mysqlAcquireAttempt(ctx context.Context, q Querier, p AcquireParams) fencedAttempt {
-	s := db.Dialect.Lease()
-	ttl, md := p.TTL.Microseconds(), nullString(p.Metadata)
-	if _, inTx := q.(*sqlx.Tx); !inTx {
-		return func() (sql.Result, error) { return q.ExecContext(ctx, s.Acquire, p.Name, p.Owner, p.Mode, ttl, md) }
-	}
-	return func() (sql.Result, error) {
-		var floor int64
-		if err := q.QueryRowxContext(ctx, s.FloorInTx).Scan(&floor); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil, nil // The floor's row is locked: skipped.
-			}
-			return nil, err
-		}
-		return q.ExecContext(ctx, s.AcquireInTx, p.Name, p.Owner, floor, p.Mode, ttl, md)
-	}
+// mysqlAcquisition is one AcquireLease on MySQL or MariaDB: the statement
+// (try, which retryFenced runs again while the floor's row is skipped) and
+// what its last run reported. MySQL 8 reports through the OK packet
+// (affected rows, the token as insert id); MariaDB returns the row as the
+// statement left it (RETURNING), which names the holder when another owner
+// has the name and, unlike the insert id, survives a trigger on the table
+// (the history's).
+type mysqlAcquisition struct {
+	ctx context.Context
+	db  *DB
+	q   Querier
+	p   AcquireParams
+
+	affected, id int64    // MySQL 8
+	row          rowLease // MariaDB
 }
 
-// mysqlAcquired reads the acquire statement's OK packet: affected rows 1
-// (inserted) or 2 (taken or re-entered) and the token as insert id, or 0
-// rows when another owner holds the name.
-func mysqlAcquired(ctx context.Context, db *DB, q Querier, name string, n, id int64) (AcquireResult, error) {
-	if n == 0 {
-		h, err := db.LeaseHolder(ctx, q, name)
+// rowLease is a lease row as RETURNING (MariaDB) reads it.
+type rowLease struct {
+	owner, mode      string
+	version, reentry int64
+	expiresUs, nowUs int64
+}
+
+// statement returns the acquire statement and its arguments: Acquire on its
+// own, or inside a transaction AcquireInTx after reading the floor with
+// FloorInTx (see LeaseSQL.FloorInTx), which reports skipped when the
+// floor's row is locked.
+func (a *mysqlAcquisition) statement() (query string, args []any, skipped bool, err error) {
+	s := a.db.Dialect.Lease()
+	ttl, md := a.p.TTL.Microseconds(), nullString(a.p.Metadata)
+	if _, inTx := a.q.(*sqlx.Tx); !inTx {
+		return s.Acquire, []any{a.p.Name, a.p.Owner, a.p.Mode, ttl, md}, false, nil
+	}
+	var floor int64
+	if err := a.q.QueryRowxContext(a.ctx, s.FloorInTx).Scan(&floor); err != nil {
+		return "", nil, errors.Is(err, sql.ErrNoRows), ignoreNoRows(err)
+	}
+	return s.AcquireInTx, []any{a.p.Name, a.p.Owner, floor, a.p.Mode, ttl, md}, false, nil
+}
+
+// try runs the statement once; ran is false when it skipped the floor's row
+// and did nothing.
+func (a *mysqlAcquisition) try() (ran bool, err error) {
+	query, args, skipped, err := a.statement()
+	if skipped || err != nil {
+		return false, err
+	}
+	if a.db.MariaDB() {
+		err := a.q.QueryRowxContext(a.ctx, query, args...).Scan(&a.row.owner, &a.row.version, &a.row.reentry,
+			&a.row.mode, &a.row.expiresUs, &a.row.nowUs)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	r, err := a.q.ExecContext(a.ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	if a.affected, err = r.RowsAffected(); err != nil {
+		return false, err
+	}
+	if a.id, err = r.LastInsertId(); err != nil {
+		return false, err
+	}
+	return a.affected != 0 || a.id != 0, nil
+}
+
+// result reads the last run: MariaDB's row names the owner after the
+// statement (ours: acquired, with the exact reentry count); MySQL 8's OK
+// packet says affected rows 1 (inserted) or 2 (taken or re-entered) with the
+// token as insert id, or 0 rows when another owner holds the name (read
+// then).
+func (a *mysqlAcquisition) result() (AcquireResult, error) {
+	if a.db.MariaDB() {
+		if a.row.owner == a.p.Owner {
+			return AcquireResult{Acquired: true, Token: dblock.Token(a.row.version), Reentry: int(a.row.reentry), Statements: 1}, nil
+		}
+		h := Holder{Exists: true, Owner: a.row.owner, Version: a.row.version, Mode: a.row.mode,
+			Reentry: int(a.row.reentry), Now: Micros(a.row.nowUs)}
+		if a.row.expiresUs != 0 {
+			h.ExpiresAt = Micros(a.row.expiresUs)
+		}
+		return AcquireResult{Holder: h, Statements: 1}, nil
+	}
+	if a.affected == 0 {
+		h, err := a.db.LeaseHolder(a.ctx, a.q, a.p.Name)
 		return AcquireResult{Holder: h, Statements: 2}, err
 	}
-	res := AcquireResult{Acquired: true, Token: dblock.Token(id)}
-	if n == 1 {
+	res := AcquireResult{Acquired: true, Token: dblock.Token(a.id)}
+	if a.affected == 1 {
 		res.Reentry = 1 // Inserted; an update does not report the count.
 	}
 	return res, nil
@@ -167,52 +228,66 @@ func (db *DB) lockedHolder(ctx context.Context, q Querier, name string) Holder {
 
 // execFenced runs an INSERT ... SELECT ... FROM dblock_fence ... SKIP LOCKED
 // statement whose every effective outcome evaluates LAST_INSERT_ID(expr) with
-// a positive value (MySQL). When the statement did nothing and reports insert
-// id 0, the fence row was locked (a raise of the floor in progress), and it
-// is run again after a short pause, up to fenceBusyMax (then an error
+// a positive value (MySQL 8), or, on MariaDB, returns a row (RETURNING).
+// When the statement did nothing (insert id 0 and no affected row, or no row
+// returned), the fence row was locked (a raise of the floor in progress), and
+// it is run again after a short pause, up to fenceBusyMax (then an error
 // wrapping ErrFenceBusy and dblock.ErrNotAcquired). A missing fence row is an
-// error wrapping dblock.ErrSchemaMissing. It returns the affected rows and
-// the insert id; errors are unclassified driver errors, except those two.
-func (db *DB) execFenced(ctx context.Context, q Querier, query string, args ...any) (affected, id int64, err error) {
-	return db.retryFenced(ctx, q, func() (sql.Result, error) { return q.ExecContext(ctx, query, args...) })
+// error wrapping dblock.ErrSchemaMissing. Other errors are unclassified
+// driver errors.
+func (db *DB) execFenced(ctx context.Context, q Querier, query string, args ...any) error {
+	return db.retryFenced(ctx, q, func() (bool, error) {
+		if db.MariaDB() {
+			var one int64
+			err := q.QueryRowxContext(ctx, query, args...).Scan(&one)
+			return err == nil, ignoreNoRows(err)
+		}
+		r, err := q.ExecContext(ctx, query, args...)
+		if err != nil {
+			return false, err
+		}
+		affected, err := r.RowsAffected()
+		if err != nil {
+			return false, err
+		}
+		id, err := r.LastInsertId()
+		return affected != 0 || id != 0, err
+	})
+}
+
+// ignoreNoRows is err, except nil for sql.ErrNoRows.
+func ignoreNoRows(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	return err
 }
 
 // retryFenced runs attempt until it did not skip the floor's row, with the
 // pauses and bounds execFenced documents.
-func (db *DB) retryFenced(ctx context.Context, q Querier, attempt fencedAttempt) (affected, id int64, err error) {
+func (db *DB) retryFenced(ctx context.Context, q Querier, attempt fencedAttempt) error {
 	var first time.Time
 	pause := fenceRetryMin
 	for {
-		r, err := attempt()
-		if err != nil {
-			return 0, 0, err
-		}
-		if r != nil {
-			if affected, err = r.RowsAffected(); err != nil {
-				return 0, 0, err
-			}
-			if id, err = r.LastInsertId(); err != nil {
-				return 0, 0, err
-			}
-			if affected != 0 || id != 0 {
-				return affected, id, nil
-			}
+		ran, err := attempt()
+		if err != nil || ran {
+			return err
 		}
 		if first.IsZero() {
 			first = time.Now()
 			var one int
 			err := q.QueryRowxContext(ctx, "SELECT 1 FROM dblock_fence WHERE id = 1").Scan(&one)
 			if errors.Is(err, sql.ErrNoRows) {
-				return 0, 0, schemaMissing(db.Dialect, errors.New("dblock_fence has no row with id 1"))
+				return schemaMissing(db.Dialect, errors.New("dblock_fence has no row with id 1"))
 			}
 			if err != nil {
-				return 0, 0, err
+				return err
 			}
 		} else if time.Since(first) >= fenceBusyMax {
-			return 0, 0, fmt.Errorf("%w: %w", dblock.ErrNotAcquired, ErrFenceBusy)
+			return fmt.Errorf("%w: %w", dblock.ErrNotAcquired, ErrFenceBusy)
 		}
 		if err := sleepCtx(ctx, backoff.Jitter(pause)); err != nil {
-			return 0, 0, err
+			return err
 		}
 		pause = min(2*pause, fenceRetryMax)
 	}
@@ -234,6 +309,6 @@ const (
 )
 
 // fencedAttempt is one try of a statement that reads the fencing floor with
-// a skip-locked lock: its result, or a nil result when the floor's row was
-// locked and skipped before the statement ran.
-type fencedAttempt func() (sql.Result, error)
+// a skip-locked lock: ran is false when the floor's row was locked and
+// skipped, and the statement did nothing.
+type fencedAttempt func() (ran bool, err error)

@@ -34,7 +34,7 @@ func (d mysqlDialect) ensureRow(ctx context.Context, db *DB, q Querier, name str
 		}
 	}
 	// Retries while a reaper raises the fencing floor (see mysqlAcquire).
-	_, _, err := db.execFenced(ctx, q, d.Row().Ensure, name)
+	err := db.execFenced(ctx, q, d.Row().Ensure, name)
 	return db.ensuredRow(ctx, q, name, err)
 }
 

@@ -44,12 +44,21 @@ SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
 FROM dblock_fence f WHERE f.id = 1 FOR SHARE SKIP LOCKED
 ` + mysqlAcquireUpdate
 
-// mariadbAcquire is mysqlAcquire in MariaDB's words.
-const mariadbAcquire = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+// mariadbAcquire is mysqlAcquire in MariaDB's words, returning the row as
+// the statement left it (mariadbReturning) instead of reporting through the
+// OK packet: the insert id does not survive a trigger on the table (the
+// history's), a returned row does, and it names the holder when another
+// owner has the name. A skipped floor returns no row.
+var mariadbAcquire = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
 SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?
 FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
-` + mysqlAcquireUpdate
+` + mysqlAcquireUpdate + mariadbReturning
+
+// mariadbReturning returns the owner (ours when acquired), the token, the
+// reentry count, the mode, the expiry and the database clock.
+var mariadbReturning = `
+RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)")
 
 // mysqlAcquireUpdate is the takeover or re-entry of an existing row, shared
 // by mysqlAcquire, mariadbAcquire and mysqlAcquireValues.
@@ -73,11 +82,13 @@ SELECT ?, 0, LAST_INSERT_ID(f.floor + 1), UTC_TIMESTAMP(6)
 FROM dblock_fence f WHERE f.id = 1 FOR SHARE SKIP LOCKED
 ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version)`
 
-// mariadbEnsure is mysqlEnsure in MariaDB's words.
+// mariadbEnsure is mysqlEnsure in MariaDB's words, returning a row unless
+// the floor's row was skipped (see mariadbAcquire).
 const mariadbEnsure = `INSERT INTO dblock_locks (name, reentry, version, updated_at)
 SELECT ?, 0, LAST_INSERT_ID(f.floor + 1), UTC_TIMESTAMP(6)
 FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
-ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version)`
+ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version)
+RETURNING version`
 
 // The shared-lock clauses that skip a locked row: MySQL 8 accepts SKIP LOCKED
 // only after FOR SHARE, MariaDB (10.6+) only after LOCK IN SHARE MODE.
@@ -150,7 +161,7 @@ var mysqlLease = LeaseSQL{
 // most, and failing them at once would leave the lease to expire.
 var mariadbLease = LeaseSQL{
 	Acquire: mariadbNoWait + mariadbAcquire, Release: mysqlRelease, Renew: mysqlRenew, Proclaim: mysqlProclaim,
-	FloorInTx: mysqlFloorText + mariadbShareSkipLocked, AcquireInTx: mariadbNoWait + mysqlAcquireValues,
+	FloorInTx: mysqlFloorText + mariadbShareSkipLocked, AcquireInTx: mariadbNoWait + mysqlAcquireValues + mariadbReturning,
 	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
 	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
 }
@@ -296,10 +307,41 @@ WHERE name IN (%s) AND owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)`,
 }
 
 // mysqlHistory is empty: MySQL and MariaDB report no insert id for a
-// statement that fired a trigger (even one that writes nothing), and every
-// acquisition reads its token from the insert id, so dblock_locks can carry
-// no trigger there.
+// statement that fired a trigger (even one that writes nothing), and MySQL 8's
+// acquisitions read their token from the insert id, so dblock_locks can carry
+// no trigger there. MariaDB's read theirs from a RETURNING row instead.
 var mysqlHistory = HistorySQL{}
+
+// mariadbHistory: see pgHistory. MariaDB has no WHEN clause: the body's IF
+// tests the same. UTC_TIMESTAMP(6) is the statement's start, not the
+// transaction's.
+var mariadbHistory = HistorySQL{
+	Enable: []string{
+		`DROP TRIGGER IF EXISTS dblock_history_ended`,
+		`CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
+IF OLD.owner IS NOT NULL AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OLD.version) THEN
+    INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, UTC_TIMESTAMP(6),
+        CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
+             WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
+             WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
+             WHEN OLD.expires_at <= UTC_TIMESTAMP(6) THEN 'expired'
+             ELSE 'released' END,
+        OLD.metadata);
+END IF`,
+	},
+	Disable: []string{`DROP TRIGGER IF EXISTS dblock_history_ended`},
+	Enabled: `SELECT count(*) FROM information_schema.triggers
+WHERE trigger_schema = DATABASE() AND trigger_name = 'dblock_history_ended' AND event_object_table = 'dblock_locks'`,
+	List: `SELECT name, owner, token, IFNULL(mode, ''), IFNULL(` + myUs("acquired_at") + `, 0), ` + myUs("ended_at") + `, ended_how, IFNULL(metadata, '')
+FROM dblock_history WHERE ended_at >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY ended_at DESC, id DESC LIMIT ?`,
+	ListName: `SELECT name, owner, token, IFNULL(mode, ''), IFNULL(` + myUs("acquired_at") + `, 0), ` + myUs("ended_at") + `, ended_how, IFNULL(metadata, '')
+FROM dblock_history WHERE name = ? AND ended_at >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY ended_at DESC, id DESC LIMIT ?`,
+	Prune: `DELETE FROM dblock_history WHERE ended_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY ended_at LIMIT ?`,
+}
 
 // myAt is the DATETIME(6) of a bind parameter, µs since the epoch (NULL
 // stays NULL).

@@ -147,6 +147,11 @@ func (db *DB) beginPeriod(ctx context.Context, tx *sqlx.Tx, name string, now, ex
 	}
 	token, err := res.LastInsertId()
 	if err == nil && token == 0 {
+		// A trigger on the table (MariaDB's history) hides the insert id
+		// from the OK packet; the session still has it.
+		err = tx.QueryRowxContext(ctx, "SELECT LAST_INSERT_ID()").Scan(&token)
+	}
+	if err == nil && token == 0 {
 		err = fmt.Errorf("dblock: starting the readers of %q gave no token", name)
 	}
 	return token, err

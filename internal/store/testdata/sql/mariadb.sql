@@ -14,7 +14,8 @@ ON DUPLICATE KEY UPDATE
     metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
     owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
     expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
-    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at);
+    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)
+RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6));
 
 -- LeaseSQL.Release
 UPDATE dblock_locks SET
@@ -68,7 +69,8 @@ ON DUPLICATE KEY UPDATE
     metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
     owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
     expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
-    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at);
+    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)
+RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6));
 
 -- RowSQL.Lock
 SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.idle_transaction_timeout FROM dblock_locks WHERE name = ? FOR UPDATE;
@@ -80,7 +82,8 @@ SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1
 SET STATEMENT innodb_lock_wait_timeout=0 FOR INSERT INTO dblock_locks (name, reentry, version, updated_at)
 SELECT ?, 0, LAST_INSERT_ID(f.floor + 1), UTC_TIMESTAMP(6)
 FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
-ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version);
+ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version)
+RETURNING version;
 
 -- RowSQL.LockMany
 SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.idle_transaction_timeout FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s;
@@ -187,6 +190,43 @@ SELECT
     (SELECT count(*) FROM dblock_waiters WHERE expires_at <= UTC_TIMESTAMP(6)),
     IFNULL((SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) - TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', min(expires_at))
             FROM dblock_locks WHERE owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)), 0);
+
+-- HistorySQL.Enable[0]
+DROP TRIGGER IF EXISTS dblock_history_ended;
+
+-- HistorySQL.Enable[1]
+CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
+IF OLD.owner IS NOT NULL AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OLD.version) THEN
+    INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, UTC_TIMESTAMP(6),
+        CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
+             WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
+             WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
+             WHEN OLD.expires_at <= UTC_TIMESTAMP(6) THEN 'expired'
+             ELSE 'released' END,
+        OLD.metadata);
+END IF;
+
+-- HistorySQL.Disable
+DROP TRIGGER IF EXISTS dblock_history_ended;
+
+-- HistorySQL.Enabled
+SELECT count(*) FROM information_schema.triggers
+WHERE trigger_schema = DATABASE() AND trigger_name = 'dblock_history_ended' AND event_object_table = 'dblock_locks';
+
+-- HistorySQL.List
+SELECT name, owner, token, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ended_at), ended_how, IFNULL(metadata, '')
+FROM dblock_history WHERE ended_at >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY ended_at DESC, id DESC LIMIT ?;
+
+-- HistorySQL.ListName
+SELECT name, owner, token, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ended_at), ended_how, IFNULL(metadata, '')
+FROM dblock_history WHERE name = ? AND ended_at >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY ended_at DESC, id DESC LIMIT ?;
+
+-- HistorySQL.Prune
+DELETE FROM dblock_history WHERE ended_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY ended_at LIMIT ?;
 
 -- SharedSQL.LockRow
 SET STATEMENT innodb_lock_wait_timeout=1 FOR SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
