@@ -28,9 +28,17 @@ help: ## Show this help
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_\/-]+:.*## / { printf "  %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: db/up ## Run all tests (race detector, shuffled) against PostgreSQL, MySQL/MariaDB and SQLite, and the gocron adapters' module
+test: db/up ## Run all tests (race detector, shuffled) against PostgreSQL, MySQL/MariaDB and SQLite, the lock suites again with the history enabled, and the gocron adapters' module
 	$(GO) test $(TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+	$(MAKE) test/history
 	cd gocron && $(GO) test $(TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+
+# The history's trigger sits on the table every acquisition writes: the
+# modes' conformance suites and the shared locks run again with it enabled.
+.PHONY: test/history
+test/history: db/up ## Run the lock suites with the acquisition history enabled on every database
+	DBLOCK_TEST_HISTORY=1 $(GO) test $(TEST_FLAGS) -timeout $(TEST_TIMEOUT) -run 'TestConformance' ./optimistic ./fairqueue ./pessimistic
+	DBLOCK_TEST_HISTORY=1 $(GO) test $(TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./rwlock ./semaphore ./election
 
 .PHONY: soak
 soak: db/up ## Run the mixed-mode soak longer (DBLOCK_SOAK per dialect, default 2m; DBLOCK_SOAK_SEED replays)

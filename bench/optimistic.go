@@ -80,7 +80,7 @@ func init() {
 	register(&scenario{
 		key: keyOptHistory, order: 56, title: "dblock optimistic Acquire+Release, history enabled",
 		about: "opt-acquire with history.Enable: every release writes its entry into dblock_history, from the trigger.",
-		kinds: []store.Kind{store.Postgres}, resetTables: []string{"dblock_history"},
+		kinds: []store.Kind{store.Postgres, store.MySQL}, resetTables: []string{"dblock_history"},
 		setup: open(false, false, true),
 	})
 }

@@ -1,6 +1,7 @@
 // Package history records who held which lock, when, and how each
-// acquisition ended: one entry per acquisition of a lease (optimistic,
-// fair, an election's term) in the table dblock_history, which the
+// acquisition ended: one entry per acquisition (of a lease: optimistic,
+// fair, a write lock or a readers' period of rwlock, an election's term;
+// and of a pessimistic hold) in the table dblock_history, which the
 // migrations create.
 //
 // History is opt-in and per database: Enable adds a trigger on dblock_locks
@@ -17,13 +18,23 @@
 //   - Expired: its lease ran out and it was freed (by the reaper, or by a
 //     release that came too late);
 //   - TakenOver: another owner took the name after the lease ran out;
-//   - ForceReleased: an administrator freed it (dblock release --force).
+//   - ForceReleased: an administrator freed it (dblock release --force);
+//   - ConnectionLost: a pessimistic hold's session ended (its connection
+//     died, or the server ended it);
+//   - Aborted: the server rolled a pessimistic hold's transaction back (a
+//     deadlock victim on MySQL or MariaDB).
 //
-// Pessimistic locks are transactions and leave no entry.
+// A pessimistic hold writes no row, so the trigger does not see it: its
+// Locker writes the entry once the hold has ended (Release before it
+// returns, a loss's in the background, which Close waits for). A process
+// killed while holding leaves no entry for that hold. A Locker learns that
+// the history was enabled or disabled through another pool within five
+// seconds.
 //
-// PostgreSQL and SQLite keep a history. MySQL and MariaDB do not yet: they
-// report no insert id for a statement that fired a trigger, and dblock reads
-// every token from the insert id, so Enable, List and Prune refuse there with
-// an error wrapping dblock.ErrInvalidOption (and Enabled reports false). For
-// the same reason, never add a trigger of your own to dblock_locks there.
+// PostgreSQL, MariaDB and SQLite keep a history. MySQL 8 does not: it
+// reports no insert id for a statement that fired a trigger, and dblock
+// reads its tokens there from the insert id (MariaDB's statements return
+// theirs as a row), so Enable, List and Prune refuse there with an error
+// wrapping dblock.ErrInvalidOption (and Enabled reports false). For the
+// same reason, never add a trigger of your own to dblock_locks on MySQL 8.
 package history

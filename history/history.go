@@ -16,6 +16,12 @@ const (
 	Expired       = store.HistoryExpired
 	TakenOver     = store.HistoryTakenOver
 	ForceReleased = store.HistoryForceReleased
+	// ConnectionLost: a pessimistic hold's session ended (its connection
+	// died, or the server ended it).
+	ConnectionLost = store.HistoryConnectionLost
+	// Aborted: the server rolled a pessimistic hold's transaction back (a
+	// deadlock victim on MySQL or MariaDB).
+	Aborted = store.HistoryAborted
 )
 
 // Entry is one ended acquisition.
@@ -23,13 +29,14 @@ type Entry struct {
 	Name     string
 	Owner    string
 	Token    dblock.Token
-	Mode     string // dblock.ModeOptimistic or dblock.ModeFair
+	Mode     string // The acquisition's mode (dblock.ModeOptimistic, ModeFair, ModeWrite, ModeRead, ModePessimistic, ...)
 	Metadata string
 	// AcquiredAt is when the owner took the name (its first acquisition,
 	// for a re-entered hold), EndedAt when the acquisition ended, both by
 	// the database's clock.
 	AcquiredAt, EndedAt time.Time
-	// Ended says how it ended: Released, Expired, TakenOver or ForceReleased.
+	// Ended says how it ended: Released, Expired, TakenOver, ForceReleased,
+	// ConnectionLost or Aborted.
 	Ended string
 }
 

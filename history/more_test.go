@@ -155,3 +155,52 @@ func TestKilledHolder(t *testing.T) {
 		}
 	})
 }
+
+// TestEnabledByAnotherPool: a pool that did not enable the history (another
+// process) meets the trigger unannounced; its acquisitions still get their
+// tokens, its refusals still name the holder, and every end is recorded.
+func TestEnabledByAnotherPool(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		c := newCheck(t, iso)
+		if c == nil {
+			return
+		}
+		name := locktest.RandomName("other-pool")
+		var last dblock.Token
+		for i, owner := range []string{"a", "b"} {
+			l, err := optimistic.New(iso.Open(t), nil)
+			must(t, err)
+			defer l.Close()
+			// The first acquisition inserts the row, the second updates it
+			// (the trigger fires there).
+			lease, err := l.TryAcquire(c.ctx, name, dblock.WithOwner(owner))
+			must(t, err)
+			if lease.Token() <= last {
+				t.Fatalf("acquisition %d: token %d after %d", i+1, lease.Token(), last)
+			}
+			last = lease.Token()
+			rival, err := optimistic.New(iso.Open(t), nil)
+			must(t, err)
+			defer rival.Close()
+			_, err = rival.TryAcquire(c.ctx, name, dblock.WithOwner("rival"))
+			var held *dblock.HeldError
+			if !errors.As(err, &held) || held.Owner != owner {
+				t.Fatalf("a rival's TryAcquire while %s holds: %v, want held by %s", owner, err, owner)
+			}
+			must(t, lease.Release(c.ctx))
+			c.want(c.list(name)[0], history.Released, owner, lease.Token(), dblock.ModeOptimistic)
+		}
+	})
+}
+
+// list returns the entries of name, newest first.
+func (c *check) list(name string) []history.Entry {
+	c.t.Helper()
+	es, err := history.List(c.ctx, c.iso.DB, history.Query{Name: name})
+	must(c.t, err)
+	if len(es) == 0 {
+		c.t.Fatalf("%q: no entries", name)
+	}
+	return es
+}

@@ -256,6 +256,11 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, 
 		return nil, holder, err
 	}
 	a.h.session = session
+	for _, row := range found {
+		if row.Now.After(a.h.lockedAt) {
+			a.h.lockedAt = row.Now // Held from the last row's lock on.
+		}
+	}
 	if err := a.seal(); err != nil {
 		return nil, nil, a.fail(err)
 	}

@@ -30,6 +30,9 @@ type hold struct {
 	ttl      time.Duration
 	prevBusy time.Duration // SQLite: busy timeout to restore; -1 when untouched
 	start    time.Time
+	// lockedAt is the database's clock when the rows were locked (the
+	// history's acquired_at).
+	lockedAt time.Time
 
 	// txCancel cancels the context the transaction began with: database/sql
 	// then rolls it back (after a statement in flight) and fails every later
@@ -205,8 +208,11 @@ func (l *Locker) releaseHandle(ctx context.Context, lease *Lease) (err error) {
 			reason = err
 		}
 		l.lose(h, reason, true)
-	case err == nil && rollback && lost == nil && !rb && rollbackBy != nil:
-		err = rollbackBy
+	case lost == nil:
+		l.recordEnd(ctx, h, store.HistoryReleased)
+		if err == nil && rollback && !rb && rollbackBy != nil {
+			err = rollbackBy
+		}
 	}
 	if err == nil {
 		err = spErr

@@ -58,6 +58,7 @@ func (l *Locker) loseThen(h *hold, reason error, ended bool, before func()) bool
 		before()
 	}
 	l.openGates(h)
+	l.recordLoss(h, reason)
 	for _, lease := range handles {
 		if lease.ctl.Lose(reason) {
 			l.log.Warn("pessimistic: lock lost", "lock_key", lease.Name(), "owner", lease.Owner(),

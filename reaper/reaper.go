@@ -59,7 +59,7 @@ type Config struct {
 	// HistoryRetention, when positive, is how long an entry of the
 	// acquisition history (package history) is kept: each pass deletes
 	// the entries that ended longer ago (where the database keeps a
-	// history: not MySQL or MariaDB). Defaults to zero: kept for good.
+	// history: not MySQL 8). Defaults to zero: kept for good.
 	HistoryRetention time.Duration
 	// WaiterGrace is how long past its heartbeat deadline a fair-queue waiter
 	// is kept before it is deleted. Defaults to 10s.

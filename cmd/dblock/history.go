@@ -18,12 +18,14 @@ const historyHelp = `Usage: dblock [--dsn DSN] history [--since DUR] [--limit N]
 Prints who held which lock and how each acquisition ended (package
 history), newest first: NAME's, or every name's. Times are the database's.
 An acquisition ends released, expired (freed by the reaper, or released too
-late), taken_over (another owner took the name after the lease ran out) or
-force_released (dblock release --force). The history is opt-in: --enable
-starts recording (a trigger on dblock_locks writes each entry in the
-statement that ends the acquisition), --disable stops it and keeps the
-entries; "dblock reaper --history-retention DUR" prunes them. PostgreSQL
-and SQLite keep a history; MySQL and MariaDB do not yet.
+late), taken_over (another owner took the name after the lease ran out),
+force_released (dblock release --force), or, for a pessimistic hold,
+connection_lost (its session ended) or aborted (the server rolled its
+transaction back). The history is opt-in: --enable starts recording (a
+trigger on dblock_locks writes each lease's entry in the statement that
+ends it; a pessimistic Locker writes its holds' entries), --disable stops it
+and keeps the entries; "dblock reaper --history-retention DUR" prunes them.
+PostgreSQL, MariaDB and SQLite keep a history; MySQL 8 does not.
 
 Flags:
   --since DUR   only the acquisitions that ended within DUR (default: any time)

@@ -11,6 +11,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/fairqueue"
+	"github.com/dblock-go/dblock/history"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/migrations"
@@ -50,6 +51,14 @@ const (
 	MySQLVersionGrant    = "GRANT SELECT ON %[1]s.dblock_db_version TO %[2]s"
 )
 
+// The README's grant for the acquisition history: the trigger writes
+// entries with the application's rights on PostgreSQL, pessimistic Lockers
+// write theirs, the CLI lists them and the reaper prunes them.
+const (
+	PostgresHistoryGrant = "GRANT SELECT, INSERT, UPDATE, DELETE ON dblock_history TO %s"
+	MySQLHistoryGrant    = "GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.dblock_history TO %[2]s"
+)
+
 // TestFaultLeastPrivilege runs every mode, a reaper pass with work of every
 // kind, and the schema check as a role that has only
 // SELECT/INSERT/UPDATE/DELETE on the dblock tables (and USAGE on the
@@ -71,7 +80,8 @@ func TestFaultLeastPrivilege(t *testing.T) {
 			}
 		}
 		dsn := strings.Replace(pg.DSN(), "postgres://postgres@", "postgres://"+role+"@", 1)
-		leastPrivilege(t, adm, openPG(t, dsn), strings.ReplaceAll(PostgresVersionGrant, "%s", role))
+		leastPrivilege(t, adm, openPG(t, dsn), strings.ReplaceAll(PostgresVersionGrant, "%s", role),
+			strings.ReplaceAll(PostgresHistoryGrant, "%s", role))
 	})
 	t.Run("mysql", func(t *testing.T) {
 		iso := dbtest.New(t, store.MySQL)
@@ -100,7 +110,7 @@ func TestFaultLeastPrivilege(t *testing.T) {
 			ciRequired(t, "the MariaDB test server's DSN %s is not root over tcp(127.0.0.1:...): cannot log in as a restricted account", store.Redact(iso.DSN))
 		}
 		db := openPG(t, dsn) // openPG opens any dblock DSN
-		leastPrivilege(t, iso.DB, db, fmt.Sprintf(MySQLVersionGrant, dbName, account))
+		leastPrivilege(t, iso.DB, db, fmt.Sprintf(MySQLVersionGrant, dbName, account), fmt.Sprintf(MySQLHistoryGrant, dbName, account))
 	})
 }
 
@@ -115,7 +125,7 @@ func dbNameOf(dsn string) string {
 
 // leastPrivilege runs everything as the restricted db; adm (the migration
 // role) only prepares work for the reaper and grants versionGrant.
-func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
+func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant, historyGrant string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -258,6 +268,50 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant string) {
 	}
 	if err := migrations.Check(ctx, db); err != nil {
 		t.Errorf("migrations.Check as the restricted role, after %s: %v", versionGrant, err)
+	}
+	historyPrivileges(ctx, t, adm, db, historyGrant)
+}
+
+// historyPrivileges: with the history enabled (by the migration role) and
+// the README's grant, the restricted role's lease and pessimistic hold each
+// leave an entry, and the role lists and prunes them.
+func historyPrivileges(ctx context.Context, t *testing.T, adm, db *dialect.DB, grant string) {
+	t.Helper()
+	if err := history.Enable(ctx, adm); err != nil {
+		t.Fatalf("enable history: %v", err)
+	}
+	if _, err := adm.SQL().ExecContext(ctx, grant); err != nil {
+		t.Fatalf("%s: %v", grant, err)
+	}
+	if on, err := history.Enabled(ctx, db); err != nil || !on {
+		t.Fatalf("history enabled, as the restricted role: %v %v", on, err)
+	}
+	opt, err := optimistic.New(db, &optimistic.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opt.Close()
+	pl, err := pessimistic.New(db, &pessimistic.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	for _, l := range []dblock.Locker{opt, pl.AsLocker()} {
+		lease, err := l.Acquire(ctx, "priv-history")
+		if err != nil {
+			t.Fatalf("acquire with the history enabled: %v", err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("release with the history enabled: %v", err)
+		}
+	}
+	es, err := history.List(ctx, db, history.Query{Name: "priv-history"})
+	if err != nil || len(es) != 2 || es[0].Mode != dblock.ModePessimistic || es[1].Mode != dblock.ModeOptimistic {
+		t.Fatalf("history as the restricted role: %+v %v, want a pessimistic entry, then an optimistic one", es, err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if n, err := history.Prune(ctx, db, time.Millisecond); err != nil || n < 2 {
+		t.Fatalf("prune as the restricted role: %d %v, want at least 2", n, err)
 	}
 }
 

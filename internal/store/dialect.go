@@ -130,6 +130,8 @@ type DB struct {
 	// native runs the pool's single statements through the driver's own
 	// interface where it has one (nil: database/sql).
 	native *Native
+	// history caches whether the acquisition history is enabled.
+	history historyProbe
 }
 
 // nativeOf is drv's native interface to pool, if it has one.

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dblock-go/dblock"
@@ -25,14 +27,22 @@ type HistorySQL struct {
 	// Prune deletes up to a limit (second argument) of the entries that
 	// ended longer than a retention (µs, first argument) ago.
 	Prune string
+	// Record writes the entry of an acquisition that ended without a
+	// statement on dblock_locks (a pessimistic hold, which writes no
+	// owner): name, owner, token, mode, acquired (µs since the epoch), how;
+	// it ends at the database's clock.
+	Record string
 }
 
-// The ways an acquisition ends, as the history's trigger names them.
+// The ways an acquisition ends, as the history names them: the trigger
+// writes the first four, the pessimistic Locker the first and the last two.
 const (
-	HistoryReleased      = "released"
-	HistoryExpired       = "expired"
-	HistoryTakenOver     = "taken_over"
-	HistoryForceReleased = "force_released"
+	HistoryReleased       = "released"
+	HistoryExpired        = "expired"
+	HistoryTakenOver      = "taken_over"
+	HistoryForceReleased  = "force_released"
+	HistoryConnectionLost = "connection_lost"
+	HistoryAborted        = "aborted"
 )
 
 // HistoryEntry is one ended acquisition.
@@ -58,6 +68,8 @@ func (db *DB) EnableHistory(ctx context.Context) error {
 	if !db.HistorySupported() {
 		return db.errNoHistory("enable history")
 	}
+	defer db.history.forget()
+	db.history.noteTrigger(true)
 	return db.runDDL(ctx, "enable history", db.Dialect.History().Enable)
 }
 
@@ -66,6 +78,7 @@ func (db *DB) DisableHistory(ctx context.Context) error {
 	if !db.HistorySupported() {
 		return db.errNoHistory("disable history")
 	}
+	defer db.history.forget()
 	return db.runDDL(ctx, "disable history", db.Dialect.History().Disable)
 }
 
@@ -86,8 +99,20 @@ func (db *DB) runDDL(ctx context.Context, what string, stmts []string) error {
 	return nil
 }
 
-// HistoryEnabled reports whether the trigger is in place.
+// HistoryEnabled reports whether the trigger is in place (and refreshes
+// what HistoryRecording knows).
 func (db *DB) HistoryEnabled(ctx context.Context) (bool, error) {
+	on, err := db.historyEnabled(ctx)
+	if err == nil {
+		db.history.mu.Lock()
+		db.history.on, db.history.checked = on, time.Now()
+		db.history.mu.Unlock()
+		db.history.noteTrigger(on)
+	}
+	return on, err
+}
+
+func (db *DB) historyEnabled(ctx context.Context) (bool, error) {
 	if !db.HistorySupported() {
 		return false, nil
 	}
@@ -152,4 +177,93 @@ func (db *DB) ReapHistory(ctx context.Context, p ReapParams) (ReapResult, error)
 		return ReapResult{}, fmt.Errorf("prune history: %w", db.Dialect.Classify(err))
 	}
 	return ReapResult{Rows: int(n), More: int(n) == p.Limit}, nil
+}
+
+// historyProbeEvery is how long the writers of entries other than the
+// trigger (pessimistic holds) trust a reading of whether the history is
+// enabled: an Enable or Disable through another pool reaches them within
+// this time, one through the same pool at once.
+const historyProbeEvery = 5 * time.Second
+
+// historyProbe caches whether the history is enabled (see HistoryRecording).
+type historyProbe struct {
+	mu      sync.Mutex
+	checked time.Time // zero: read again
+	on      bool
+
+	// triggerUntil (unix ns): until when MariaDB's acquisitions read their
+	// row instead of the OK packet (see returningAcquire).
+	triggerUntil atomic.Int64
+}
+
+// triggerMemory is how long a trigger seen on dblock_locks keeps MariaDB's
+// acquisitions on their RETURNING form; after it, one acquisition that
+// meets the trigger again (an insert id of 0) renews it.
+const triggerMemory = time.Minute
+
+// noteTrigger records whether a trigger is on dblock_locks.
+func (p *historyProbe) noteTrigger(on bool) {
+	until := int64(0)
+	if on {
+		until = time.Now().Add(triggerMemory).UnixNano()
+	}
+	p.triggerUntil.Store(until)
+}
+
+// returningAcquire reports whether MariaDB's acquisitions read their row
+// (LeaseSQL.AcquireReturning): while a trigger was seen on dblock_locks
+// lately, when the OK packet's insert id cannot carry the token.
+func (db *DB) returningAcquire() bool {
+	return time.Now().UnixNano() < db.history.triggerUntil.Load()
+}
+
+func (p *historyProbe) forget() {
+	p.mu.Lock()
+	p.checked = time.Time{}
+	p.mu.Unlock()
+}
+
+// HistoryKnownOff reports, without a statement, whether the history was
+// read as disabled less than historyProbeEvery ago.
+func (db *DB) HistoryKnownOff() bool {
+	p := &db.history
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.checked.IsZero() && time.Since(p.checked) < historyProbeEvery && !p.on
+}
+
+// HistoryRecording reports whether the history is enabled, as read at most
+// historyProbeEvery ago; an unreadable answer counts as disabled until the
+// next reading.
+func (db *DB) HistoryRecording(ctx context.Context) bool {
+	p := &db.history
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.checked.IsZero() && time.Since(p.checked) < historyProbeEvery {
+		return p.on
+	}
+	on, err := db.historyEnabled(ctx)
+	p.on, p.checked = on && err == nil, time.Now()
+	if err == nil {
+		p.noteTrigger(on)
+	}
+	return p.on
+}
+
+// RecordHistory writes the entry of an acquisition that ended without a
+// statement on dblock_locks (e.AcquiredAt and e.How are used; EndedAt is
+// the database's clock).
+func (db *DB) RecordHistory(ctx context.Context, e HistoryEntry) error {
+	if !db.HistorySupported() {
+		return db.errNoHistory("record history")
+	}
+	var acquired any
+	if !e.AcquiredAt.IsZero() {
+		acquired = e.AcquiredAt.UnixMicro()
+	}
+	_, err := db.ExecContext(ctx, db.Dialect.History().Record, e.Name, e.Owner, e.Token, e.Mode, acquired, e.How)
+	if err != nil {
+		return fmt.Errorf("record history: %w", db.Dialect.Classify(err))
+	}
+	return nil
 }

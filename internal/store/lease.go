@@ -48,6 +48,17 @@ type LeaseSQL struct {
 	// a transaction with "Error 1180: Got error 1 during COMMIT" (in
 	// autocommit mode it does not).
 	FloorInTx, AcquireInTx string
+	// AcquireReturning and AcquireInTxReturning (MariaDB) are Acquire and
+	// AcquireInTx returning the row as they left it (owner, version,
+	// reentry, mode, expiry µs, clock µs) instead of reporting through the
+	// OK packet, whose insert id a trigger on dblock_locks (the history's)
+	// hides. They run while a trigger was seen lately (see
+	// DB.returningAcquire); the OK packet is cheaper to read otherwise.
+	AcquireReturning, AcquireInTxReturning string
+	// OwnedToken (MySQL/MariaDB) reads the version and reentry count of a
+	// name's row held by an owner: the token of an acquisition whose insert
+	// id a trigger hid.
+	OwnedToken string
 }
 
 // NotifyChannel is the PostgreSQL channel on which releases are announced;

@@ -114,19 +114,23 @@ func (db *DB) acquireMySQL(ctx context.Context, q Querier, p AcquireParams) (Acq
 
 // mysqlAcquisition is one AcquireLease on MySQL or MariaDB: the statement
 // (try, which retryFenced runs again while the floor's row is skipped) and
-// what its last run reported. MySQL 8 reports through the OK packet
-// (affected rows, the token as insert id); MariaDB returns the row as the
-// statement left it (RETURNING), which names the holder when another owner
-// has the name and, unlike the insert id, survives a trigger on the table
-// (the history's).
+// what its last run reported. The statement reports through the OK packet:
+// affected rows and the token as insert id. A trigger on dblock_locks (the
+// history's, MariaDB only) zeroes that insert id whenever it fires, that is
+// on every update of an existing row: the row's token is then read by its
+// owner, or, while a trigger was seen lately, the statement returns the row
+// itself (RETURNING), which survives the trigger and names the holder when
+// another owner has the name.
 type mysqlAcquisition struct {
 	ctx context.Context
 	db  *DB
 	q   Querier
 	p   AcquireParams
 
-	affected, id int64    // MySQL 8
-	row          rowLease // MariaDB
+	returning    bool     // MariaDB's RETURNING form (see returningAcquire)
+	affected, id int64    // The OK packet, when not returning.
+	row          rowLease // The returned row, when returning.
+	held         *Holder  // Another owner's hold, read after an OK packet of 0 and 0.
 }
 
 // rowLease is a lease row as RETURNING (MariaDB) reads it.
@@ -143,14 +147,23 @@ type rowLease struct {
 func (a *mysqlAcquisition) statement() (query string, args []any, skipped bool, err error) {
 	s := a.db.Dialect.Lease()
 	ttl, md := a.p.TTL.Microseconds(), nullString(a.p.Metadata)
+	a.returning = a.db.MariaDB() && a.db.returningAcquire()
 	if _, inTx := a.q.(*sqlx.Tx); !inTx {
-		return s.Acquire, []any{a.p.Name, a.p.Owner, a.p.Mode, ttl, md}, false, nil
+		query = s.Acquire
+		if a.returning {
+			query = s.AcquireReturning
+		}
+		return query, []any{a.p.Name, a.p.Owner, a.p.Mode, ttl, md}, false, nil
 	}
 	var floor int64
 	if err := a.q.QueryRowxContext(a.ctx, s.FloorInTx).Scan(&floor); err != nil {
 		return "", nil, errors.Is(err, sql.ErrNoRows), ignoreNoRows(err)
 	}
-	return s.AcquireInTx, []any{a.p.Name, a.p.Owner, floor, a.p.Mode, ttl, md}, false, nil
+	query = s.AcquireInTx
+	if a.returning {
+		query = s.AcquireInTxReturning
+	}
+	return query, []any{a.p.Name, a.p.Owner, floor, a.p.Mode, ttl, md}, false, nil
 }
 
 // try runs the statement once; ran is false when it skipped the floor's row
@@ -160,7 +173,7 @@ func (a *mysqlAcquisition) try() (ran bool, err error) {
 	if skipped || err != nil {
 		return false, err
 	}
-	if a.db.MariaDB() {
+	if a.returning {
 		err := a.q.QueryRowxContext(a.ctx, query, args...).Scan(&a.row.owner, &a.row.version, &a.row.reentry,
 			&a.row.mode, &a.row.expiresUs, &a.row.nowUs)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -178,35 +191,71 @@ func (a *mysqlAcquisition) try() (ran bool, err error) {
 	if a.id, err = r.LastInsertId(); err != nil {
 		return false, err
 	}
+	if a.affected == 0 && a.id == 0 && a.db.MariaDB() {
+		return a.heldOrSkipped()
+	}
 	return a.affected != 0 || a.id != 0, nil
 }
 
-// result reads the last run: MariaDB's row names the owner after the
-// statement (ours: acquired, with the exact reentry count); MySQL 8's OK
-// packet says affected rows 1 (inserted) or 2 (taken or re-entered) with the
-// token as insert id, or 0 rows when another owner holds the name (read
-// then).
-func (a *mysqlAcquisition) result() (AcquireResult, error) {
-	if a.db.MariaDB() {
-		if a.row.owner == a.p.Owner {
-			return AcquireResult{Acquired: true, Token: dblock.Token(a.row.version), Reentry: int(a.row.reentry), Statements: 1}, nil
-		}
-		h := Holder{Exists: true, Owner: a.row.owner, Version: a.row.version, Mode: a.row.mode,
-			Reentry: int(a.row.reentry), Now: Micros(a.row.nowUs)}
-		if a.row.expiresUs != 0 {
-			h.ExpiresAt = Micros(a.row.expiresUs)
-		}
-		return AcquireResult{Holder: h, Statements: 1}, nil
+// heldOrSkipped tells apart the two statements that report 0 rows and
+// insert id 0 on MariaDB: one that skipped the floor's row (run it again),
+// and a refusal that fired a trigger (another owner holds the name).
+func (a *mysqlAcquisition) heldOrSkipped() (ran bool, err error) {
+	h, err := a.db.LeaseHolder(a.ctx, a.q, a.p.Name)
+	if err != nil || !h.Held() || h.Owner == a.p.Owner {
+		return false, err
 	}
-	if a.affected == 0 {
+	a.held = &h
+	return true, nil
+}
+
+// result reads the last run.
+func (a *mysqlAcquisition) result() (AcquireResult, error) {
+	switch {
+	case a.returning:
+		return a.row.result(a.p.Owner), nil
+	case a.held != nil:
+		return AcquireResult{Holder: *a.held, Statements: 2}, nil
+	case a.affected == 0:
 		h, err := a.db.LeaseHolder(a.ctx, a.q, a.p.Name)
 		return AcquireResult{Holder: h, Statements: 2}, err
+	case a.id == 0:
+		return a.ownedToken()
 	}
-	res := AcquireResult{Acquired: true, Token: dblock.Token(a.id)}
+	res := AcquireResult{Acquired: true, Token: dblock.Token(a.id), Statements: 1}
 	if a.affected == 1 {
 		res.Reentry = 1 // Inserted; an update does not report the count.
 	}
 	return res, nil
+}
+
+// result is the outcome for owner of an acquisition that returned r.
+func (r rowLease) result(owner string) AcquireResult {
+	if r.owner == owner {
+		return AcquireResult{Acquired: true, Token: dblock.Token(r.version), Reentry: int(r.reentry), Statements: 1}
+	}
+	h := Holder{Exists: true, Owner: r.owner, Version: r.version, Mode: r.mode, Reentry: int(r.reentry), Now: Micros(r.nowUs)}
+	if r.expiresUs != 0 {
+		h.ExpiresAt = Micros(r.expiresUs)
+	}
+	return AcquireResult{Holder: h, Statements: 1}
+}
+
+// ownedToken reads the token of an acquisition whose insert id a trigger
+// hid, and remembers the trigger (the next acquisitions read their row).
+func (a *mysqlAcquisition) ownedToken() (AcquireResult, error) {
+	a.db.history.noteTrigger(true)
+	var version, reentry int64
+	err := a.q.QueryRowxContext(a.ctx, a.db.Dialect.Lease().OwnedToken, a.p.Name, a.p.Owner).Scan(&version, &reentry)
+	if errors.Is(err, sql.ErrNoRows) {
+		// Taken from us in between (forced): not ours any more.
+		h, err := a.db.LeaseHolder(a.ctx, a.q, a.p.Name)
+		return AcquireResult{Holder: h, Statements: 3}, err
+	}
+	if err != nil {
+		return AcquireResult{}, a.db.Classify(err)
+	}
+	return AcquireResult{Acquired: true, Token: dblock.Token(version), Reentry: int(reentry), Statements: 2}, nil
 }
 
 // lockedHolder describes the holder of a name whose row or key another

@@ -44,21 +44,22 @@ SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
 FROM dblock_fence f WHERE f.id = 1 FOR SHARE SKIP LOCKED
 ` + mysqlAcquireUpdate
 
-// mariadbAcquire is mysqlAcquire in MariaDB's words, returning the row as
-// the statement left it (mariadbReturning) instead of reporting through the
-// OK packet: the insert id does not survive a trigger on the table (the
-// history's), a returned row does, and it names the holder when another
-// owner has the name. A skipped floor returns no row.
-var mariadbAcquire = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+// mariadbAcquire is mysqlAcquire in MariaDB's words.
+const mariadbAcquire = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
 SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?
 FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
-` + mysqlAcquireUpdate + mariadbReturning
+` + mysqlAcquireUpdate
 
-// mariadbReturning returns the owner (ours when acquired), the token, the
-// reentry count, the mode, the expiry and the database clock.
+// mariadbReturning makes an acquire statement return the row as it left it
+// (LeaseSQL.AcquireReturning): the owner (ours when acquired), the token,
+// the reentry count, the mode, the expiry and the database clock. A skipped
+// floor returns no row.
 var mariadbReturning = `
 RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)")
+
+// mysqlOwnedToken: see LeaseSQL.OwnedToken.
+const mysqlOwnedToken = "SELECT version, reentry FROM dblock_locks WHERE name = ? AND owner = ?"
 
 // mysqlAcquireUpdate is the takeover or re-entry of an existing row, shared
 // by mysqlAcquire, mariadbAcquire and mysqlAcquireValues.
@@ -152,7 +153,7 @@ const mariadbNoWait = "SET STATEMENT innodb_lock_wait_timeout=0 FOR "
 var mysqlLease = LeaseSQL{
 	Acquire: mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew, Proclaim: mysqlProclaim,
 	FloorInTx: mysqlFloorText + mysqlShareSkipLocked, AcquireInTx: mysqlAcquireValues,
-	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
+	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease, OwnedToken: mysqlOwnedToken,
 	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
 }
 
@@ -161,8 +162,10 @@ var mysqlLease = LeaseSQL{
 // most, and failing them at once would leave the lease to expire.
 var mariadbLease = LeaseSQL{
 	Acquire: mariadbNoWait + mariadbAcquire, Release: mysqlRelease, Renew: mysqlRenew, Proclaim: mysqlProclaim,
-	FloorInTx: mysqlFloorText + mariadbShareSkipLocked, AcquireInTx: mariadbNoWait + mysqlAcquireValues + mariadbReturning,
-	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease,
+	FloorInTx: mysqlFloorText + mariadbShareSkipLocked, AcquireInTx: mariadbNoWait + mysqlAcquireValues,
+	AcquireReturning:     mariadbNoWait + mariadbAcquire + mariadbReturning,
+	AcquireInTxReturning: mariadbNoWait + mysqlAcquireValues + mariadbReturning,
+	Holder:               mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease, OwnedToken: mysqlOwnedToken,
 	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
 }
 
@@ -341,6 +344,8 @@ FROM dblock_history WHERE name = ? AND ended_at >= UTC_TIMESTAMP(6) - INTERVAL ?
 ORDER BY ended_at DESC, id DESC LIMIT ?`,
 	Prune: `DELETE FROM dblock_history WHERE ended_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
 ORDER BY ended_at LIMIT ?`,
+	Record: `INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how)
+VALUES (?, ?, ?, ?, ` + myAt + `, UTC_TIMESTAMP(6), ?)`,
 }
 
 // myAt is the DATETIME(6) of a bind parameter, µs since the epoch (NULL

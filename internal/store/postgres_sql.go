@@ -360,6 +360,8 @@ ORDER BY ended_at DESC, id DESC LIMIT $3`,
     SELECT id FROM dblock_history WHERE ended_at < now() - $1::bigint * interval '1 microsecond'
     ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED
 )`,
+	Record: `INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how)
+VALUES ($1, $2, $3, $4, ` + pgAt(5) + `, clock_timestamp(), $6)`,
 }
 
 // pgAt is the timestamptz of bind parameter n, µs since the epoch (NULL

@@ -190,6 +190,8 @@ ORDER BY ended_at DESC, id DESC LIMIT ?3`,
 	Prune: `DELETE FROM dblock_history WHERE id IN (
     SELECT id FROM dblock_history WHERE ended_at < ` + sqliteNow + ` - ?1 ORDER BY ended_at LIMIT ?2
 )`,
+	Record: `INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how)
+VALUES (?1, ?2, ?3, ?4, ?5, ` + sqliteNow + `, ?6)`,
 }
 
 // sqliteShared: the write transaction is the lock (SQLite has one writer).

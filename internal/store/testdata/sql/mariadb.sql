@@ -14,8 +14,7 @@ ON DUPLICATE KEY UPDATE
     metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
     owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
     expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
-    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)
-RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6));
+    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at);
 
 -- LeaseSQL.Release
 UPDATE dblock_locks SET
@@ -69,8 +68,43 @@ ON DUPLICATE KEY UPDATE
     metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
     owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
     expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
+    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at);
+
+-- LeaseSQL.AcquireReturning
+SET STATEMENT innodb_lock_wait_timeout=0 FOR INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?
+FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
+ON DUPLICATE KEY UPDATE
+    reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
+                     IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
+    version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
+    mode        = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(mode), mode),
+    acquired_at = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(acquired_at), acquired_at),
+    metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
+    owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
+    expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
     updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)
 RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6));
+
+-- LeaseSQL.AcquireInTxReturning
+SET STATEMENT innodb_lock_wait_timeout=0 FOR INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+VALUES (?, ?, 1, LAST_INSERT_ID(? + 1), ?,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)
+ON DUPLICATE KEY UPDATE
+    reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
+                     IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
+    version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
+    mode        = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(mode), mode),
+    acquired_at = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(acquired_at), acquired_at),
+    metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
+    owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
+    expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
+    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)
+RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6));
+
+-- LeaseSQL.OwnedToken
+SELECT version, reentry FROM dblock_locks WHERE name = ? AND owner = ?;
 
 -- RowSQL.Lock
 SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.idle_transaction_timeout FROM dblock_locks WHERE name = ? FOR UPDATE;
@@ -227,6 +261,10 @@ ORDER BY ended_at DESC, id DESC LIMIT ?;
 -- HistorySQL.Prune
 DELETE FROM dblock_history WHERE ended_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
 ORDER BY ended_at LIMIT ?;
+
+-- HistorySQL.Record
+INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how)
+VALUES (?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), UTC_TIMESTAMP(6), ?);
 
 -- SharedSQL.LockRow
 SET STATEMENT innodb_lock_wait_timeout=1 FOR SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),

@@ -70,6 +70,9 @@ ON DUPLICATE KEY UPDATE
     expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
     updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at);
 
+-- LeaseSQL.OwnedToken
+SELECT version, reentry FROM dblock_locks WHERE name = ? AND owner = ?;
+
 -- RowSQL.Lock
 SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.wait_timeout FROM dblock_locks WHERE name = ? FOR UPDATE;
 

@@ -311,6 +311,10 @@ DELETE FROM dblock_history WHERE id IN (
     ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED
 );
 
+-- HistorySQL.Record
+INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how)
+VALUES ($1, $2, $3, $4, ('epoch'::timestamptz + $5::bigint * interval '1 microsecond'), clock_timestamp(), $6);
+
 -- SharedSQL.LockRow
 SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), coalesce((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0),
        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, coalesce((extract(epoch FROM l.shared_until) * 1000000)::bigint, 0), coalesce((extract(epoch FROM l.wanted_until) * 1000000)::bigint, 0), l.reentry

@@ -206,6 +206,10 @@ DELETE FROM dblock_history WHERE id IN (
     SELECT id FROM dblock_history WHERE ended_at < CAST(unixepoch('subsec') * 1000000 AS INTEGER) - ?1 ORDER BY ended_at LIMIT ?2
 );
 
+-- HistorySQL.Record
+INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how)
+VALUES (?1, ?2, ?3, ?4, ?5, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?6);
+
 -- SharedSQL.LockRow
 SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER),
        IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry

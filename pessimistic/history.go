@@ -1,0 +1,62 @@
+package pessimistic
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// A pessimistic hold never writes its row, so the history's trigger does not
+// see it end: while the history is enabled, the Locker writes the hold's
+// entries itself (one per name) once the hold has ended: Release writes them
+// before it returns, within its context; a loss's are written in the
+// background (Close waits for them). A hold's transaction cannot carry them
+// (a rolled-back hold or a dead connection would take them along), so a
+// process killed while holding leaves none.
+
+// historyTimeout bounds the write of a hold's entries.
+const historyTimeout = 5 * time.Second
+
+// recordEnd writes h's entries, ended how, when the history is enabled,
+// within ctx; a failed write is logged (the hold has ended either way).
+func (l *Locker) recordEnd(ctx context.Context, h *hold, how string) {
+	if !l.db.HistorySupported() || l.db.HistoryKnownOff() || ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, historyTimeout)
+	defer cancel()
+	if !l.db.HistoryRecording(ctx) {
+		return
+	}
+	l.mu.Lock()
+	entries := make([]store.HistoryEntry, len(h.names))
+	for i, n := range h.names {
+		entries[i] = store.HistoryEntry{Name: n, Owner: h.owner, Token: int64(h.tokens[n]), Mode: dblock.ModePessimistic,
+			AcquiredAt: h.lockedAt, How: how}
+	}
+	l.mu.Unlock()
+	for _, e := range entries {
+		if err := l.db.RecordHistory(ctx, e); err != nil {
+			l.log.Warn("pessimistic: history entry not written", "lock_key", e.Name, "owner", e.Owner, "ended", how, "error", err)
+		}
+	}
+}
+
+// recordLoss writes the entries of h, lost for reason, in the background.
+func (l *Locker) recordLoss(h *hold, reason error) {
+	if !l.db.HistorySupported() || l.db.HistoryKnownOff() {
+		return
+	}
+	how := store.HistoryAborted
+	if errors.Is(reason, dblock.ErrConnLost) {
+		how = store.HistoryConnectionLost
+	}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		l.recordEnd(context.Background(), h, how)
+	}()
+}
