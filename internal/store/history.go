@@ -79,7 +79,11 @@ func (db *DB) DisableHistory(ctx context.Context) error {
 		return db.errNoHistory("disable history")
 	}
 	defer db.history.forget()
-	return db.runDDL(ctx, "disable history", db.Dialect.History().Disable)
+	if err := db.runDDL(ctx, "disable history", db.Dialect.History().Disable); err != nil {
+		return err
+	}
+	db.history.noteTrigger(false)
+	return nil
 }
 
 func (db *DB) runDDL(ctx context.Context, what string, stmts []string) error {
