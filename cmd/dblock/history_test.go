@@ -11,10 +11,19 @@ import (
 
 // TestHistory: `dblock history --enable` starts recording, an exec's
 // acquisition shows as released (as text and as JSON), a name filter
-// selects, and bad flags exit 64.
+// selects, and bad flags exit 64; on SQLite and on MariaDB (where the
+// acquisitions then read their token from a returned row).
 func TestHistory(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, store.SQLite)
+	for _, kind := range []store.Kind{store.SQLite, store.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			historyCLI(t, dbtest.New(t, kind))
+		})
+	}
+}
+
+func historyCLI(t *testing.T, iso *dbtest.Isolated) {
 	c := cli{dsn: iso.DSN}
 	if r := c.expect(t, exitOK, "history", "--enable"); r.stdout != "history enabled\n" {
 		t.Fatalf("history --enable printed %q", r.stdout)
@@ -38,6 +47,10 @@ func TestHistory(t *testing.T) {
 	if len(lines) != 2 || lines[0].Name != "other" || lines[1].Metadata == "" || lines[1].Token <= 0 ||
 		lines[1].Ended != "released" || lines[1].EndedAt.Before(lines[1].AcquiredAt) {
 		t.Fatalf("history --json: %+v, want other's entry, then nightly's", lines)
+	}
+	c.expect(t, exitOK, "exec", "--lock", "tx", "--mode", "pessimistic", "--", "true")
+	if r := c.expect(t, exitOK, "history", "--json", "tx"); !strings.Contains(r.stdout, `"mode":"pessimistic"`) || !strings.Contains(r.stdout, `"ended":"released"`) {
+		t.Fatalf("history of a pessimistic exec: %q", r.stdout)
 	}
 	if r := c.expect(t, exitOK, "history", "--disable"); r.stdout != "history disabled\n" {
 		t.Fatalf("history --disable printed %q", r.stdout)
