@@ -15,7 +15,7 @@ import (
 const keyOptOtel = "opt-otel"
 
 // keyOptHistory is optimistic Acquire+Release with the acquisition history
-// enabled (PostgreSQL: MySQL keeps none).
+// enabled (PostgreSQL and MariaDB; MySQL 8 keeps none).
 const keyOptHistory = "opt-history"
 
 // recordingSDK is a telemetry.Config whose providers record everything in

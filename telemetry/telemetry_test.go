@@ -15,6 +15,8 @@ import (
 	"github.com/dblock-go/dblock/internal/locktest"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
+	"github.com/dblock-go/dblock/rwlock"
+	"github.com/dblock-go/dblock/semaphore"
 	"github.com/dblock-go/dblock/telemetry"
 )
 
@@ -25,8 +27,23 @@ const hangGuard = time.Minute
 
 type modeCase struct {
 	mode  string
-	lease bool // leases renew and can be freed under their holder
+	lease bool // leases of a dblock_locks row: they renew and ForceRelease frees them under their holder
 	open  func(t *testing.T, iso *dbtest.Isolated, cfg *telemetry.Config) dblock.Locker
+}
+
+// exclusiveSemaphore is a semaphore of one permit, as a dblock.Locker.
+type exclusiveSemaphore struct{ *semaphore.Locker }
+
+func (s exclusiveSemaphore) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
+	return s.Locker.Acquire(ctx, name, 1, 1, opts...)
+}
+
+func (s exclusiveSemaphore) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
+	return s.Locker.TryAcquire(ctx, name, 1, 1, opts...)
+}
+
+func (s exclusiveSemaphore) Do(ctx context.Context, name string, fn func(context.Context) error, opts ...dblock.Option) error {
+	return s.Locker.Do(ctx, name, 1, 1, fn, opts...)
 }
 
 var modes = []modeCase{
@@ -44,6 +61,16 @@ var modes = []modeCase{
 		l, err := pessimistic.New(iso.DB, &pessimistic.Config{Telemetry: cfg})
 		must(t, err)
 		return l.AsLocker()
+	}},
+	{dblock.ModeWrite, true, func(t *testing.T, iso *dbtest.Isolated, cfg *telemetry.Config) dblock.Locker {
+		l, err := rwlock.New(iso.DB, &rwlock.Config{Telemetry: cfg})
+		must(t, err)
+		return l
+	}},
+	{dblock.ModeSemaphore, false, func(t *testing.T, iso *dbtest.Isolated, cfg *telemetry.Config) dblock.Locker {
+		l, err := semaphore.New(iso.DB, &semaphore.Config{Telemetry: cfg})
+		must(t, err)
+		return exclusiveSemaphore{l}
 	}},
 }
 
