@@ -112,7 +112,7 @@ var wantSchema = map[store.Kind]schema{
 			"dblock_history": {
 				"id": "bigint not null auto_increment", "name": "varbinary(255) not null", "owner": "varbinary(255) not null",
 				"token": "bigint not null", "mode": "varchar(16) utf8mb4", "acquired_at": "datetime(6)",
-				"ended_at": "datetime(6) not null", "ended_how": "varchar(16) utf8mb4 not null", "metadata": "varchar(1024) utf8mb4",
+				"ended_at": "datetime(6) not null", "ended_how": "varchar(16) not null utf8mb4", "metadata": "varchar(1024) utf8mb4",
 			},
 		},
 		pks: map[string]string{"dblock_locks": "name", "dblock_waiters": "id", "dblock_fence": "id",
