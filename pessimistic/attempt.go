@@ -538,6 +538,7 @@ func (l *Locker) cancelOnDone(ctx context.Context, id int64, done *chan struct{}
 // lockStmt runs one lock statement on h's transaction for names.
 func (l *Locker) lockStmt(ctx context.Context, h *hold, names []string, p store.RowLockParams) (map[string]store.Holder, store.SessionRef, error) {
 	if len(names) == 1 {
+		p.Conn = h.conn.Conn
 		rl, err := l.db.LockRow(ctx, h.tx, names[0], p)
 		if err != nil || !rl.Found {
 			return nil, store.SessionRef{}, err

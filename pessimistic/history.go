@@ -13,7 +13,7 @@ import (
 // see it end: while the history is enabled, the Locker writes the hold's
 // entries itself (one per name) once the hold has ended: Release writes them
 // before it returns, within its context; a loss's are written in the
-// background (Close waits for them). A hold's transaction cannot carry them
+// background, and the hold's Release (and Close) waits for them. A hold's transaction cannot carry them
 // (a rolled-back hold or a dead connection would take them along), so a
 // process killed while holding leaves none.
 
@@ -45,7 +45,8 @@ func (l *Locker) recordEnd(ctx context.Context, h *hold, how string) {
 	}
 }
 
-// recordLoss writes the entries of h, lost for reason, in the background.
+// recordLoss writes the entries of h, lost for reason, in the background;
+// the hold's last Release waits for them (awaitRecording).
 func (l *Locker) recordLoss(h *hold, reason error) {
 	if !l.db.HistorySupported() || l.db.HistoryKnownOff() {
 		return
@@ -54,9 +55,29 @@ func (l *Locker) recordLoss(h *hold, reason error) {
 	if errors.Is(reason, dblock.ErrConnLost) {
 		how = store.HistoryConnectionLost
 	}
+	done := make(chan struct{})
+	l.mu.Lock()
+	h.recording = done
+	l.mu.Unlock()
 	l.bg.Add(1)
 	go func() {
 		defer l.bg.Done()
+		defer close(done)
 		l.recordEnd(context.Background(), h, how)
 	}()
+}
+
+// awaitRecording waits, within ctx, for the entries of h's loss to be
+// written, so that the hold's connections are back when Release returns.
+func (l *Locker) awaitRecording(ctx context.Context, h *hold) {
+	l.mu.Lock()
+	done := h.recording
+	l.mu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }

@@ -57,6 +57,7 @@ type hold struct {
 	lastSeen   time.Time
 	handles    []*Lease
 	gates      []string // gate keys held until the hold ends or is lost
+	recording  chan struct{} // closed when a lost hold's history entries are written (nil: none)
 }
 
 // Lease is a held pessimistic lock: the embedded *dblock.Lease (Name, Owner,
@@ -218,6 +219,7 @@ func (l *Locker) releaseHandle(ctx context.Context, lease *Lease) (err error) {
 		err = spErr
 	}
 	l.openGates(h)
+	l.awaitRecording(ctx, h)
 	l.released(lease, h)
 	return err
 }

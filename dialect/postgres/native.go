@@ -25,7 +25,25 @@ func native(pool *sql.DB) *store.Native {
 		return nil
 	}
 	n := pgNative{pool: pool}
-	return &store.Native{QueryRow: n.queryRow, Exec: n.exec}
+	return &store.Native{QueryRow: n.queryRow, Exec: n.exec, QueryRowOn: queryRowOn, ExecOn: execOn}
+}
+
+// queryRowOn and execOn run one statement on a pinned connection (in the
+// transaction it may be in), through pgx.
+func queryRowOn(ctx context.Context, conn *sql.Conn, query string, args []any, dest ...any) error {
+	return conn.Raw(func(dc any) error {
+		return dc.(*stdlib.Conn).Conn().QueryRow(ctx, query, args...).Scan(dest...)
+	})
+}
+
+func execOn(ctx context.Context, conn *sql.Conn, query string, args ...any) (int64, error) {
+	var affected int64
+	err := conn.Raw(func(dc any) error {
+		tag, err := dc.(*stdlib.Conn).Conn().Exec(ctx, query, args...)
+		affected = tag.RowsAffected()
+		return err
+	})
+	return affected, err
 }
 
 type pgNative struct{ pool *sql.DB }

@@ -58,6 +58,11 @@ type Native struct {
 	QueryRow func(ctx context.Context, query string, args []any, dest ...any) error
 	// Exec runs query and returns the rows it affected.
 	Exec func(ctx context.Context, query string, args ...any) (int64, error)
+	// QueryRowOn and ExecOn are QueryRow and Exec on conn, a connection of
+	// the pool the caller has pinned (inside the transaction it may have
+	// begun there), without retries. Optional.
+	QueryRowOn func(ctx context.Context, conn *sql.Conn, query string, args []any, dest ...any) error
+	ExecOn     func(ctx context.Context, conn *sql.Conn, query string, args ...any) (int64, error)
 }
 
 // ServerError is an error the database server sent, as the driver reports

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/jmoiron/sqlx"
 )
 
 // MySQL's and MariaDB's row-lock engine: MariaDB bounds one statement's
@@ -38,16 +36,16 @@ func (d mysqlDialect) ensureRow(ctx context.Context, db *DB, q Querier, name str
 	return db.ensuredRow(ctx, q, name, err)
 }
 
-func (d mysqlDialect) lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, scan func(*sqlx.Row) error) error {
+func (d mysqlDialect) lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, dest []any) error {
 	rs := d.Row()
 	switch {
 	case p.NoWait:
-		return scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name))
+		return tx.QueryRowxContext(ctx, rs.LockNoWait, name).Scan(dest...)
 	case d.mariadb:
-		return scan(tx.QueryRowxContext(ctx, mariadbLockWait(waitFor(ctx, p.Wait))+rs.Lock, name))
+		return tx.QueryRowxContext(ctx, mariadbLockWait(waitFor(ctx, p.Wait))+rs.Lock, name).Scan(dest...)
 	default:
 		return db.mysqlSessionWait(ctx, tx, waitFor(ctx, p.Wait), func() error {
-			return scan(tx.QueryRowxContext(ctx, rs.Lock, name))
+			return tx.QueryRowxContext(ctx, rs.Lock, name).Scan(dest...)
 		})
 	}
 }

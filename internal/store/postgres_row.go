@@ -2,11 +2,10 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/jmoiron/sqlx"
 )
 
 // PostgreSQL's row-lock engine: the lock statements set the transaction's
@@ -17,16 +16,36 @@ func (d postgres) ensureRow(ctx context.Context, db *DB, q Querier, name string)
 	return db.insertRow(ctx, q, d.Row().Ensure, name)
 }
 
-func (d postgres) lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, scan func(*sqlx.Row) error) error {
+func (d postgres) lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, dest []any) error {
 	rs := d.Row()
 	idle := pgMillis(db.HoldBound(p.IdleTimeout))
 	if p.NoWait {
-		return scan(tx.QueryRowxContext(ctx, rs.LockNoWait, name, idle))
+		return db.queryRowPinned(ctx, tx, p.Conn, rs.LockNoWait, []any{name, idle}, dest)
 	}
-	err := scan(tx.QueryRowxContext(ctx, rs.Lock, name, idle, pgMillis(waitFor(ctx, p.Wait))))
+	err := db.queryRowPinned(ctx, tx, p.Conn, rs.Lock, []any{name, idle, pgMillis(waitFor(ctx, p.Wait))}, dest)
 	if err == nil {
-		_, err = tx.ExecContext(ctx, "SET LOCAL lock_timeout TO DEFAULT")
+		err = db.execPinned(ctx, tx, p.Conn, "SET LOCAL lock_timeout TO DEFAULT")
 	}
+	return err
+}
+
+// queryRowPinned scans the first row of query into dest, in tx, which runs
+// on conn: through the driver's native interface when it has one and conn
+// is known, else through tx.
+func (db *DB) queryRowPinned(ctx context.Context, tx Querier, conn *sql.Conn, query string, args, dest []any) error {
+	if conn != nil && db.native != nil && db.native.QueryRowOn != nil {
+		return db.native.QueryRowOn(ctx, conn, query, args, dest...)
+	}
+	return tx.QueryRowxContext(ctx, query, args...).Scan(dest...)
+}
+
+// execPinned is queryRowPinned for a statement without rows.
+func (db *DB) execPinned(ctx context.Context, tx Querier, conn *sql.Conn, query string) error {
+	if conn != nil && db.native != nil && db.native.ExecOn != nil {
+		_, err := db.native.ExecOn(ctx, conn, query)
+		return err
+	}
+	_, err := tx.ExecContext(ctx, query)
 	return err
 }
 

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/dblock-go/dblock"
 )
 
@@ -19,7 +17,7 @@ type rowEngine interface {
 	ensureRow(ctx context.Context, db *DB, q Querier, name string) error
 	// lockRow runs the statement of LockRow in tx, reading its row with scan;
 	// its errors are unclassified.
-	lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, scan func(*sqlx.Row) error) error
+	lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, dest []any) error
 	// lockRows runs the statement of LockRows for names in tx through run,
 	// which sends it and reads its rows; its errors are unclassified.
 	lockRows(ctx context.Context, db *DB, tx Querier, names []string, p RowLockParams, run func(query string, args []any) error) error
@@ -72,6 +70,11 @@ type RowLockParams struct {
 	// this long (PostgreSQL, rounded up as HoldBound says; MariaDB and MySQL
 	// take it from SetHoldBound); zero leaves the server's setting.
 	IdleTimeout time.Duration
+	// Conn, when not nil, is the pinned connection the transaction runs
+	// on: where the driver has a native interface (PostgreSQL's pgx), the
+	// lock statement goes through it instead of database/sql (a dozen
+	// allocations fewer).
+	Conn *sql.Conn
 }
 
 // RowLock is what LockRow found in the locked row.
@@ -176,10 +179,8 @@ func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockPar
 		id, extra    int64
 		bound        int64
 	)
-	scan := func(row *sqlx.Row) error {
-		return row.Scan(&rl.Holder.Owner, &rl.Holder.Mode, &expUs, &nowUs, &id, &extra, &bound)
-	}
-	err := db.Dialect.lockRow(ctx, db, tx, name, p, scan)
+	dest := []any{&rl.Holder.Owner, &rl.Holder.Mode, &expUs, &nowUs, &id, &extra, &bound}
+	err := db.Dialect.lockRow(ctx, db, tx, name, p, dest)
 	if errors.Is(err, sql.ErrNoRows) {
 		return RowLock{}, nil
 	}

@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-
-	"github.com/jmoiron/sqlx"
 )
 
 // SQLite's row-lock engine: the locking transaction's write lock on the
@@ -14,8 +12,8 @@ func (d sqliteDialect) ensureRow(ctx context.Context, db *DB, q Querier, name st
 	return db.insertRow(ctx, q, d.Row().Ensure, name)
 }
 
-func (d sqliteDialect) lockRow(ctx context.Context, _ *DB, tx Querier, name string, _ RowLockParams, scan func(*sqlx.Row) error) error {
-	return scan(tx.QueryRowxContext(ctx, d.Row().Lock, name))
+func (d sqliteDialect) lockRow(ctx context.Context, _ *DB, tx Querier, name string, _ RowLockParams, dest []any) error {
+	return tx.QueryRowxContext(ctx, d.Row().Lock, name).Scan(dest...)
 }
 
 // lockRows: no lock clause follows the statement.
