@@ -56,7 +56,7 @@ type hold struct {
 	lost       error
 	lastSeen   time.Time
 	handles    []*Lease
-	gates      []string // gate keys held until the hold ends or is lost
+	gates      []string      // gate keys held until the hold ends or is lost
 	recording  chan struct{} // closed when a lost hold's history entries are written (nil: none)
 }
 
