@@ -39,11 +39,7 @@ type Acquire struct {
 func (r *Recorder) BeginAcquire(ctx context.Context, label string, wait bool) (context.Context, Acquire) {
 	var span trace.Span = noop.Span{}
 	if r.tracing() {
-		ctx, span = r.tracer.Start(ctx, SpanAcquire, r.spanStart...)
-		if span.IsRecording() {
-			span.SetAttributes(r.modeAttr, attribute.Bool("dblock.wait", wait))
-			r.setName(span, label)
-		}
+		ctx, span = r.startSpan(ctx, SpanAcquire, label, attribute.Bool("dblock.wait", wait))
 	}
 	waiting := wait && r.waiters.Enabled(ctx)
 	if waiting {
@@ -78,11 +74,23 @@ func (r *Recorder) BeginSpan(ctx context.Context, op, label string) (context.Con
 	if r == nil || !r.tracing() {
 		return ctx, noop.Span{}
 	}
+	return r.startSpan(ctx, op, label)
+}
+
+// startSpan starts span op with its attributes: the mode, label as the
+// name policy wants it, and extra, set in one call (each call costs the SDK
+// an allocation or two).
+func (r *Recorder) startSpan(ctx context.Context, op, label string, extra ...attribute.KeyValue) (context.Context, trace.Span) {
 	ctx, span := r.tracer.Start(ctx, op, r.spanStart...)
-	if span.IsRecording() {
-		span.SetAttributes(r.modeAttr)
-		r.setName(span, label)
+	if !span.IsRecording() {
+		return ctx, span
 	}
+	attrs := make([]attribute.KeyValue, 0, 2+len(extra))
+	attrs = append(attrs, r.modeAttr)
+	if kv, ok := r.nameAttr(label); ok {
+		attrs = append(attrs, kv)
+	}
+	span.SetAttributes(append(attrs, extra...)...)
 	return ctx, span
 }
 
@@ -97,9 +105,10 @@ func EndSpan(span trace.Span, token dblock.Token, err error) {
 
 func endSpan(span trace.Span, outcome string, token dblock.Token, err error) {
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String(telemetry.AttrOutcome, outcome))
 		if token != 0 {
-			span.SetAttributes(attribute.Int64(telemetry.AttrToken, int64(token)))
+			span.SetAttributes(attribute.String(telemetry.AttrOutcome, outcome), attribute.Int64(telemetry.AttrToken, int64(token)))
+		} else {
+			span.SetAttributes(attribute.String(telemetry.AttrOutcome, outcome))
 		}
 		if err != nil {
 			span.RecordError(err)
@@ -109,14 +118,16 @@ func endSpan(span trace.Span, outcome string, token dblock.Token, err error) {
 	span.End()
 }
 
-// setName puts label on span as the name policy wants it.
-func (r *Recorder) setName(span trace.Span, label string) {
+// nameAttr is label's attribute as the name policy wants it (none when
+// names are dropped).
+func (r *Recorder) nameAttr(label string) (attribute.KeyValue, bool) {
 	switch r.names {
 	case telemetry.NamesDropped:
+		return attribute.KeyValue{}, false
 	case telemetry.NamesHashed:
 		sum := sha256.Sum256([]byte(label))
-		span.SetAttributes(attribute.String(telemetry.AttrName, hex.EncodeToString(sum[:8])))
+		return attribute.String(telemetry.AttrName, hex.EncodeToString(sum[:8])), true
 	default:
-		span.SetAttributes(attribute.String(telemetry.AttrName, label))
+		return attribute.String(telemetry.AttrName, label), true
 	}
 }
