@@ -1,15 +1,17 @@
 // Package history records who held which lock, when, and how each
 // acquisition ended: one entry per acquisition (of a lease: optimistic,
-// fair, a write lock or a readers' period of rwlock, an election's term;
-// and of a pessimistic hold) in the table dblock_history, which the
-// migrations create.
+// fair, an rwlock's write lock or one reader's read lock, a semaphore grant,
+// an election's term; and of a pessimistic hold) in the table
+// dblock_history, which the migrations create. A reader's entry carries its
+// period's token, a grant's its own.
 //
-// History is opt-in and per database: Enable adds a trigger on dblock_locks
-// that writes an entry in the very statement that ends an acquisition (a
-// release, a takeover of an expired lease, the reaper freeing an expired
-// one, an administrator's forced release), so an entry is never lost and
-// never written for an acquisition that did not end. Disable drops the
-// trigger; the entries stay. The reaper deletes entries past
+// History is opt-in and per database: Enable adds triggers (on dblock_locks,
+// and on the readers' shares and the semaphore grants) that write an entry
+// in the very statement that ends an acquisition (a release, a takeover of
+// an expired lease, the reaper freeing an expired one, an administrator's
+// forced release), so an entry is never lost and never written for an
+// acquisition that did not end. Disable drops the triggers; the entries
+// stay. The reaper deletes entries past
 // reaper.Config.HistoryRetention; Prune does the same on demand.
 //
 // Times are the database's. An entry's Ended says how it ended:

@@ -132,6 +132,7 @@ func TestEveryEnd(t *testing.T) {
 		c.forceReleased()
 		c.fair()
 		c.pessimistic()
+		c.shared()
 	})
 }
 

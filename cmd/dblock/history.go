@@ -21,9 +21,10 @@ An acquisition ends released, expired (freed by the reaper, or released too
 late), taken_over (another owner took the name after the lease ran out),
 force_released (dblock release --force), or, for a pessimistic hold,
 connection_lost (its session ended) or aborted (the server rolled its
-transaction back). The history is opt-in: --enable starts recording (a
-trigger on dblock_locks writes each lease's entry in the statement that
-ends it; a pessimistic Locker writes its holds' entries), --disable stops it
+transaction back). Readers of a read-write lock and semaphore grants have an
+entry each. The history is opt-in: --enable starts recording (triggers
+write each lease's entry in the statement that ends it; a pessimistic
+Locker writes its holds' entries), --disable stops it
 and keeps the entries; "dblock reaper --history-retention DUR" prunes them.
 PostgreSQL, MariaDB and SQLite keep a history; MySQL 8 does not.
 

@@ -315,6 +315,14 @@ WHERE name IN (%s) AND owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6)`,
 // no trigger there. MariaDB's read theirs from a RETURNING row instead.
 var mysqlHistory = HistorySQL{}
 
+// mariadbGrantEntry is the history's insert of a share (mode read) or a
+// semaphore grant that ended, its token the column tokenCol.
+func mariadbGrantEntry(tokenCol, mode string) string {
+	return `INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, ` + tokenCol + `, '` + mode + `', OLD.acquired_at, UTC_TIMESTAMP(6),
+        IF(OLD.expires_at <= UTC_TIMESTAMP(6), 'expired', 'released'), OLD.metadata)`
+}
+
 // mariadbHistory: see pgHistory. MariaDB has no WHEN clause: the body's IF
 // tests the same. UTC_TIMESTAMP(6) is the statement's start, not the
 // transaction's.
@@ -322,7 +330,7 @@ var mariadbHistory = HistorySQL{
 	Enable: []string{
 		`DROP TRIGGER IF EXISTS dblock_history_ended`,
 		`CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
-IF OLD.owner IS NOT NULL AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OLD.version) THEN
+IF OLD.owner IS NOT NULL AND OLD.owner <> '' AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OLD.version) THEN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
     VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, UTC_TIMESTAMP(6),
         CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
@@ -332,8 +340,24 @@ IF OLD.owner IS NOT NULL AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OL
              ELSE 'released' END,
         OLD.metadata);
 END IF`,
+		`DROP TRIGGER IF EXISTS dblock_history_share_ended`,
+		`CREATE TRIGGER dblock_history_share_ended AFTER DELETE ON dblock_shares FOR EACH ROW
+` + mariadbGrantEntry("OLD.token", readMode),
+		`DROP TRIGGER IF EXISTS dblock_history_share_replaced`,
+		`CREATE TRIGGER dblock_history_share_replaced AFTER UPDATE ON dblock_shares FOR EACH ROW
+IF NEW.token <> OLD.token THEN
+    ` + mariadbGrantEntry("OLD.token", readMode) + `;
+END IF`,
+		`DROP TRIGGER IF EXISTS dblock_history_grant_ended`,
+		`CREATE TRIGGER dblock_history_grant_ended AFTER DELETE ON dblock_permits FOR EACH ROW
+` + mariadbGrantEntry("OLD.id", "semaphore"),
 	},
-	Disable: []string{`DROP TRIGGER IF EXISTS dblock_history_ended`},
+	Disable: []string{
+		`DROP TRIGGER IF EXISTS dblock_history_ended`,
+		`DROP TRIGGER IF EXISTS dblock_history_share_ended`,
+		`DROP TRIGGER IF EXISTS dblock_history_share_replaced`,
+		`DROP TRIGGER IF EXISTS dblock_history_grant_ended`,
+	},
 	Enabled: `SELECT count(*) FROM information_schema.triggers
 WHERE trigger_schema = DATABASE() AND trigger_name = 'dblock_history_ended' AND event_object_table = 'dblock_locks'`,
 	List: `SELECT name, owner, token, IFNULL(mode, ''), IFNULL(` + myUs("acquired_at") + `, 0), ` + myUs("ended_at") + `, ended_how, IFNULL(metadata, '')

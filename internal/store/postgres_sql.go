@@ -332,9 +332,13 @@ const pgHistoryEnd = `CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THE
              ELSE 'released' END`
 
 var pgHistory = HistorySQL{
-	// The trigger fires only when an acquisition ends: the row had an
-	// owner, and the owner or the token changed (renewals and re-entries
-	// change neither). It writes in the statement that ends the acquisition.
+	// The trigger on dblock_locks fires only when an acquisition ends: the
+	// row had an owner, and the owner or the token changed (renewals and
+	// re-entries change neither). A readers' period (owner '') is not an
+	// acquisition: each reader's is its share, recorded when the share is
+	// deleted (released, or reaped after its expiry) or replaced by a share
+	// of a later period; a semaphore grant when it is deleted. Each writes
+	// in the statement that ends the acquisition.
 	Enable: []string{`CREATE OR REPLACE FUNCTION dblock_history_record() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
@@ -343,12 +347,41 @@ BEGIN
     RETURN NULL;
 END
 $$`,
+		`CREATE OR REPLACE FUNCTION dblock_history_record_grant() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_TABLE_NAME = 'dblock_shares' THEN
+        INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+        VALUES (OLD.name, OLD.owner, OLD.token, '` + readMode + `', OLD.acquired_at, clock_timestamp(),
+            CASE WHEN OLD.expires_at <= clock_timestamp() THEN 'expired' ELSE 'released' END, OLD.metadata);
+    ELSE
+        INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+        VALUES (OLD.name, OLD.owner, OLD.id, 'semaphore', OLD.acquired_at, clock_timestamp(),
+            CASE WHEN OLD.expires_at <= clock_timestamp() THEN 'expired' ELSE 'released' END, OLD.metadata);
+    END IF;
+    RETURN NULL;
+END
+$$`,
 		`DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks`,
 		`CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
-WHEN (OLD.owner IS NOT NULL AND (NEW.owner IS DISTINCT FROM OLD.owner OR NEW.version <> OLD.version))
+WHEN (OLD.owner IS NOT NULL AND OLD.owner <> '' AND (NEW.owner IS DISTINCT FROM OLD.owner OR NEW.version <> OLD.version))
 EXECUTE FUNCTION dblock_history_record()`,
+		`DROP TRIGGER IF EXISTS dblock_history_share_ended ON dblock_shares`,
+		`CREATE TRIGGER dblock_history_share_ended AFTER DELETE ON dblock_shares FOR EACH ROW
+EXECUTE FUNCTION dblock_history_record_grant()`,
+		`DROP TRIGGER IF EXISTS dblock_history_share_replaced ON dblock_shares`,
+		`CREATE TRIGGER dblock_history_share_replaced AFTER UPDATE ON dblock_shares FOR EACH ROW
+WHEN (NEW.token <> OLD.token)
+EXECUTE FUNCTION dblock_history_record_grant()`,
+		`DROP TRIGGER IF EXISTS dblock_history_grant_ended ON dblock_permits`,
+		`CREATE TRIGGER dblock_history_grant_ended AFTER DELETE ON dblock_permits FOR EACH ROW
+EXECUTE FUNCTION dblock_history_record_grant()`,
 	},
-	Disable: []string{`DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks`},
+	Disable: []string{
+		`DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks`,
+		`DROP TRIGGER IF EXISTS dblock_history_share_ended ON dblock_shares`,
+		`DROP TRIGGER IF EXISTS dblock_history_share_replaced ON dblock_shares`,
+		`DROP TRIGGER IF EXISTS dblock_history_grant_ended ON dblock_permits`,
+	},
 	Enabled: `SELECT count(*) FROM pg_trigger WHERE tgname = 'dblock_history_ended' AND tgrelid = 'dblock_locks'::regclass`,
 	List: `SELECT name, owner, token, coalesce(mode, ''), coalesce(` + pgUs("acquired_at") + `, 0), ` + pgUs("ended_at") + `, ended_how, coalesce(metadata, '')
 FROM dblock_history WHERE ended_at >= now() - $1::bigint * interval '1 microsecond'

@@ -162,12 +162,20 @@ WHERE id IN (
             WHERE owner IS NOT NULL AND expires_at <= ` + sqliteNow + `), 0)`,
 }
 
+// sqliteGrantEntry is the history's insert of a share (mode read) or a
+// semaphore grant that ended, its token the column tokenCol.
+func sqliteGrantEntry(tokenCol, mode string) string {
+	return `INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, ` + tokenCol + `, '` + mode + `', OLD.acquired_at, ` + sqliteNow + `,
+        CASE WHEN OLD.expires_at <= ` + sqliteNow + ` THEN 'expired' ELSE 'released' END, OLD.metadata)`
+}
+
 // sqliteHistory: see pgHistory.
 var sqliteHistory = HistorySQL{
 	Enable: []string{
 		`DROP TRIGGER IF EXISTS dblock_history_ended`,
 		`CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
-WHEN OLD.owner IS NOT NULL AND (NEW.owner IS NOT OLD.owner OR NEW.version <> OLD.version)
+WHEN OLD.owner IS NOT NULL AND OLD.owner <> '' AND (NEW.owner IS NOT OLD.owner OR NEW.version <> OLD.version)
 BEGIN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
     VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, ` + sqliteNow + `,
@@ -178,8 +186,29 @@ BEGIN
              ELSE 'released' END,
         OLD.metadata);
 END`,
+		`DROP TRIGGER IF EXISTS dblock_history_share_ended`,
+		`CREATE TRIGGER dblock_history_share_ended AFTER DELETE ON dblock_shares FOR EACH ROW
+BEGIN
+    ` + sqliteGrantEntry("OLD.token", readMode) + `;
+END`,
+		`DROP TRIGGER IF EXISTS dblock_history_share_replaced`,
+		`CREATE TRIGGER dblock_history_share_replaced AFTER UPDATE ON dblock_shares FOR EACH ROW
+WHEN NEW.token <> OLD.token
+BEGIN
+    ` + sqliteGrantEntry("OLD.token", readMode) + `;
+END`,
+		`DROP TRIGGER IF EXISTS dblock_history_grant_ended`,
+		`CREATE TRIGGER dblock_history_grant_ended AFTER DELETE ON dblock_permits FOR EACH ROW
+BEGIN
+    ` + sqliteGrantEntry("OLD.id", "semaphore") + `;
+END`,
 	},
-	Disable: []string{`DROP TRIGGER IF EXISTS dblock_history_ended`},
+	Disable: []string{
+		`DROP TRIGGER IF EXISTS dblock_history_ended`,
+		`DROP TRIGGER IF EXISTS dblock_history_share_ended`,
+		`DROP TRIGGER IF EXISTS dblock_history_share_replaced`,
+		`DROP TRIGGER IF EXISTS dblock_history_grant_ended`,
+	},
 	Enabled: `SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = 'dblock_history_ended'`,
 	List: `SELECT name, owner, token, coalesce(mode, ''), coalesce(acquired_at, 0), ended_at, ended_how, coalesce(metadata, '')
 FROM dblock_history WHERE ended_at >= ` + sqliteNow + ` - ?1

@@ -22,4 +22,7 @@ CREATE TABLE dblock_history (
 
 -- +goose Down
 DROP TRIGGER IF EXISTS dblock_history_ended;
+DROP TRIGGER IF EXISTS dblock_history_share_ended;
+DROP TRIGGER IF EXISTS dblock_history_share_replaced;
+DROP TRIGGER IF EXISTS dblock_history_grant_ended;
 DROP TABLE dblock_history;

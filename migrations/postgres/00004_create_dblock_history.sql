@@ -22,4 +22,5 @@ CREATE INDEX dblock_history_ended_at_idx ON dblock_history (ended_at);
 -- +goose Down
 DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks;
 DROP FUNCTION IF EXISTS dblock_history_record();
+DROP FUNCTION IF EXISTS dblock_history_record_grant();
 DROP TABLE dblock_history;

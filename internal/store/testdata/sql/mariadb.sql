@@ -230,7 +230,7 @@ DROP TRIGGER IF EXISTS dblock_history_ended;
 
 -- HistorySQL.Enable[1]
 CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
-IF OLD.owner IS NOT NULL AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OLD.version) THEN
+IF OLD.owner IS NOT NULL AND OLD.owner <> '' AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OLD.version) THEN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
     VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, UTC_TIMESTAMP(6),
         CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
@@ -241,8 +241,46 @@ IF OLD.owner IS NOT NULL AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OL
         OLD.metadata);
 END IF;
 
--- HistorySQL.Disable
+-- HistorySQL.Enable[2]
+DROP TRIGGER IF EXISTS dblock_history_share_ended;
+
+-- HistorySQL.Enable[3]
+CREATE TRIGGER dblock_history_share_ended AFTER DELETE ON dblock_shares FOR EACH ROW
+INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.token, 'read', OLD.acquired_at, UTC_TIMESTAMP(6),
+        IF(OLD.expires_at <= UTC_TIMESTAMP(6), 'expired', 'released'), OLD.metadata);
+
+-- HistorySQL.Enable[4]
+DROP TRIGGER IF EXISTS dblock_history_share_replaced;
+
+-- HistorySQL.Enable[5]
+CREATE TRIGGER dblock_history_share_replaced AFTER UPDATE ON dblock_shares FOR EACH ROW
+IF NEW.token <> OLD.token THEN
+    INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.token, 'read', OLD.acquired_at, UTC_TIMESTAMP(6),
+        IF(OLD.expires_at <= UTC_TIMESTAMP(6), 'expired', 'released'), OLD.metadata);
+END IF;
+
+-- HistorySQL.Enable[6]
+DROP TRIGGER IF EXISTS dblock_history_grant_ended;
+
+-- HistorySQL.Enable[7]
+CREATE TRIGGER dblock_history_grant_ended AFTER DELETE ON dblock_permits FOR EACH ROW
+INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.id, 'semaphore', OLD.acquired_at, UTC_TIMESTAMP(6),
+        IF(OLD.expires_at <= UTC_TIMESTAMP(6), 'expired', 'released'), OLD.metadata);
+
+-- HistorySQL.Disable[0]
 DROP TRIGGER IF EXISTS dblock_history_ended;
+
+-- HistorySQL.Disable[1]
+DROP TRIGGER IF EXISTS dblock_history_share_ended;
+
+-- HistorySQL.Disable[2]
+DROP TRIGGER IF EXISTS dblock_history_share_replaced;
+
+-- HistorySQL.Disable[3]
+DROP TRIGGER IF EXISTS dblock_history_grant_ended;
 
 -- HistorySQL.Enabled
 SELECT count(*) FROM information_schema.triggers

@@ -282,15 +282,62 @@ END
 $$;
 
 -- HistorySQL.Enable[1]
-DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks;
+CREATE OR REPLACE FUNCTION dblock_history_record_grant() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_TABLE_NAME = 'dblock_shares' THEN
+        INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+        VALUES (OLD.name, OLD.owner, OLD.token, 'read', OLD.acquired_at, clock_timestamp(),
+            CASE WHEN OLD.expires_at <= clock_timestamp() THEN 'expired' ELSE 'released' END, OLD.metadata);
+    ELSE
+        INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+        VALUES (OLD.name, OLD.owner, OLD.id, 'semaphore', OLD.acquired_at, clock_timestamp(),
+            CASE WHEN OLD.expires_at <= clock_timestamp() THEN 'expired' ELSE 'released' END, OLD.metadata);
+    END IF;
+    RETURN NULL;
+END
+$$;
 
 -- HistorySQL.Enable[2]
+DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks;
+
+-- HistorySQL.Enable[3]
 CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
-WHEN (OLD.owner IS NOT NULL AND (NEW.owner IS DISTINCT FROM OLD.owner OR NEW.version <> OLD.version))
+WHEN (OLD.owner IS NOT NULL AND OLD.owner <> '' AND (NEW.owner IS DISTINCT FROM OLD.owner OR NEW.version <> OLD.version))
 EXECUTE FUNCTION dblock_history_record();
 
--- HistorySQL.Disable
+-- HistorySQL.Enable[4]
+DROP TRIGGER IF EXISTS dblock_history_share_ended ON dblock_shares;
+
+-- HistorySQL.Enable[5]
+CREATE TRIGGER dblock_history_share_ended AFTER DELETE ON dblock_shares FOR EACH ROW
+EXECUTE FUNCTION dblock_history_record_grant();
+
+-- HistorySQL.Enable[6]
+DROP TRIGGER IF EXISTS dblock_history_share_replaced ON dblock_shares;
+
+-- HistorySQL.Enable[7]
+CREATE TRIGGER dblock_history_share_replaced AFTER UPDATE ON dblock_shares FOR EACH ROW
+WHEN (NEW.token <> OLD.token)
+EXECUTE FUNCTION dblock_history_record_grant();
+
+-- HistorySQL.Enable[8]
+DROP TRIGGER IF EXISTS dblock_history_grant_ended ON dblock_permits;
+
+-- HistorySQL.Enable[9]
+CREATE TRIGGER dblock_history_grant_ended AFTER DELETE ON dblock_permits FOR EACH ROW
+EXECUTE FUNCTION dblock_history_record_grant();
+
+-- HistorySQL.Disable[0]
 DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks;
+
+-- HistorySQL.Disable[1]
+DROP TRIGGER IF EXISTS dblock_history_share_ended ON dblock_shares;
+
+-- HistorySQL.Disable[2]
+DROP TRIGGER IF EXISTS dblock_history_share_replaced ON dblock_shares;
+
+-- HistorySQL.Disable[3]
+DROP TRIGGER IF EXISTS dblock_history_grant_ended ON dblock_permits;
 
 -- HistorySQL.Enabled
 SELECT count(*) FROM pg_trigger WHERE tgname = 'dblock_history_ended' AND tgrelid = 'dblock_locks'::regclass;

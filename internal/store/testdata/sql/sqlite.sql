@@ -173,7 +173,7 @@ DROP TRIGGER IF EXISTS dblock_history_ended;
 
 -- HistorySQL.Enable[1]
 CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
-WHEN OLD.owner IS NOT NULL AND (NEW.owner IS NOT OLD.owner OR NEW.version <> OLD.version)
+WHEN OLD.owner IS NOT NULL AND OLD.owner <> '' AND (NEW.owner IS NOT OLD.owner OR NEW.version <> OLD.version)
 BEGIN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
     VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER),
@@ -185,8 +185,51 @@ BEGIN
         OLD.metadata);
 END;
 
--- HistorySQL.Disable
+-- HistorySQL.Enable[2]
+DROP TRIGGER IF EXISTS dblock_history_share_ended;
+
+-- HistorySQL.Enable[3]
+CREATE TRIGGER dblock_history_share_ended AFTER DELETE ON dblock_shares FOR EACH ROW
+BEGIN
+    INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.token, 'read', OLD.acquired_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER),
+        CASE WHEN OLD.expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN 'expired' ELSE 'released' END, OLD.metadata);
+END;
+
+-- HistorySQL.Enable[4]
+DROP TRIGGER IF EXISTS dblock_history_share_replaced;
+
+-- HistorySQL.Enable[5]
+CREATE TRIGGER dblock_history_share_replaced AFTER UPDATE ON dblock_shares FOR EACH ROW
+WHEN NEW.token <> OLD.token
+BEGIN
+    INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.token, 'read', OLD.acquired_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER),
+        CASE WHEN OLD.expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN 'expired' ELSE 'released' END, OLD.metadata);
+END;
+
+-- HistorySQL.Enable[6]
+DROP TRIGGER IF EXISTS dblock_history_grant_ended;
+
+-- HistorySQL.Enable[7]
+CREATE TRIGGER dblock_history_grant_ended AFTER DELETE ON dblock_permits FOR EACH ROW
+BEGIN
+    INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
+    VALUES (OLD.name, OLD.owner, OLD.id, 'semaphore', OLD.acquired_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER),
+        CASE WHEN OLD.expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN 'expired' ELSE 'released' END, OLD.metadata);
+END;
+
+-- HistorySQL.Disable[0]
 DROP TRIGGER IF EXISTS dblock_history_ended;
+
+-- HistorySQL.Disable[1]
+DROP TRIGGER IF EXISTS dblock_history_share_ended;
+
+-- HistorySQL.Disable[2]
+DROP TRIGGER IF EXISTS dblock_history_share_replaced;
+
+-- HistorySQL.Disable[3]
+DROP TRIGGER IF EXISTS dblock_history_grant_ended;
 
 -- HistorySQL.Enabled
 SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = 'dblock_history_ended';
