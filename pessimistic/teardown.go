@@ -171,8 +171,6 @@ func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 	if rollback {
 		verb = "rollback"
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
 	h.l.mu.Lock()
 	lost := h.lost
 	h.l.mu.Unlock()
@@ -213,13 +211,13 @@ func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 		// PostgreSQL rolled back a transaction that a failed statement
 		// had aborted; the connection is fine.
 		err = fmt.Errorf("%w: a statement had failed and aborted the transaction: %w", ErrRolledBack, err)
-		closeConn(h.conn, !h.restoreBusy(sctx))
+		closeConn(h.conn, !h.restoreBusy(ctx))
 		return fmt.Errorf("%s: %w", verb, err)
 	}
 	err = db.Classify(err)
 	destroy := err != nil || lost != nil
 	if !destroy {
-		destroy = !h.restoreBusy(sctx)
+		destroy = !h.restoreBusy(ctx)
 	}
 	closeConn(h.conn, destroy)
 	if err != nil {
@@ -228,12 +226,15 @@ func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 	return nil
 }
 
-// restoreBusy puts back the SQLite busy timeout changed for the attempt,
-// reporting whether the connection is fit for the pool.
+// restoreBusy puts back the SQLite busy timeout changed for the attempt
+// (within cleanupTimeout, whatever ctx's state), reporting whether the
+// connection is fit for the pool.
 func (h *hold) restoreBusy(ctx context.Context) bool {
 	if h.prevBusy < 0 {
 		return true
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
 	_, err := h.l.db.SQLiteBusyTimeout(ctx, h.conn, h.prevBusy)
 	return err == nil
 }
