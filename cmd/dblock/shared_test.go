@@ -48,6 +48,14 @@ func TestExecShared(t *testing.T) {
 			len(st.Permits) != 1 || st.Permits[0].Permits != 2 || len(st.Free) != 0 {
 			t.Errorf("status: %s", r.stdout)
 		}
+		r = c.expect(t, 0, "status", "--json", "catalog")
+		st = statusJSON{}
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Readers) != 2 || len(st.Permits) != 0 {
+			t.Errorf("status of catalog alone: %s", r.stdout)
+		}
 		r = c.expect(t, 0, "status")
 		for _, s := range []string{"(readers)", "READING", "reader-1", "SEMAPHORE", "api"} {
 			if !strings.Contains(r.stdout, s) {

@@ -42,27 +42,15 @@ type sharedHolds struct {
 
 // readShared reads the shared holds of names (every one without names).
 func readShared(ctx context.Context, db *store.DB, names []string) (sharedHolds, error) {
-	var h sharedHolds
-	shares, err := db.ListShares(ctx)
-	if err != nil {
+	var (
+		h   sharedHolds
+		err error
+	)
+	if h.readers, err = db.ListShares(ctx, names); err != nil {
 		return h, err
 	}
-	grants, err := db.ListPermits(ctx)
-	if err != nil {
-		return h, err
-	}
-	want := func(n string) bool { return len(names) == 0 || slices.Contains(names, n) }
-	for _, s := range shares {
-		if want(s.Name) {
-			h.readers = append(h.readers, s)
-		}
-	}
-	for _, p := range grants {
-		if want(p.Name) {
-			h.permits = append(h.permits, p)
-		}
-	}
-	return h, nil
+	h.permits, err = db.ListPermits(ctx, names)
+	return h, err
 }
 
 // busy reports whether name has a shared hold.

@@ -146,6 +146,20 @@ func (db *DB) nameFilter(col string, names []string, first int, join string) str
 	return b.String()
 }
 
+// filterNames puts a filter on the column name for names (none when names
+// is empty, placeholders from 1) before the ORDER BY that ends query (at
+// its end without one); query has a WHERE clause.
+func (db *DB) filterNames(query string, names []string) string {
+	if len(names) == 0 {
+		return query
+	}
+	i := strings.LastIndex(query, " ORDER BY ")
+	if i < 0 {
+		i = len(query)
+	}
+	return query[:i] + db.nameFilter("name", names, 1, " AND ") + query[i:]
+}
+
 // validateNames refuses the first bad name of names (dblock.ValidateName)
 // before it reaches the database, which would answer with an error of its
 // own, or none.

@@ -48,7 +48,8 @@ type SemaphoreSQL struct {
 	// Read (name) reads the limit and the sum of the unexpired permits.
 	Read string
 	// List reads the unexpired grants: id, name, owner, permits,
-	// acquired_at, expires_at.
+	// acquired_at, expires_at. It ends with its ORDER BY, before which
+	// ListPermits puts a filter on names.
 	List string
 }
 
@@ -235,9 +236,13 @@ type PermitInfo struct {
 	ExpiresAt   time.Time
 }
 
-// ListPermits reads every unexpired grant, by name and id.
-func (db *DB) ListPermits(ctx context.Context) ([]PermitInfo, error) {
-	rows, err := db.QueryxContext(ctx, db.Dialect.Semaphore().List)
+// ListPermits reads the unexpired grants of names (of every name when
+// names is empty), by name and id.
+func (db *DB) ListPermits(ctx context.Context, names []string) ([]PermitInfo, error) {
+	if err := validateNames(names); err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryxContext(ctx, db.filterNames(db.Dialect.Semaphore().List, names), nameArgs(names)...)
 	if err != nil {
 		return nil, db.Classify(err)
 	}

@@ -75,7 +75,8 @@ type SharedSQL struct {
 	// Notify (name) announces a name freed (PostgreSQL; empty elsewhere).
 	Notify string
 	// List reads the unexpired shares: name, owner, token, reentry,
-	// acquired_at, expires_at.
+	// acquired_at, expires_at. It ends with its ORDER BY, before which
+	// ListShares puts a filter on names.
 	List string
 
 	// Acquire, Release and Renew do AcquireShare, ReleaseShare and
@@ -297,9 +298,13 @@ type ShareInfo struct {
 	ExpiresAt   time.Time
 }
 
-// ListShares reads every unexpired share, by name and owner.
-func (db *DB) ListShares(ctx context.Context) ([]ShareInfo, error) {
-	rows, err := db.QueryxContext(ctx, db.Dialect.Shared().List)
+// ListShares reads the unexpired shares of names (of every name when
+// names is empty), by name and owner.
+func (db *DB) ListShares(ctx context.Context, names []string) ([]ShareInfo, error) {
+	if err := validateNames(names); err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryxContext(ctx, db.filterNames(db.Dialect.Shared().List, names), nameArgs(names)...)
 	if err != nil {
 		return nil, db.Classify(err)
 	}
