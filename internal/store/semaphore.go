@@ -30,6 +30,11 @@ type SemaphoreSQL struct {
 	// Used (name, now) sums the unexpired permits and reads the earliest
 	// expiry among them.
 	Used string
+	// Acquire (name, owner, limit, permits, ttl µs, metadata), where set,
+	// is AcquirePermits in one statement (PostgreSQL: a function, migration
+	// 00007): granted, token, the semaphore's limit, the permits out, the
+	// earliest expiry among them when refused (µs, 0 if none), the clock.
+	Acquire string
 	// Grant (name, owner, permits, acquired_at, expires_at, metadata)
 	// inserts a grant: RETURNING its id (PostgreSQL, SQLite) or as the
 	// insert id (MySQL).
@@ -76,18 +81,27 @@ type PermitResult struct {
 // ErrLimitMismatch: a caller named another limit than the semaphore's.
 var ErrLimitMismatch = errors.New("the semaphore exists with another limit")
 
+// limitMismatch is the error of a caller that named want as the limit of
+// semaphore name, whose limit is limit.
+func limitMismatch(name string, limit, want int) error {
+	return fmt.Errorf("%w: semaphore %q: %w: its limit is %d, not %d (a change of limit is an explicit call)",
+		dblock.ErrInvalidOption, name, ErrLimitMismatch, limit, want)
+}
+
 // AcquirePermits grants p.Permits of semaphore p.Name to p.Owner when that
 // many are free by the database clock, in one transaction holding the
 // semaphore's row; the semaphore is created with p.Limit if missing. A
 // semaphore with another limit is an error wrapping ErrLimitMismatch and
 // dblock.ErrInvalidOption.
 func (db *DB) AcquirePermits(ctx context.Context, p PermitParams) (PermitResult, error) {
+	if db.Dialect.Semaphore().Acquire != "" {
+		return db.acquirePermitsOne(ctx, p)
+	}
 	var res PermitResult
 	err := db.semaphoreTx(ctx, p.Name, p.Limit, func(tx *sqlx.Tx, limit int, now int64) (bool, error) {
 		res = PermitResult{Now: Micros(now)}
 		if limit != p.Limit {
-			return false, fmt.Errorf("%w: semaphore %q: %w: its limit is %d, not %d (a change of limit is an explicit call)",
-				dblock.ErrInvalidOption, p.Name, ErrLimitMismatch, limit, p.Limit)
+			return false, limitMismatch(p.Name, limit, p.Limit)
 		}
 		var used, next int64
 		if err := tx.QueryRowxContext(ctx, db.Dialect.Semaphore().Used, p.Name, now).Scan(&used, &next); err != nil {
@@ -108,6 +122,28 @@ func (db *DB) AcquirePermits(ctx context.Context, p PermitParams) (PermitResult,
 		return true, nil
 	})
 	return res, err
+}
+
+// acquirePermitsOne is AcquirePermits in one statement (SemaphoreSQL.Acquire).
+func (db *DB) acquirePermitsOne(ctx context.Context, p PermitParams) (PermitResult, error) {
+	var (
+		res                    PermitResult
+		token, used, next, now int64
+		limit                  int
+	)
+	args := []any{p.Name, p.Owner, p.Limit, p.Permits, p.TTL.Microseconds(), nullString(p.Metadata)}
+	err := db.queryRow(ctx, db.DB, db.Dialect.Semaphore().Acquire, args, &res.Acquired, &token, &limit, &used, &next, &now)
+	if err != nil {
+		return PermitResult{}, db.Classify(err)
+	}
+	if limit != p.Limit {
+		return PermitResult{}, limitMismatch(p.Name, limit, p.Limit)
+	}
+	res.Token, res.Used, res.Now = dblock.Token(token), int(used), Micros(now)
+	if next != 0 {
+		res.NextExpiry = Micros(next)
+	}
+	return res, nil
 }
 
 // grant inserts p's grant in tx at now; it returns its id.

@@ -453,6 +453,9 @@ UPDATE dblock_semaphores SET updated_at = clock_timestamp() WHERE name = $1 RETU
 SELECT coalesce(sum(permits), 0), coalesce(min((extract(epoch FROM expires_at) * 1000000)::bigint), 0)
 FROM dblock_permits WHERE name = $1 AND expires_at > ('epoch'::timestamptz + $2::bigint * interval '1 microsecond');
 
+-- SemaphoreSQL.Acquire
+SELECT granted, token, lim, used, next_us, now_us FROM dblock_acquire_permits($1, $2, $3, $4, $5, $6);
+
 -- SemaphoreSQL.Grant
 INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
 VALUES ($1, $2, $3, ('epoch'::timestamptz + $4::bigint * interval '1 microsecond'), ('epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $6)
