@@ -438,17 +438,11 @@ FROM dblock_shares WHERE expires_at > now() ORDER BY name, owner`,
 	Acquire: pgShareAcquire, Release: pgShareRelease, Renew: pgShareRenew,
 }
 
-// pgSemaphore: Lock waits for the row (others hold it for one grant's few
-// statements); the release commits asynchronously, as a lease's does.
+// pgSemaphore: a grant is one call of dblock_acquire_permits (migration
+// 00007), which waits for the semaphore's row (others hold it for one
+// grant); the release commits asynchronously, as a lease's does.
 var pgSemaphore = SemaphoreSQL{
 	Acquire: `SELECT granted, token, lim, used, next_us, now_us FROM dblock_acquire_permits($1, $2, $3, $4, $5, $6)`,
-	Ensure:  `INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES ($1, $2, now()) ON CONFLICT (name) DO NOTHING`,
-	Lock:    `UPDATE dblock_semaphores SET updated_at = clock_timestamp() WHERE name = $1 RETURNING lim, ` + pgUs("clock_timestamp()"),
-	Used: `SELECT coalesce(sum(permits), 0), coalesce(min(` + pgUs("expires_at") + `), 0)
-FROM dblock_permits WHERE name = $1 AND expires_at > ` + pgAt(2),
-	Grant: `INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
-VALUES ($1, $2, $3, ` + pgAt(4) + `, ` + pgAt(5) + `, $6)
-RETURNING id`,
 	Renew: `UPDATE dblock_permits SET expires_at = greatest(expires_at, now() + $1::bigint * interval '1 microsecond')
 WHERE id = $2 AND owner = $3 AND expires_at > now()`,
 	Release: `DELETE FROM dblock_permits p

@@ -18,7 +18,9 @@ import (
 // id is the grant's token). A grant is made in one transaction that locks
 // the semaphore's row, so grants are serialised per name, and counts the
 // unexpired permits by the clock Lock read: an expired grant's permits are
-// free again without anyone removing it. Parameters come in the order the
+// free again without anyone removing it. PostgreSQL does it all in one
+// call (Acquire); MySQL and SQLite in a transaction of Ensure (when the row
+// is missing), Lock, Used and Grant. Parameters come in the order the
 // statement text names them; times are µs since the epoch.
 type SemaphoreSQL struct {
 	// Ensure (name, limit) inserts the semaphore unless it exists.
@@ -36,8 +38,8 @@ type SemaphoreSQL struct {
 	// earliest expiry among them when refused (µs, 0 if none), the clock.
 	Acquire string
 	// Grant (name, owner, permits, acquired_at, expires_at, metadata)
-	// inserts a grant: RETURNING its id (PostgreSQL, SQLite) or as the
-	// insert id (MySQL).
+	// inserts a grant: RETURNING its id (SQLite) or as the insert id
+	// (MySQL).
 	Grant string
 	// Renew (ttl µs, id, owner) extends an unexpired grant from the
 	// database clock, never shortening it.

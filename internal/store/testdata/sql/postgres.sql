@@ -443,23 +443,8 @@ WITH cur AS (
 )
 SELECT count(*) > 0 FROM s;
 
--- SemaphoreSQL.Ensure
-INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES ($1, $2, now()) ON CONFLICT (name) DO NOTHING;
-
--- SemaphoreSQL.Lock
-UPDATE dblock_semaphores SET updated_at = clock_timestamp() WHERE name = $1 RETURNING lim, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-
--- SemaphoreSQL.Used
-SELECT coalesce(sum(permits), 0), coalesce(min((extract(epoch FROM expires_at) * 1000000)::bigint), 0)
-FROM dblock_permits WHERE name = $1 AND expires_at > ('epoch'::timestamptz + $2::bigint * interval '1 microsecond');
-
 -- SemaphoreSQL.Acquire
 SELECT granted, token, lim, used, next_us, now_us FROM dblock_acquire_permits($1, $2, $3, $4, $5, $6);
-
--- SemaphoreSQL.Grant
-INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
-VALUES ($1, $2, $3, ('epoch'::timestamptz + $4::bigint * interval '1 microsecond'), ('epoch'::timestamptz + $5::bigint * interval '1 microsecond'), $6)
-RETURNING id;
 
 -- SemaphoreSQL.Renew
 UPDATE dblock_permits SET expires_at = greatest(expires_at, now() + $1::bigint * interval '1 microsecond')
