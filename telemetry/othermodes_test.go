@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/election"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
 	"github.com/dblock-go/dblock/rwlock"
@@ -78,6 +79,46 @@ func TestReadOutcomes(t *testing.T) {
 			if v, ok := attr(s, telemetry.AttrMode); !ok || v.AsString() != dblock.ModeRead {
 				t.Errorf("%s span mode %q, want read", child, v.AsString())
 			}
+		}
+	})
+}
+
+// TestElectionTerms: an election's terms are optimistic leases in its
+// Config's providers: a term counts as an acquisition, a rival's campaign
+// as a waiter while it waits, the resignation as a released hold.
+func TestElectionTerms(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		r := newRig(telemetry.NamesRaw)
+		name := locktest.RandomName("otel-election")
+		a, err := election.New(iso.DB, name, &election.Config{Telemetry: r.cfg})
+		must(t, err)
+		defer a.Close()
+		b, err := election.New(iso.DB, name, &election.Config{Telemetry: r.cfg})
+		must(t, err)
+		defer b.Close()
+		c := &outcomeCheck{t: t, ctx: ctx, rig: r, attrs: []attribute.KeyValue{
+			attribute.String(telemetry.AttrMode, dblock.ModeOptimistic),
+			attribute.String(telemetry.AttrDialect, string(iso.Kind))}}
+		term, err := a.Campaign(ctx, "a")
+		must(t, err)
+		c.want(telemetry.Acquisitions, 1)
+		got := make(chan error, 1)
+		go func() {
+			_, err := b.Campaign(ctx, "b")
+			got <- err
+		}()
+		c.eventually(ctx, telemetry.Waiters, 1)
+		if ok, err := a.Resign(ctx); err != nil || !ok {
+			t.Fatalf("resign: %v %v", ok, err)
+		}
+		must(t, <-got)
+		c.want(telemetry.Acquisitions, 2)
+		c.want(telemetry.HoldDuration, 1, attribute.String(telemetry.AttrEnd, "released"))
+		if term.Token() <= 0 {
+			t.Errorf("term token %d", term.Token())
 		}
 	})
 }
