@@ -28,7 +28,8 @@
 //
 // A pessimistic hold writes no row, so the trigger does not see it: its
 // Locker writes the entry once the hold has ended (Release before it
-// returns, a loss's in the background, which Close waits for). A process
+// returns, a loss's in the background, which Close waits for); its token
+// is zero unless the hold asked for one (dblock.WithToken). A process
 // killed while holding leaves no entry for that hold. A Locker learns that
 // the history was enabled or disabled through another pool within five
 // seconds.

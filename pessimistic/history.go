@@ -11,11 +11,13 @@ import (
 
 // A pessimistic hold never writes its row, so the history's trigger does not
 // see it end: while the history is enabled, the Locker writes the hold's
-// entries itself (one per name) once the hold has ended: Release writes them
-// before it returns, within its context; a loss's are written in the
-// background, and the hold's Release (and Close) waits for them. A hold's transaction cannot carry them
-// (a rolled-back hold or a dead connection would take them along), so a
-// process killed while holding leaves none.
+// entries itself (one per name) once the hold has ended. Release writes
+// them before it returns, within its context; a loss's are written in the
+// background, and the hold's Release (and Close) waits for them. A hold's
+// transaction cannot carry them (a rolled-back hold or a dead connection
+// would take them along), so a process killed while holding leaves none.
+// An entry's token is the hold's (zero unless it asked for one with
+// dblock.WithToken).
 
 // historyTimeout bounds the write of a hold's entries.
 const historyTimeout = 5 * time.Second

@@ -109,9 +109,8 @@ func (db *DB) HistoryEnabled(ctx context.Context) (bool, error) {
 	on, err := db.historyEnabled(ctx)
 	if err == nil {
 		db.history.mu.Lock()
-		db.history.on, db.history.checked = on, time.Now()
+		db.history.read(on)
 		db.history.mu.Unlock()
-		db.history.noteTrigger(on)
 	}
 	return on, err
 }
@@ -221,6 +220,12 @@ func (db *DB) returningAcquire() bool {
 	return time.Now().UnixNano() < db.history.triggerUntil.Load()
 }
 
+// read records a reading of whether the history is enabled; p.mu is held.
+func (p *historyProbe) read(on bool) {
+	p.on, p.checked = on, time.Now()
+	p.noteTrigger(on)
+}
+
 func (p *historyProbe) forget() {
 	p.mu.Lock()
 	p.checked = time.Time{}
@@ -247,11 +252,13 @@ func (db *DB) HistoryRecording(ctx context.Context) bool {
 		return p.on
 	}
 	on, err := db.historyEnabled(ctx)
-	p.on, p.checked = on && err == nil, time.Now()
-	if err == nil {
-		p.noteTrigger(on)
+	if err != nil {
+		// Off until the next reading; what the trigger memory knew stays.
+		p.on, p.checked = false, time.Now()
+		return false
 	}
-	return p.on
+	p.read(on)
+	return on
 }
 
 // RecordHistory writes the entry of an acquisition that ended without a

@@ -15,8 +15,8 @@ import (
 type rowEngine interface {
 	// ensureRow is EnsureRow on q (not nil).
 	ensureRow(ctx context.Context, db *DB, q Querier, name string) error
-	// lockRow runs the statement of LockRow in tx, reading its row with scan;
-	// its errors are unclassified.
+	// lockRow runs the statement of LockRow in tx (on p.Conn where given),
+	// scanning its row into dest; its errors are unclassified.
 	lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, dest []any) error
 	// lockRows runs the statement of LockRows for names in tx through run,
 	// which sends it and reads its rows; its errors are unclassified.
