@@ -1,7 +1,6 @@
 package history_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -59,7 +58,7 @@ func TestPessimisticConnectionLost(t *testing.T) {
 		name := locktest.RandomName("conn-lost")
 		lease, err := l.Acquire(c.ctx, name, dblock.WithOwner("p3"), dblock.WithToken())
 		must(t, err)
-		killSession(t, c.ctx, iso, lease)
+		iso.KillSession(t, c.ctx, iso.SessionID(t, c.ctx, lease.Tx()))
 		<-lease.Done()
 		if !errors.Is(lease.Err(), dblock.ErrConnLost) {
 			t.Fatalf("lease after its session ended: %v, want ErrConnLost", lease.Err())
@@ -149,17 +148,4 @@ func (c *check) eventually(name string) history.Entry {
 	}
 	c.t.Fatalf("%q: no entry after %v", name, hangGuard)
 	return history.Entry{}
-}
-
-// killSession ends the lease's session from another connection.
-func killSession(t *testing.T, ctx context.Context, iso *dbtest.Isolated, lease *pessimistic.Lease) {
-	t.Helper()
-	q, kill := "SELECT pg_backend_pid()", "SELECT pg_terminate_backend(%d)"
-	if iso.Kind == store.MySQL {
-		q, kill = "SELECT CONNECTION_ID()", "KILL %d"
-	}
-	var id int64
-	must(t, lease.Tx().QueryRowContext(ctx, q).Scan(&id))
-	_, err := iso.Store().ExecContext(ctx, fmt.Sprintf(kill, id))
-	must(t, err)
 }

@@ -97,30 +97,9 @@ func TestKilledHolderProcess(t *testing.T) {
 }
 
 // sessionID returns the server's id of the lease's connection.
-func sessionID(t *testing.T, ctx context.Context, kind store.Kind, lease *pessimistic.Lease) int64 {
+func sessionID(t *testing.T, ctx context.Context, iso *dbtest.Isolated, lease *pessimistic.Lease) int64 {
 	t.Helper()
-	q := "SELECT pg_backend_pid()"
-	if kind == store.MySQL {
-		q = "SELECT CONNECTION_ID()"
-	}
-	var id int64
-	if err := lease.Tx().QueryRowContext(ctx, q).Scan(&id); err != nil {
-		t.Fatalf("session id: %v", err)
-	}
-	return id
-}
-
-func killSession(t *testing.T, ctx context.Context, db *dialect.DB, id int64) {
-	t.Helper()
-	var err error
-	if store.Of(db).Dialect.Kind() == store.Postgres {
-		_, err = db.SQL().ExecContext(ctx, "SELECT pg_terminate_backend($1)", id)
-	} else {
-		_, err = db.SQL().ExecContext(ctx, fmt.Sprintf("KILL %d", id))
-	}
-	if err != nil {
-		t.Fatalf("kill session %d: %v", id, err)
-	}
+	return iso.SessionID(t, ctx, lease.Tx())
 }
 
 func waitDone(t *testing.T, lease *pessimistic.Lease) {
@@ -155,8 +134,7 @@ func TestKilledConnection(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
-		id := sessionID(t, ctx, iso.Kind, lease)
-		killSession(t, ctx, iso.DB, id)
+		iso.KillSession(t, ctx, sessionID(t, ctx, iso, lease))
 		waitDone(t, lease)
 		if err := lease.Err(); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrConnLost) {
 			t.Fatalf("Err: %v, want ErrLost and ErrConnLost", err)

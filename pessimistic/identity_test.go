@@ -212,7 +212,7 @@ func TestWatcherSideReconnect(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
-		holder := sessionID(t, ctx, iso.Kind, lease)
+		holder := sessionID(t, ctx, iso, lease)
 		next := func() error {
 			t.Helper()
 			select {

@@ -71,7 +71,7 @@ func TestPoolExhaustedByHolders(t *testing.T) {
 			t.Fatalf("b lost while the pool was full: %v", b.Err())
 		case <-timer.C:
 		}
-		killSession(t, ctx, iso.DB, sessionID(t, ctx, iso.Kind, a))
+		iso.KillSession(t, ctx, sessionID(t, ctx, iso, a))
 		waitDone(t, a)
 		if err := a.Err(); !errors.Is(err, dblock.ErrConnLost) {
 			t.Fatalf("a after its session was killed: %v, want ErrConnLost", err)

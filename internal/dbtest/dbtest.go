@@ -2,6 +2,7 @@ package dbtest
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"sync"
@@ -184,5 +185,33 @@ func (iso *Isolated) WaitExpired(t testing.TB, ctx context.Context, name string)
 			t.Fatalf("%q never expired by the database's clock", name)
 		}
 		time.Sleep(h.ExpiresAt.Sub(h.Now) + time.Millisecond)
+	}
+}
+
+// SessionID returns the server's id of the session tx runs on (PostgreSQL's
+// backend pid, MySQL's connection id).
+func (iso *Isolated) SessionID(t testing.TB, ctx context.Context, tx *sql.Tx) int64 {
+	t.Helper()
+	q := "SELECT pg_backend_pid()"
+	if iso.Kind == store.MySQL {
+		q = "SELECT CONNECTION_ID()"
+	}
+	var id int64
+	if err := tx.QueryRowContext(ctx, q).Scan(&id); err != nil {
+		t.Fatalf("session id: %v", err)
+	}
+	return id
+}
+
+// KillSession ends session id from the server's side, as an administrator
+// (or the server itself) would.
+func (iso *Isolated) KillSession(t testing.TB, ctx context.Context, id int64) {
+	t.Helper()
+	kill := "SELECT pg_terminate_backend(%d)"
+	if iso.Kind == store.MySQL {
+		kill = "KILL %d"
+	}
+	if _, err := iso.Store().ExecContext(ctx, fmt.Sprintf(kill, id)); err != nil {
+		t.Fatalf("kill session %d: %v", id, err)
 	}
 }
