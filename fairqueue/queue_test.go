@@ -11,6 +11,7 @@ import (
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 func countWaiters(t *testing.T, iso *dbtest.Isolated, name string) int {
@@ -36,7 +37,7 @@ func TestQueueRules(t *testing.T) {
 		name := locktest.RandomName("rules")
 
 		// A live waiter of another process, the lock free.
-		ghost, err := iso.Store().Enqueue(ctx, nil, name, "ghost", time.Minute)
+		ghost, err := iso.Store().Enqueue(ctx, nil, name, "ghost", store.WaitExclusive, time.Minute)
 		if err != nil {
 			t.Fatalf("enqueue ghost: %v", err)
 		}
@@ -86,7 +87,7 @@ func TestQueueRules(t *testing.T) {
 		}
 
 		// A dead waiter (heartbeat deadline passed) is skipped by everyone.
-		if _, err := iso.Store().Enqueue(ctx, nil, name, "dead", time.Millisecond); err != nil {
+		if _, err := iso.Store().Enqueue(ctx, nil, name, "dead", store.WaitExclusive, time.Millisecond); err != nil {
 			t.Fatalf("enqueue dead: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)

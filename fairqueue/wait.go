@@ -297,7 +297,7 @@ func (a *attempt) enqueue() (*waiter, error) {
 		return nil, err
 	}
 	l.count()
-	t, err := l.db.Enqueue(ctx, nil, a.name, a.o.Owner, l.cfg.HeartbeatTimeout)
+	t, err := l.db.Enqueue(ctx, nil, a.name, a.o.Owner, store.WaitExclusive, l.cfg.HeartbeatTimeout)
 	unlock()
 	if err != nil {
 		return nil, err

@@ -60,7 +60,7 @@ var wantSchema = map[store.Kind]schema{
 			"dblock_waiters": {
 				"id": "bigint not null identity", "name": "text not null", "owner": "text not null",
 				"created_at": "timestamp with time zone not null", "heartbeat_at": "timestamp with time zone not null",
-				"expires_at": "timestamp with time zone not null",
+				"expires_at": "timestamp with time zone not null", "kind": "text not null",
 			},
 			"dblock_history": {
 				"id": "bigint not null identity", "name": "text not null", "owner": "text not null",
@@ -107,6 +107,7 @@ var wantSchema = map[store.Kind]schema{
 				"id": "bigint not null auto_increment", "name": "varbinary(255) not null",
 				"owner": "varbinary(255) not null", "created_at": "datetime(6) not null",
 				"heartbeat_at": "datetime(6) not null", "expires_at": "datetime(6) not null",
+				"kind": "varbinary(16) not null",
 			},
 			"dblock_fence": {"id": "int not null", "floor": "bigint not null"},
 			"dblock_history": {
@@ -151,7 +152,7 @@ var wantSchema = map[store.Kind]schema{
 			"dblock_waiters": {
 				"id": "INTEGER", "name": "TEXT not null", "owner": "TEXT not null",
 				"created_at": "INTEGER not null", "heartbeat_at": "INTEGER not null",
-				"expires_at": "INTEGER not null",
+				"expires_at": "INTEGER not null", "kind": "TEXT not null",
 			},
 			"dblock_fence": {"id": "INTEGER not null", "floor": "INTEGER not null"},
 			"dblock_history": {

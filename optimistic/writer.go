@@ -8,6 +8,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/leasemode"
+	"github.com/dblock-go/dblock/internal/obs"
 )
 
 // The write side of a read-write lock (package rwlock) is this mode's
@@ -34,8 +35,14 @@ func newWriter(handle *dialect.DB, c leasemode.WriterConfig) (leasemode.Writer, 
 		return nil, err
 	}
 	l.writer = &writerSide{wantFor: c.WantFor}
-	return l, nil
+	return writer{l}, nil
 }
+
+// writer is the write side handed to rwlock: the Locker, and its
+// instruments for the Do of a fair write, which rwlock runs itself.
+type writer struct{ *Locker }
+
+func (w writer) Recorder() *obs.Recorder { return w.rec }
 
 // refusedByReaders runs after a write try was refused: when readers hold
 // the name, it refuses an owner among them (ErrUpgrade) and marks the name

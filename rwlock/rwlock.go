@@ -8,6 +8,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/errjoin"
+	"github.com/dblock-go/dblock/internal/fairgate"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/leasemode"
 	"github.com/dblock-go/dblock/internal/mode"
@@ -61,6 +62,17 @@ type Config struct {
 	// DisableNotify turns off the PostgreSQL LISTEN connections (waiters
 	// then rely on backoff and expiry only).
 	DisableNotify bool
+	// Fair serves the waiting readers and writers of this Locker, and of
+	// every fair Locker on the database, in arrival order: they queue in
+	// dblock_waiters with fairqueue's waiters, a writer behind everyone who
+	// came before it, a reader behind the writers who came before it
+	// (readers queued together go in together). A call that finds nobody
+	// in its way tries at once and queues only when refused; an owner that
+	// holds the name already (a re-entry, a downgrade, an upgrade refusal)
+	// never queues. Non-fair callers of the name are not held back by the
+	// queue. Defaults to false: readers and writers race, and a waiting
+	// writer keeps new readers out.
+	Fair bool
 }
 
 // Locker takes the read and write locks of names in dblock_locks, the
@@ -71,6 +83,7 @@ type Locker struct {
 	cfg    Config
 	writer leasemode.Writer
 	parts  leasemode.Parts // The read side's.
+	gate   *fairgate.Gate  // With Config.Fair, nil otherwise.
 }
 
 var _ dblock.Locker = (*Locker)(nil)
@@ -103,7 +116,12 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 		_ = w.Close()
 		return nil, err
 	}
-	return &Locker{db: db, cfg: c, writer: w, parts: p}, nil
+	l := &Locker{db: db, cfg: c, writer: w, parts: p}
+	if c.Fair {
+		l.gate = &fairgate.Gate{Prefix: "rwlock", Parts: p, PollMin: c.PollMin, PollMax: c.PollMax,
+			StatementTimeout: c.StatementTimeout, ReleaseTimeout: c.ReleaseTimeout}
+	}
+	return l, nil
 }
 
 // resolve fills cfg's defaults and refuses bad values.
@@ -123,21 +141,42 @@ func resolve(cfg *Config) (Config, error) {
 // lease's token is greater than every earlier token of the name. An owner
 // that holds the read lock is refused at once with ErrUpgrade. The wait
 // ends with ctx or dblock.WithWait, with an error wrapping
-// dblock.ErrNotAcquired and the cause.
+// dblock.ErrNotAcquired and the cause. With Config.Fair it waits its turn
+// in arrival order first.
 func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
+	if l.gate != nil {
+		return l.gate.Acquire(ctx, "rwlock: acquire", name, store.WaitExclusive, true, opts, l.writeStep(name, opts))
+	}
 	return l.writer.Acquire(ctx, name, opts...)
 }
 
 // TryAcquire takes the write lock of name if nobody holds it (or the owner
 // holds it already: a re-entry), and otherwise returns at once an error
-// wrapping dblock.ErrNotAcquired naming the holder.
+// wrapping dblock.ErrNotAcquired naming the holder. With Config.Fair it
+// is also refused while fair waiters queue for the name.
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
+	if l.gate != nil {
+		return l.gate.Acquire(ctx, "rwlock: acquire", name, store.WaitExclusive, false, opts, l.writeStep(name, opts))
+	}
 	return l.writer.TryAcquire(ctx, name, opts...)
+}
+
+// writeStep is the write side's own acquisition, behind the fair queue.
+func (l *Locker) writeStep(name string, opts []dblock.Option) fairgate.Step {
+	return func(ctx context.Context, wait bool) (*dblock.Lease, error) {
+		if wait {
+			return l.writer.Acquire(ctx, name, opts...)
+		}
+		return l.writer.TryAcquire(ctx, name, opts...)
+	}
 }
 
 // Do takes the write lock of name (waiting like Acquire), runs fn with a
 // context cancelled if the lease is lost, and releases.
 func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...dblock.Option) error {
+	if l.gate != nil {
+		return mode.Do(ctx, l.writer.Recorder(), l.Acquire, name, opts, l.cfg.ReleaseTimeout, fn)
+	}
 	return l.writer.Do(ctx, name, fn, opts...)
 }
 

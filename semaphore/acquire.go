@@ -17,6 +17,18 @@ func (l *Locker) acquire(ctx context.Context, name string, limit, permits int, w
 	if err := validate(name, limit, permits); err != nil {
 		return nil, fmt.Errorf("semaphore: acquire: %w", err)
 	}
+	if l.gate != nil {
+		return l.gate.Acquire(ctx, "semaphore: acquire", name, store.WaitSemaphore, wait, opts,
+			func(ctx context.Context, wait bool) (*dblock.Lease, error) {
+				return l.grantNow(ctx, name, limit, permits, wait, opts)
+			})
+	}
+	return l.grantNow(ctx, name, limit, permits, wait, opts)
+}
+
+// grantNow is the semaphore's own acquisition (behind the fair queue with
+// Config.Fair).
+func (l *Locker) grantNow(ctx context.Context, name string, limit, permits int, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
 	c, pause, end, err := l.parts.BeginPolled(ctx, "semaphore: acquire", name, wait, opts, l.cfg.PollMin, l.cfg.PollMax,
 		"a grant is released when its holder is done")
 	if err != nil {

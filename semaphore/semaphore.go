@@ -8,6 +8,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/internal/fairgate"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/leasemode"
 	"github.com/dblock-go/dblock/internal/mode"
@@ -53,6 +54,15 @@ type Config struct {
 	StatementTimeout time.Duration
 	// DisableNotify turns off the PostgreSQL LISTEN connection.
 	DisableNotify bool
+	// Fair grants the waiting requests of this Locker, and of every fair
+	// Locker on the database, in arrival order, so that a large request is
+	// not starved by small ones: they queue in dblock_waiters (apart from
+	// the locks of the same name), and a request waits for every earlier
+	// one of its semaphore to be granted or to give up. A request that
+	// finds nobody queued tries at once and queues only when refused.
+	// Non-fair requests are not held back by the queue. Defaults to false:
+	// requests race, and whichever fits when permits come back is granted.
+	Fair bool
 }
 
 // Locker grants the permits of named semaphores. It is safe for concurrent
@@ -61,6 +71,7 @@ type Locker struct {
 	db    *store.DB
 	cfg   Config
 	parts leasemode.Parts
+	gate  *fairgate.Gate // With Config.Fair, nil otherwise.
 }
 
 // New returns a Locker on db. db stays the caller's: Close does not close
@@ -87,7 +98,12 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Locker{db: db, cfg: c, parts: p}, nil
+	l := &Locker{db: db, cfg: c, parts: p}
+	if c.Fair {
+		l.gate = &fairgate.Gate{Prefix: "semaphore", Parts: p, PollMin: c.PollMin, PollMax: c.PollMax,
+			StatementTimeout: c.StatementTimeout, ReleaseTimeout: c.ReleaseTimeout}
+	}
+	return l, nil
 }
 
 // Acquire takes permits of the semaphore name, whose limit is limit (the
@@ -98,7 +114,7 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 // semaphore's is an error wrapping ErrLimitMismatch; a limit below 1, or
 // permits outside 1..limit, wrap dblock.ErrInvalidOption. The wait ends
 // with ctx or dblock.WithWait, with an error wrapping dblock.ErrNotAcquired
-// and the cause.
+// and the cause. With Config.Fair it waits its turn in arrival order first.
 func (l *Locker) Acquire(ctx context.Context, name string, limit, permits int, opts ...dblock.Option) (*dblock.Lease, error) {
 	ctx, call := l.parts.Events.Recorder().BeginAcquire(ctx, name, true)
 	lease, err := l.acquire(ctx, name, limit, permits, true, opts)
@@ -108,7 +124,8 @@ func (l *Locker) Acquire(ctx context.Context, name string, limit, permits int, o
 
 // TryAcquire takes permits of the semaphore name if that many are free
 // now, and otherwise returns an error wrapping dblock.ErrNotAcquired (a
-// *dblock.HeldError whose cause says how many are out).
+// *dblock.HeldError whose cause says how many are out). With Config.Fair
+// it is also refused while fair requests queue for the semaphore.
 func (l *Locker) TryAcquire(ctx context.Context, name string, limit, permits int, opts ...dblock.Option) (*dblock.Lease, error) {
 	ctx, call := l.parts.Events.Recorder().BeginAcquire(ctx, name, false)
 	lease, err := l.acquire(ctx, name, limit, permits, false, opts)

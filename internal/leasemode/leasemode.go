@@ -153,6 +153,8 @@ type WriterConfig struct {
 type Writer interface {
 	dblock.Locker
 	Close() error
+	// Recorder is the write side's instruments (mode "write").
+	Recorder() *obs.Recorder
 }
 
 // NewWriter builds the write side of a read-write lock; package optimistic

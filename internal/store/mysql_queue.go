@@ -9,8 +9,8 @@ import (
 // so its id comes from LAST_INSERT_ID (and its created_at from a later
 // CheckWaiter).
 
-func (d mysqlDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
-	r, err := q.ExecContext(ctx, d.Queue().Enqueue, name, owner, timeout.Microseconds())
+func (d mysqlDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, kind WaitKind, timeout time.Duration) (WaiterTicket, error) {
+	r, err := q.ExecContext(ctx, d.Queue().Enqueue, name, owner, string(kind), timeout.Microseconds())
 	if err != nil {
 		return WaiterTicket{}, db.Classify(err)
 	}

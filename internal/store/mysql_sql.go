@@ -200,8 +200,8 @@ var mysqlRow = myRow("@@SESSION.wait_timeout", mysqlEnsure)
 var mariadbRow = myRow("@@SESSION.idle_transaction_timeout", mariadbNoWait+mariadbEnsure)
 
 var mysqlQueue = QueueSQL{
-	Enqueue: `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
-VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`,
+	Enqueue: `INSERT INTO dblock_waiters (name, owner, kind, created_at, heartbeat_at, expires_at)
+VALUES (?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`,
 
 	Heartbeat: `UPDATE dblock_waiters SET heartbeat_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND expires_at > UTC_TIMESTAMP(6)`,
@@ -213,12 +213,12 @@ WHERE expires_at > UTC_TIMESTAMP(6) AND id IN (%s)`,
     CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
     CASE WHEN me.id IS NULL THEN 0 ELSE (
         SELECT COUNT(*) FROM dblock_waiters w
-        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)
+        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6) AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
     ) END,
     CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
         SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', w.expires_at) FROM dblock_waiters w
-        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)
+        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6) AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
         ORDER BY w.created_at DESC, w.id DESC
         LIMIT 1
@@ -231,7 +231,7 @@ LEFT JOIN dblock_waiters me ON me.id = ? AND me.name = ? AND me.expires_at > UTC
 LEFT JOIN dblock_locks l ON l.name = ?`,
 
 	Peek: `SELECT
-    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)),
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6) AND w.kind <> 'semaphore'),
     CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
     COALESCE(l.mode, ''), COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
 FROM (SELECT 1 AS one) AS one
@@ -242,13 +242,17 @@ LEFT JOIN dblock_locks l ON l.name = ?`,
 	Leave: `DELETE FROM dblock_waiters WHERE id = ?`,
 
 	Jumped: mysqlJumped,
+
+	GatePeek: mysqlGatePeek, GateCheck: mysqlGateCheck,
 }
+
+var mysqlGatePeek, mysqlGateCheck = gateSQL("UTC_TIMESTAMP(6)", mysqlDialect{}.Placeholder)
 
 var mariadbQueue = mysqlQueue
 
 const mysqlJumped = `SELECT l.reentry, (
     SELECT COUNT(*) FROM dblock_waiters w
-    WHERE w.name = l.name AND w.expires_at > UTC_TIMESTAMP(6) AND w.created_at <= l.acquired_at
+    WHERE w.name = l.name AND w.expires_at > UTC_TIMESTAMP(6) AND w.kind <> 'semaphore' AND w.created_at <= l.acquired_at
 )
 FROM dblock_locks l WHERE l.name = ? AND l.owner = ? AND l.version = ?`
 

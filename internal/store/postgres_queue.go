@@ -9,6 +9,6 @@ import (
 // created_at. (Leaving, the same Exec everywhere, is in queue.go; on
 // PostgreSQL its statement also notifies the name.)
 
-func (postgres) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
-	return db.enqueueReturning(ctx, q, name, owner, timeout)
+func (postgres) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, kind WaitKind, timeout time.Duration) (WaiterTicket, error) {
+	return db.enqueueReturning(ctx, q, name, owner, kind, timeout)
 }

@@ -180,8 +180,8 @@ FOR UPDATE OF l%s`,
 // the insert itself rather than of its transaction's start. MariaDB's are
 // MySQL's.
 var pgQueue = QueueSQL{
-	Enqueue: `INSERT INTO dblock_waiters (name, owner, expires_at)
-VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+	Enqueue: `INSERT INTO dblock_waiters (name, owner, kind, expires_at)
+VALUES ($1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond')
 RETURNING id, (extract(epoch FROM created_at) * 1000000)::bigint`,
 
 	Heartbeat: `UPDATE dblock_waiters SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 microsecond'
@@ -194,12 +194,12 @@ WHERE expires_at > now() AND id IN (%s)`,
     CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
     CASE WHEN me.id IS NULL THEN 0 ELSE (
         SELECT COUNT(*) FROM dblock_waiters w
-        WHERE w.name = $1 AND w.expires_at > now()
+        WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
     ) END,
     CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
         SELECT (extract(epoch FROM w.expires_at) * 1000000)::bigint FROM dblock_waiters w
-        WHERE w.name = $2 AND w.expires_at > now()
+        WHERE w.name = $2 AND w.expires_at > now() AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
         ORDER BY w.created_at DESC, w.id DESC
         LIMIT 1
@@ -212,7 +212,7 @@ LEFT JOIN dblock_waiters me ON me.id = $3 AND me.name = $4 AND me.expires_at > n
 LEFT JOIN dblock_locks l ON l.name = $5`,
 
 	Peek: `SELECT
-    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()),
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'),
     CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
     COALESCE(l.mode, ''), COALESCE((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint
 FROM (SELECT 1 AS one) AS one
@@ -224,7 +224,11 @@ LEFT JOIN dblock_locks l ON l.name = $2`,
 RETURNING pg_notify('dblock', name)::text IS NOT NULL`,
 
 	Direct: pgDirect,
+
+	GatePeek: pgGatePeek, GateCheck: pgGateCheck,
 }
+
+var pgGatePeek, pgGateCheck = gateSQL("now()", postgres{}.Placeholder)
 
 // pgDirect is pgLease.Acquire guarded by the queue: the row is taken, or
 // inserted, only while no live waiter queues for the name (or the owner
@@ -234,7 +238,7 @@ RETURNING pg_notify('dblock', name)::text IS NOT NULL`,
 const pgDirect = `WITH cur AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
-      AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()))
+      AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'))
     FOR UPDATE SKIP LOCKED
 ), upd AS (
     UPDATE dblock_locks l SET
@@ -253,11 +257,11 @@ const pgDirect = `WITH cur AS (
 ), ins AS (
     INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
     SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
-    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now())
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore')
     ON CONFLICT (name) DO NOTHING
     RETURNING version, reentry
 ), q AS (
-    SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()
+    SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'
 )
 SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM upd
 UNION ALL

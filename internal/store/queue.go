@@ -10,7 +10,7 @@ import (
 // queueEngine is the binding of the fair queue's statements on one database (see engine).
 type queueEngine interface {
 	// enqueue is Enqueue on q (not nil).
-	enqueue(ctx context.Context, db *DB, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error)
+	enqueue(ctx context.Context, db *DB, q Querier, name, owner string, kind WaitKind, timeout time.Duration) (WaiterTicket, error)
 }
 
 // QueueSQL holds the statements of the fair wait queue (dblock_waiters).
@@ -21,7 +21,7 @@ type queueEngine interface {
 // later than the database clock; dead waiters are skipped by every statement
 // here and removed by the reaper.
 type QueueSQL struct {
-	// Enqueue inserts a waiter (name, owner, heartbeat timeout µs) stamped by
+	// Enqueue inserts a waiter (name, owner, kind, heartbeat timeout µs) stamped by
 	// the database clock. On PostgreSQL and SQLite it returns id and
 	// created_at; on MySQL the id comes from LAST_INSERT_ID.
 	Enqueue string
@@ -60,6 +60,15 @@ type QueueSQL struct {
 	// cannot take while any neighbouring waiter row is being written, so the
 	// guard runs as a lockless read right after the acquisition instead.
 	Jumped string
+	// GatePeek (name, kind, kind, name, owner, name, owner) reads how many
+	// live waiters of the name are in the way of a newcomer of that
+	// WaitKind, and whether the owner holds the name already (its lease or
+	// a live share).
+	GatePeek string
+	// GateCheck (id) reads whether a waiter is live (a first count of 0
+	// when it is not) and how many live waiters ahead of it are in its way
+	// (the second).
+	GateCheck string
 }
 
 // WaiterTicket identifies an enqueued waiter.
@@ -88,11 +97,11 @@ type QueueState struct {
 	Holder Holder
 }
 
-// Enqueue inserts a waiter for (name, owner) whose heartbeat deadline is
-// timeout from the database's now.
-func (db *DB) Enqueue(ctx context.Context, q Querier, name, owner string, timeout time.Duration) (t WaiterTicket, err error) {
+// Enqueue inserts a waiter of kind for (name, owner) whose heartbeat
+// deadline is timeout from the database's now.
+func (db *DB) Enqueue(ctx context.Context, q Querier, name, owner string, kind WaitKind, timeout time.Duration) (t WaiterTicket, err error) {
 	err = db.onPoolShortBusy(ctx, q, func(q Querier) error {
-		t, err = db.Dialect.enqueue(ctx, db, q, name, owner, timeout)
+		t, err = db.Dialect.enqueue(ctx, db, q, name, owner, kind, timeout)
 		return err
 	})
 	return t, err
@@ -100,11 +109,11 @@ func (db *DB) Enqueue(ctx context.Context, q Querier, name, owner string, timeou
 
 // enqueueReturning runs Enqueue's statement where it returns the waiter's id
 // and created_at (PostgreSQL, SQLite).
-func (db *DB) enqueueReturning(ctx context.Context, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
+func (db *DB) enqueueReturning(ctx context.Context, q Querier, name, owner string, kind WaitKind, timeout time.Duration) (WaiterTicket, error) {
 	sqlText := db.Dialect.Queue().Enqueue
 	var t WaiterTicket
 	var us int64
-	if err := q.QueryRowxContext(ctx, sqlText, name, owner, timeout.Microseconds()).Scan(&t.ID, &us); err != nil {
+	if err := q.QueryRowxContext(ctx, sqlText, name, owner, string(kind), timeout.Microseconds()).Scan(&t.ID, &us); err != nil {
 		return WaiterTicket{}, db.Classify(err)
 	}
 	t.CreatedAt = Micros(us)

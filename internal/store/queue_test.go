@@ -38,16 +38,16 @@ func TestQueueStatements(t *testing.T) {
 		if s := peek(); s.Ahead != 0 || s.Holder.Exists || s.Holder.Now.IsZero() {
 			t.Fatalf("empty queue: %+v", s)
 		}
-		a, err := store.Of(db).Enqueue(ctx, nil, name, "a", time.Minute)
+		a, err := store.Of(db).Enqueue(ctx, nil, name, "a", store.WaitExclusive, time.Minute)
 		if err != nil {
 			t.Fatalf("enqueue a: %v", err)
 		}
-		b, err := store.Of(db).Enqueue(ctx, nil, name, "b", time.Minute)
+		b, err := store.Of(db).Enqueue(ctx, nil, name, "b", store.WaitExclusive, time.Minute)
 		if err != nil {
 			t.Fatalf("enqueue b: %v", err)
 		}
 		// A waiter of another name never counts.
-		if _, err := store.Of(db).Enqueue(ctx, nil, "other", "x", time.Minute); err != nil {
+		if _, err := store.Of(db).Enqueue(ctx, nil, "other", "x", store.WaitExclusive, time.Minute); err != nil {
 			t.Fatalf("enqueue other: %v", err)
 		}
 		if s := peek(); s.Ahead != 2 {
@@ -87,7 +87,7 @@ func TestQueueStatements(t *testing.T) {
 		if n, err := store.Of(db).HeartbeatWaiters(ctx, nil, []int64{a.ID, b.ID, b.ID + 1000}, time.Minute); err != nil || n != 2 {
 			t.Fatalf("heartbeat a and b: %v %v", n, err)
 		}
-		short, err := store.Of(db).Enqueue(ctx, nil, name, "short", 20*time.Millisecond)
+		short, err := store.Of(db).Enqueue(ctx, nil, name, "short", store.WaitExclusive, 20*time.Millisecond)
 		if err != nil {
 			t.Fatalf("enqueue short: %v", err)
 		}
@@ -180,7 +180,7 @@ func queueGuard(t *testing.T, quiet bool) {
 				}
 				before = r.Token
 			}
-			w, err := store.Of(db).Enqueue(ctx, nil, name, "waiter", time.Minute)
+			w, err := store.Of(db).Enqueue(ctx, nil, name, "waiter", store.WaitExclusive, time.Minute)
 			if err != nil {
 				t.Fatalf("enqueue: %v", err)
 			}
@@ -206,7 +206,7 @@ func queueGuard(t *testing.T, quiet bool) {
 				t.Fatalf("MySQL guarded acquire (quiet %v) of an empty queue sent %d statements", quiet, r.Statements)
 			}
 			// The holder re-enters past a queue; a stranger does not.
-			if _, err := store.Of(db).Enqueue(ctx, nil, name, "late", time.Minute); err != nil {
+			if _, err := store.Of(db).Enqueue(ctx, nil, name, "late", store.WaitExclusive, time.Minute); err != nil {
 				t.Fatalf("enqueue: %v", err)
 			}
 			if re := guarded(name, "newcomer"); !re.Acquired || re.Token != r.Token {
@@ -217,7 +217,7 @@ func queueGuard(t *testing.T, quiet bool) {
 			}
 		}
 		// A dead waiter does not count.
-		if _, err := store.Of(db).Enqueue(ctx, nil, "guard-dead", "dead", time.Millisecond); err != nil {
+		if _, err := store.Of(db).Enqueue(ctx, nil, "guard-dead", "dead", store.WaitExclusive, time.Millisecond); err != nil {
 			t.Fatalf("enqueue: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)

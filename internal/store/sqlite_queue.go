@@ -7,6 +7,6 @@ import (
 
 // SQLite's queue engine: the insert returns the waiter's id and created_at.
 
-func (sqliteDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, timeout time.Duration) (WaiterTicket, error) {
-	return db.enqueueReturning(ctx, q, name, owner, timeout)
+func (sqliteDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, kind WaitKind, timeout time.Duration) (WaiterTicket, error) {
+	return db.enqueueReturning(ctx, q, name, owner, kind, timeout)
 }

@@ -71,8 +71,8 @@ ON CONFLICT (name) DO NOTHING`,
 }
 
 var sqliteQueue = QueueSQL{
-	Enqueue: `INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
-VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3)
+	Enqueue: `INSERT INTO dblock_waiters (name, owner, kind, created_at, heartbeat_at, expires_at)
+VALUES (?1, ?2, ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?4)
 RETURNING id, created_at`,
 
 	Heartbeat: `UPDATE dblock_waiters SET heartbeat_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER), expires_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?1
@@ -85,12 +85,12 @@ WHERE expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND id IN (%s)
     CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
     CASE WHEN me.id IS NULL THEN 0 ELSE (
         SELECT COUNT(*) FROM dblock_waiters w
-        WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+        WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
     ) END,
     CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
         SELECT w.expires_at FROM dblock_waiters w
-        WHERE w.name = ?2 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+        WHERE w.name = ?2 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
         ORDER BY w.created_at DESC, w.id DESC
         LIMIT 1
@@ -103,7 +103,7 @@ LEFT JOIN dblock_waiters me ON me.id = ?3 AND me.name = ?4 AND me.expires_at > C
 LEFT JOIN dblock_locks l ON l.name = ?5`,
 
 	Peek: `SELECT
-    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND w.kind <> 'semaphore'),
     CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
     COALESCE(l.mode, ''), COALESCE(l.expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 FROM (SELECT 1 AS one) AS one
@@ -114,14 +114,18 @@ LEFT JOIN dblock_locks l ON l.name = ?2`,
 	Leave: `DELETE FROM dblock_waiters WHERE id = ?1`,
 
 	Direct: sqliteDirect,
+
+	GatePeek: sqliteGatePeek, GateCheck: sqliteGateCheck,
 }
+
+var sqliteGatePeek, sqliteGateCheck = gateSQL(sqliteNow, sqliteDialect{}.Placeholder)
 
 // sqliteDirect is sqliteLease.Acquire guarded by the queue: it inserts (or
 // upserts) nothing while a live waiter queues for the name, unless the owner
 // holds it. SQLite has one writer, so nothing can enqueue in between.
 const sqliteDirect = `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
 SELECT ?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?5
-WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND w.kind <> 'semaphore')
    OR EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?1 AND l.owner = ?2 AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
 ON CONFLICT (name) DO UPDATE SET
     reentry     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN reentry + 1 ELSE 1 END,

@@ -129,8 +129,8 @@ SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECO
 SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s);
 
 -- QueueSQL.Enqueue
-INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
-VALUES (?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
+INSERT INTO dblock_waiters (name, owner, kind, created_at, heartbeat_at, expires_at)
+VALUES (?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
 
 -- QueueSQL.HeartbeatMany
 UPDATE dblock_waiters SET heartbeat_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
@@ -145,12 +145,12 @@ SELECT
     CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
     CASE WHEN me.id IS NULL THEN 0 ELSE (
         SELECT COUNT(*) FROM dblock_waiters w
-        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)
+        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6) AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
     ) END,
     CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
         SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', w.expires_at) FROM dblock_waiters w
-        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)
+        WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6) AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
         ORDER BY w.created_at DESC, w.id DESC
         LIMIT 1
@@ -164,7 +164,7 @@ LEFT JOIN dblock_locks l ON l.name = ?;
 
 -- QueueSQL.Peek
 SELECT
-    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)),
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6) AND w.kind <> 'semaphore'),
     CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
     COALESCE(l.mode, ''), COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
 FROM (SELECT 1 AS one) AS one
@@ -179,9 +179,25 @@ DELETE FROM dblock_waiters WHERE id = ?;
 -- QueueSQL.Jumped
 SELECT l.reentry, (
     SELECT COUNT(*) FROM dblock_waiters w
-    WHERE w.name = l.name AND w.expires_at > UTC_TIMESTAMP(6) AND w.created_at <= l.acquired_at
+    WHERE w.name = l.name AND w.expires_at > UTC_TIMESTAMP(6) AND w.kind <> 'semaphore' AND w.created_at <= l.acquired_at
 )
 FROM dblock_locks l WHERE l.name = ? AND l.owner = ? AND l.version = ?;
+
+-- QueueSQL.GatePeek
+SELECT
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)
+        AND (w.kind = 'semaphore') = (? = 'semaphore') AND (? <> 'read' OR w.kind <> 'read')),
+    CASE WHEN EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ? AND l.owner = ? AND l.expires_at > UTC_TIMESTAMP(6))
+           OR EXISTS (SELECT 1 FROM dblock_shares s WHERE s.name = ? AND s.owner = ? AND s.expires_at > UTC_TIMESTAMP(6))
+         THEN 1 ELSE 0 END;
+
+-- QueueSQL.GateCheck
+SELECT COUNT(me.id), COUNT(w.id)
+FROM dblock_waiters me
+LEFT JOIN dblock_waiters w ON w.name = me.name AND w.expires_at > UTC_TIMESTAMP(6)
+    AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+    AND (w.kind = 'semaphore') = (me.kind = 'semaphore') AND (me.kind <> 'read' OR w.kind <> 'read')
+WHERE me.id = ? AND me.expires_at > UTC_TIMESTAMP(6);
 
 -- ReapSQL.ExpiredCandidates
 SELECT name FROM dblock_locks WHERE owner IS NOT NULL AND expires_at <= UTC_TIMESTAMP(6) ORDER BY expires_at LIMIT ?;

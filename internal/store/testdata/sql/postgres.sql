@@ -125,8 +125,8 @@ FOR UPDATE OF l%s;
 SELECT pid, coalesce((extract(epoch FROM xact_start) * 1000000)::bigint, 0), coalesce(state, '') FROM pg_stat_activity WHERE pid IN (%s);
 
 -- QueueSQL.Enqueue
-INSERT INTO dblock_waiters (name, owner, expires_at)
-VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+INSERT INTO dblock_waiters (name, owner, kind, expires_at)
+VALUES ($1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond')
 RETURNING id, (extract(epoch FROM created_at) * 1000000)::bigint;
 
 -- QueueSQL.HeartbeatMany
@@ -142,12 +142,12 @@ SELECT
     CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
     CASE WHEN me.id IS NULL THEN 0 ELSE (
         SELECT COUNT(*) FROM dblock_waiters w
-        WHERE w.name = $1 AND w.expires_at > now()
+        WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
     ) END,
     CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
         SELECT (extract(epoch FROM w.expires_at) * 1000000)::bigint FROM dblock_waiters w
-        WHERE w.name = $2 AND w.expires_at > now()
+        WHERE w.name = $2 AND w.expires_at > now() AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
         ORDER BY w.created_at DESC, w.id DESC
         LIMIT 1
@@ -161,7 +161,7 @@ LEFT JOIN dblock_locks l ON l.name = $5;
 
 -- QueueSQL.Peek
 SELECT
-    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()),
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'),
     CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
     COALESCE(l.mode, ''), COALESCE((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint
 FROM (SELECT 1 AS one) AS one
@@ -178,7 +178,7 @@ RETURNING pg_notify('dblock', name)::text IS NOT NULL;
 WITH cur AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
-      AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()))
+      AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'))
     FOR UPDATE SKIP LOCKED
 ), upd AS (
     UPDATE dblock_locks l SET
@@ -197,11 +197,11 @@ WITH cur AS (
 ), ins AS (
     INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
     SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
-    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now())
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore')
     ON CONFLICT (name) DO NOTHING
     RETURNING version, reentry
 ), q AS (
-    SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()
+    SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'
 )
 SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM upd
 UNION ALL
@@ -213,6 +213,22 @@ UNION ALL
 SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
 FROM q WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
 LIMIT 1;
+
+-- QueueSQL.GatePeek
+SELECT
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()
+        AND (w.kind = 'semaphore') = ($2 = 'semaphore') AND ($3 <> 'read' OR w.kind <> 'read')),
+    CASE WHEN EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = $4 AND l.owner = $5 AND l.expires_at > now())
+           OR EXISTS (SELECT 1 FROM dblock_shares s WHERE s.name = $6 AND s.owner = $7 AND s.expires_at > now())
+         THEN 1 ELSE 0 END;
+
+-- QueueSQL.GateCheck
+SELECT COUNT(me.id), COUNT(w.id)
+FROM dblock_waiters me
+LEFT JOIN dblock_waiters w ON w.name = me.name AND w.expires_at > now()
+    AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+    AND (w.kind = 'semaphore') = (me.kind = 'semaphore') AND (me.kind <> 'read' OR w.kind <> 'read')
+WHERE me.id = $1 AND me.expires_at > now();
 
 -- ReapSQL.FreeExpired
 WITH c AS (

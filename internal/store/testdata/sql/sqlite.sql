@@ -68,8 +68,8 @@ SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(un
 SELECT name, IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER), 0, 0, 0 FROM dblock_locks WHERE name IN (%s) ORDER BY name%s;
 
 -- QueueSQL.Enqueue
-INSERT INTO dblock_waiters (name, owner, created_at, heartbeat_at, expires_at)
-VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3)
+INSERT INTO dblock_waiters (name, owner, kind, created_at, heartbeat_at, expires_at)
+VALUES (?1, ?2, ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?4)
 RETURNING id, created_at;
 
 -- QueueSQL.HeartbeatMany
@@ -85,12 +85,12 @@ SELECT
     CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
     CASE WHEN me.id IS NULL THEN 0 ELSE (
         SELECT COUNT(*) FROM dblock_waiters w
-        WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+        WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
     ) END,
     CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
         SELECT w.expires_at FROM dblock_waiters w
-        WHERE w.name = ?2 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+        WHERE w.name = ?2 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND w.kind <> 'semaphore'
           AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
         ORDER BY w.created_at DESC, w.id DESC
         LIMIT 1
@@ -104,7 +104,7 @@ LEFT JOIN dblock_locks l ON l.name = ?5;
 
 -- QueueSQL.Peek
 SELECT
-    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND w.kind <> 'semaphore'),
     CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
     COALESCE(l.mode, ''), COALESCE(l.expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 FROM (SELECT 1 AS one) AS one
@@ -119,7 +119,7 @@ DELETE FROM dblock_waiters WHERE id = ?1;
 -- QueueSQL.Direct
 INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
 SELECT ?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?5
-WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND w.kind <> 'semaphore')
    OR EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?1 AND l.owner = ?2 AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
 ON CONFLICT (name) DO UPDATE SET
     reentry     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN reentry + 1 ELSE 1 END,
@@ -132,6 +132,22 @@ ON CONFLICT (name) DO UPDATE SET
     updated_at  = excluded.updated_at
 WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
 RETURNING version, reentry;
+
+-- QueueSQL.GatePeek
+SELECT
+    (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+        AND (w.kind = 'semaphore') = (?2 = 'semaphore') AND (?3 <> 'read' OR w.kind <> 'read')),
+    CASE WHEN EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?4 AND l.owner = ?5 AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+           OR EXISTS (SELECT 1 FROM dblock_shares s WHERE s.name = ?6 AND s.owner = ?7 AND s.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+         THEN 1 ELSE 0 END;
+
+-- QueueSQL.GateCheck
+SELECT COUNT(me.id), COUNT(w.id)
+FROM dblock_waiters me
+LEFT JOIN dblock_waiters w ON w.name = me.name AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+    AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
+    AND (w.kind = 'semaphore') = (me.kind = 'semaphore') AND (me.kind <> 'read' OR w.kind <> 'read')
+WHERE me.id = ?1 AND me.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
 
 -- ReapSQL.FreeExpired
 UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)

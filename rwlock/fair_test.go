@@ -1,0 +1,182 @@
+package rwlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
+	"github.com/dblock-go/dblock/rwlock"
+)
+
+// untilQueued waits until n fair waiters of the lock queue for name.
+func untilQueued(t *testing.T, iso *dbtest.Isolated, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s, err := iso.Store().PeekGate(context.Background(), name, store.WaitExclusive, "")
+		if err != nil {
+			t.Fatalf("peek: %v", err)
+		}
+		if s.Queued == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters queued for %q, want %d", s.Queued, name, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// grants records the order in which waiters got the lock.
+type grants struct {
+	mu    sync.Mutex
+	order []string
+}
+
+func (g *grants) add(who string) {
+	g.mu.Lock()
+	g.order = append(g.order, who)
+	g.mu.Unlock()
+}
+
+// With Config.Fair, readers and writers are served in arrival order: a
+// writer behind everyone before it, readers that queued together in
+// together, and nobody overtakes, though the non-fair rules would let the
+// readers and the writers race.
+func TestFairArrivalOrder(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx := ctxT(t)
+		l := newLocker(t, iso, &rwlock.Config{Fair: true})
+		const name = "fair"
+		first, err := l.TryAcquire(ctx, name, dblock.WithOwner("w0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &grants{}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		arrivals := []string{"w1", "r2", "r3", "w4", "r5", "w6"}
+		for i, who := range arrivals {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- holdBriefly(ctx, l, name, who, g)
+			}()
+			untilQueued(t, iso, name, i+1)
+		}
+		mustRelease(t, ctx, first)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := g.order
+		// r2 and r3 go in together, in either order.
+		if len(got) == len(arrivals) && got[1] == "r3" && got[2] == "r2" {
+			got[1], got[2] = "r2", "r3"
+		}
+		if !slices.Equal(got, arrivals) {
+			t.Fatalf("grants in order %v, want arrival order %v", g.order, arrivals)
+		}
+		untilQueued(t, iso, name, 0)
+	})
+}
+
+// holdBriefly takes name as who ("r..." reads, "w..." writes), records the
+// grant, holds it a moment and releases.
+func holdBriefly(ctx context.Context, l *rwlock.Locker, name, who string, g *grants) error {
+	acquire := l.Acquire
+	if who[0] == 'r' {
+		acquire = l.AcquireRead
+	}
+	lease, err := acquire(ctx, name, dblock.WithOwner(who), dblock.WithWait(30*time.Second))
+	if err != nil {
+		return fmt.Errorf("%s: %w", who, err)
+	}
+	g.add(who)
+	time.Sleep(30 * time.Millisecond)
+	return lease.Release(ctx)
+}
+
+// A fair call of an owner that holds the name never queues: a re-entry and
+// a downgrade go in past the queue, an upgrade is refused at once; a try
+// is refused while fair waiters queue; a waiter whose wait ends, or whose
+// Locker closes, leaves the queue.
+func TestFairOwnerNeverQueues(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx := ctxT(t)
+		l := newLocker(t, iso, &rwlock.Config{Fair: true})
+		const name = "own"
+		w, err := l.TryAcquire(ctx, name, dblock.WithOwner("o"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued := make(chan error, 1)
+		go func() {
+			lease, err := l.Acquire(ctx, name, dblock.WithOwner("other"), dblock.WithWait(30*time.Second))
+			if err == nil {
+				err = lease.Release(ctx)
+			}
+			queued <- err
+		}()
+		untilQueued(t, iso, name, 1)
+		again, err := l.Acquire(ctx, name, dblock.WithOwner("o"), dblock.WithWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("re-entry past the queue: %v", err)
+		}
+		mustRelease(t, ctx, again)
+		down, err := l.AcquireRead(ctx, name, dblock.WithOwner("o"), dblock.WithWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("downgrade past the queue: %v", err)
+		}
+		if _, err := l.TryAcquireRead(ctx, name, dblock.WithOwner("newcomer")); !errors.Is(err, dblock.ErrNotAcquired) {
+			t.Fatalf("try while a fair writer queues: %v, want refused", err)
+		}
+		mustRelease(t, ctx, w)
+		if _, err := l.Acquire(ctx, name, dblock.WithOwner("o"), dblock.WithWait(5*time.Second)); !errors.Is(err, rwlock.ErrUpgrade) {
+			t.Fatalf("upgrade while a fair writer queues: %v, want ErrUpgrade", err)
+		}
+		// A reader whose wait ends in the queue leaves it.
+		_, err = l.AcquireRead(ctx, name, dblock.WithOwner("late"), dblock.WithWait(100*time.Millisecond))
+		if !errors.Is(err, dblock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("read behind a queued writer: %v, want the wait's end", err)
+		}
+		untilQueued(t, iso, name, 1)
+		mustRelease(t, ctx, down)
+		if err := <-queued; err != nil {
+			t.Fatalf("queued writer: %v", err)
+		}
+		untilQueued(t, iso, name, 0)
+		// Close ends a wait in the queue and removes its row.
+		hold, err := l.TryAcquire(ctx, name, dblock.WithOwner("o"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := newLocker(t, iso, &rwlock.Config{Fair: true})
+		closed := make(chan error, 1)
+		go func() {
+			_, err := other.AcquireRead(ctx, name, dblock.WithOwner("closing"))
+			closed <- err
+		}()
+		untilQueued(t, iso, name, 1)
+		if err := other.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-closed; !errors.Is(err, dblock.ErrClosed) {
+			t.Fatalf("wait in the queue at Close: %v, want ErrClosed", err)
+		}
+		untilQueued(t, iso, name, 0)
+		mustRelease(t, ctx, hold)
+	})
+}
