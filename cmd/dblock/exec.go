@@ -54,7 +54,9 @@ Flags:
                   pessimistic: a database transaction holds the row lock while
                   CMD runs (freed at once if dblock dies; needs a connection
                   for the whole run)
-  --fair          take the lock in arrival order (FIFO) among waiters
+  --fair          take the lock in arrival order (FIFO) among waiters; with
+                  --read or --semaphore, wait in arrival order among the
+                  fair readers and writers, or the semaphore's fair requests
   --read          take the read lock of NAME (rwlock): shared with other
                   readers, excluded by every exclusive holder (any mode) and
                   by a writer waiting for it

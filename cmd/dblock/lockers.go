@@ -31,13 +31,13 @@ type cliLocker interface {
 func newLocker(db *dialect.DB, spec execSpec, logger *slog.Logger) (cliLocker, error) {
 	switch spec.mode {
 	case dblock.ModeRead:
-		l, err := rwlock.New(db, &rwlock.Config{Logger: logger})
+		l, err := rwlock.New(db, &rwlock.Config{Logger: logger, Fair: spec.fair})
 		if err != nil {
 			return nil, err
 		}
 		return leaseLocker{readLocker{l}}, nil
 	case dblock.ModeSemaphore:
-		l, err := semaphore.New(db, &semaphore.Config{Logger: logger})
+		l, err := semaphore.New(db, &semaphore.Config{Logger: logger, Fair: spec.fair})
 		if err != nil {
 			return nil, err
 		}

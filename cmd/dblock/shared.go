@@ -13,6 +13,7 @@ import (
 type execSpec struct {
 	mode            string // Resolved by resolve.
 	read, semaphore bool
+	fair            bool // --fair with --read or --semaphore (the fair mode's is its mode).
 	limit, permits  int
 }
 
@@ -21,8 +22,8 @@ func (s *execSpec) resolve(modeFlag string, fair bool) (string, error) {
 	switch {
 	case s.read && s.semaphore:
 		return "", usageErrorf("exec: --read and --semaphore exclude each other")
-	case (s.read || s.semaphore) && (fair || modeFlag != dblock.ModeOptimistic):
-		return "", usageErrorf("exec: --read and --semaphore take no --mode or --fair")
+	case (s.read || s.semaphore) && modeFlag != dblock.ModeOptimistic:
+		return "", usageErrorf("exec: --read and --semaphore take no --mode")
 	case !s.semaphore && s.limit != 0:
 		return "", usageErrorf("exec: --limit goes with --semaphore")
 	case !s.semaphore && s.permits != 1:
@@ -32,9 +33,9 @@ func (s *execSpec) resolve(modeFlag string, fair bool) (string, error) {
 	case s.semaphore && (s.permits < 1 || s.permits > s.limit):
 		return "", usageErrorf("exec: --permits %d: want 1 to the limit %d", s.permits, s.limit)
 	case s.read:
-		s.mode = dblock.ModeRead
+		s.mode, s.fair = dblock.ModeRead, fair
 	case s.semaphore:
-		s.mode = dblock.ModeSemaphore
+		s.mode, s.fair = dblock.ModeSemaphore, fair
 	default:
 		m, err := modeOf(modeFlag, fair)
 		if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // exec --read shares a name among readers and keeps writers out; exec
@@ -70,12 +72,39 @@ func TestExecShared(t *testing.T) {
 	})
 }
 
+// exec --semaphore --fair waits in arrival order: a fair request behind a
+// queued large one is refused with a permit free, a non-fair one is not
+// held back, and the large one runs once the holder is gone.
+func TestExecFairSemaphore(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		c := cli{dsn: iso.DSN}
+		dir := t.TempDir()
+		sem := []string{"exec", "--lock", "jobs", "--semaphore", "--limit", "4"}
+		holder := c.start(t, append(sem, "--permits", "3", "--", "sh", "-c", `echo ok > "$1"; exec sleep 60`, "sh", filepath.Join(dir, "held"))...)
+		waitFile(t, filepath.Join(dir, "held"))
+		large := c.start(t, append(sem, "--permits", "4", "--fair", "--wait", "1m", "--", "sh", "-c", `echo ran > "$1"`, "sh", filepath.Join(dir, "large"))...)
+		eventually(t, "the large request queued", func() bool {
+			s, err := iso.Store().PeekGate(context.Background(), "jobs", store.WaitSemaphore, "")
+			return err == nil && s.Queued == 1
+		})
+		r := c.expect(t, exitNotAcquired, append(sem, "--fair", "--wait", "0", "--", "true")...)
+		assertOneLine(t, r.stderr, "1 fair waiter queued")
+		c.expect(t, 0, append(sem, "--wait", "0", "--", "true")...)
+		holder.signal(syscall.SIGTERM)
+		holder.wait()
+		if r := large.wait(); r.code != 0 {
+			t.Fatalf("large request: exit %d: %s", r.code, r.stderr)
+		}
+		waitFile(t, filepath.Join(dir, "large"))
+	})
+}
+
 func TestExecSharedUsage(t *testing.T) {
 	t.Parallel()
 	c := cli{dsn: "sqlite://" + filepath.Join(t.TempDir(), "u.db")}
 	for _, args := range [][]string{
 		{"--read", "--semaphore", "--limit", "2"},
-		{"--read", "--fair"},
 		{"--semaphore"},
 		{"--semaphore", "--limit", "2", "--permits", "3"},
 		{"--limit", "2"},

@@ -19,8 +19,9 @@ import (
 const statusHelp = `Usage: dblock [--dsn DSN] status [--json] [NAME...]
 
 Lists the held locks (name, owner, fencing token, reentry count, mode, when
-acquired, when the lease expires), the fair-queue waiters (queue position
-and how long each has waited), the readers of names held for reading and
+acquired, when the lease expires), the fair-queue waiters (what each waits
+for: exclusive, read, or a semaphore's permits; its queue position and how
+long it has waited), the readers of names held for reading and
 the grants of semaphores' permits. With NAMEs, only those locks; a NAME that
 nobody holds is reported free, and a NAME that status could not check is
 reported unknown, never free. Times come from the database clock.
@@ -63,7 +64,7 @@ seconds as numbers, null when there is no value):
     "locks": [{"name": "...", "owner": "...", "token": 7, "reentry": 1,
                "mode": "optimistic", "acquired_at": "...", "expires_at": "...",
                "expires_in_seconds": 12.5, "expired": false, "metadata": "..."}],
-    "waiters": [{"name": "...", "owner": "...", "position": 1, "id": 3,
+    "waiters": [{"name": "...", "owner": "...", "kind": "exclusive", "position": 1, "id": 3,
                  "waiting_since": "...", "wait_seconds": 2.25,
                  "heartbeat_at": "...", "expires_at": "..."}],
     "free": ["names asked for that nobody holds"],
@@ -153,6 +154,7 @@ type lockJSON struct {
 type waiterJSON struct {
 	Name         string  `json:"name"`
 	Owner        string  `json:"owner"`
+	Kind         string  `json:"kind"`
 	Position     int     `json:"position"`
 	ID           int64   `json:"id"`
 	WaitingSince string  `json:"waiting_since"`
@@ -392,7 +394,7 @@ func buildStatus(st statusData) statusJSON {
 	}
 	for _, w := range st.waiters {
 		doc.Waiters = append(doc.Waiters, waiterJSON{
-			Name: w.Name, Owner: w.Owner, Position: w.Position, ID: w.ID,
+			Name: w.Name, Owner: w.Owner, Kind: string(w.Kind), Position: w.Position, ID: w.ID,
 			WaitingSince: w.CreatedAt.UTC().Format(jsonTime),
 			WaitSeconds:  seconds(w.Now.Sub(w.CreatedAt)),
 			HeartbeatAt:  w.HeartbeatAt.UTC().Format(jsonTime),
@@ -450,9 +452,9 @@ func (a *app) printStatus(st statusData) error {
 	}
 	if len(st.waiters) > 0 {
 		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "WAITING FOR\tPOSITION\tOWNER\tWAITING")
+		fmt.Fprintln(tw, "WAITING FOR\tKIND\tPOSITION\tOWNER\tWAITING")
 		for _, w := range st.waiters {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", w.Name, w.Position, w.Owner, human(w.Now.Sub(w.CreatedAt)))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", w.Name, w.Kind, w.Position, w.Owner, human(w.Now.Sub(w.CreatedAt)))
 		}
 	}
 	st.shared.print(tw, st)

@@ -69,7 +69,7 @@ func (g *Gate) Acquire(ctx context.Context, what, name string, kind store.WaitKi
 			return lease, err
 		}
 	case !c.Wait:
-		return nil, fmt.Errorf("%s %q: %w: %d fair waiters queued", what, name, dblock.ErrNotAcquired, st.Queued)
+		return nil, fmt.Errorf("%s %q: %w: %s", what, name, dblock.ErrNotAcquired, queuedText(st.Queued))
 	}
 	defer q.leave()
 	if err := q.turn(); err != nil {
@@ -185,7 +185,15 @@ func (q *queued) ended(cause error) error {
 	if q.lastErr != nil {
 		return fmt.Errorf("%s %q: %w: the last queue statement failed: %w (wait ended: %w)", q.what, q.name, dblock.ErrNotAcquired, q.lastErr, cause)
 	}
-	return fmt.Errorf("%s %q: %w: %w (in the fair queue behind %d waiters)", q.what, q.name, dblock.ErrNotAcquired, cause, q.ahead)
+	return fmt.Errorf("%s %q: %w: %w (%s ahead)", q.what, q.name, dblock.ErrNotAcquired, cause, queuedText(q.ahead))
+}
+
+// queuedText says how many fair waiters are queued.
+func queuedText(n int) string {
+	if n == 1 {
+		return "1 fair waiter queued"
+	}
+	return fmt.Sprintf("%d fair waiters queued", n)
 }
 
 // heartbeat extends row id's deadline every HeartbeatInterval until stop.

@@ -44,11 +44,13 @@ func (r LockRow) Expired() bool { return !r.ExpiresAt.IsZero() && !r.ExpiresAt.A
 
 // WaiterRow is a live fair-queue waiter (its heartbeat deadline not yet
 // passed by the database clock). Position is 1 for the oldest live waiter of
-// its name, ordered by created_at, then id, as the fair locker orders them.
+// its name, ordered by created_at, then id, as the fair locker orders them;
+// a semaphore's requests are numbered apart from the lock's waiters.
 type WaiterRow struct {
 	ID          int64
 	Name        string
 	Owner       string
+	Kind        WaitKind
 	Position    int
 	CreatedAt   time.Time
 	HeartbeatAt time.Time
@@ -110,12 +112,12 @@ func (db *DB) ListWaiters(ctx context.Context, names []string) ([]WaiterRow, err
 		var (
 			w                        WaiterRow
 			crUs, hbUs, expUs, nowUs int64
-			name, owner              []byte
+			name, owner, kind        []byte
 		)
-		if err := rows.Scan(&w.ID, &name, &owner, &w.Position, &crUs, &hbUs, &expUs, &nowUs); err != nil {
+		if err := rows.Scan(&w.ID, &name, &owner, &kind, &w.Position, &crUs, &hbUs, &expUs, &nowUs); err != nil {
 			return nil, db.Classify(err)
 		}
-		w.Name, w.Owner = string(name), string(owner)
+		w.Name, w.Owner, w.Kind = string(name), string(owner), WaitKind(kind)
 		w.CreatedAt, w.HeartbeatAt, w.ExpiresAt, w.Now = Micros(crUs), Micros(hbUs), Micros(expUs), Micros(nowUs)
 		out = append(out, w)
 	}

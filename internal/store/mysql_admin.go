@@ -13,10 +13,10 @@ ORDER BY name`
 }
 
 func (mysqlDialect) listWaitersSQL(filter string) string {
-	return `SELECT id, name, owner, position, ` + myUs("created_at") + `, ` + myUs("heartbeat_at") + `,
+	return `SELECT id, name, owner, kind, position, ` + myUs("created_at") + `, ` + myUs("heartbeat_at") + `,
     ` + myUs("expires_at") + `, ` + myUs("UTC_TIMESTAMP(6)") + `
 FROM (
-    SELECT w.*, ROW_NUMBER() OVER (PARTITION BY w.name ORDER BY w.created_at, w.id) AS position
+    SELECT w.*, ROW_NUMBER() OVER (PARTITION BY w.name, w.kind = 'semaphore' ORDER BY w.created_at, w.id) AS position
     FROM dblock_waiters w WHERE w.expires_at > UTC_TIMESTAMP(6)` + filter + `
 ) q
 ORDER BY name, position`

@@ -12,10 +12,10 @@ ORDER BY name`
 }
 
 func (postgres) listWaitersSQL(filter string) string {
-	return `SELECT id, name, owner, position, ` + pgUs("created_at") + `, ` + pgUs("heartbeat_at") + `,
+	return `SELECT id, name, owner, kind, position, ` + pgUs("created_at") + `, ` + pgUs("heartbeat_at") + `,
     ` + pgUs("expires_at") + `, ` + pgUs("now()") + `
 FROM (
-    SELECT w.*, row_number() OVER (PARTITION BY w.name ORDER BY w.created_at, w.id) AS position
+    SELECT w.*, row_number() OVER (PARTITION BY w.name, w.kind = 'semaphore' ORDER BY w.created_at, w.id) AS position
     FROM dblock_waiters w WHERE w.expires_at > now()` + filter + `
 ) q
 ORDER BY name, position`

@@ -11,9 +11,9 @@ ORDER BY name`
 }
 
 func (sqliteDialect) listWaitersSQL(filter string) string {
-	return `SELECT id, name, owner, position, created_at, heartbeat_at, expires_at, ` + sqliteNow + `
+	return `SELECT id, name, owner, kind, position, created_at, heartbeat_at, expires_at, ` + sqliteNow + `
 FROM (
-    SELECT w.*, row_number() OVER (PARTITION BY w.name ORDER BY w.created_at, w.id) AS position
+    SELECT w.*, row_number() OVER (PARTITION BY w.name, w.kind = 'semaphore' ORDER BY w.created_at, w.id) AS position
     FROM dblock_waiters w WHERE w.expires_at > ` + sqliteNow + filter + `
 ) q
 ORDER BY name, position`
