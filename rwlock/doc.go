@@ -30,6 +30,10 @@
 //   - Re-entry by owner, on both sides, as in the other modes.
 //   - A reader that dies keeps writers out until its lease expires by the
 //     database clock; the readers that remain keep theirs.
+//   - Config.Fair: waiters are served in arrival order (see Config.Fair):
+//     they queue in dblock_waiters with the fair mode's waiters, a writer
+//     behind everyone before it, a reader behind the writers before it.
+//     An owner that holds the name already never queues.
 //
 // Every read statement runs in one short transaction that locks the
 // name's row (PostgreSQL, MySQL) or the database (SQLite): it works behind

@@ -16,8 +16,10 @@
 //     dblock.ErrExpired.
 //   - Grants are serialised per name by a short transaction on the
 //     semaphore's row, which counts the unexpired permits by the database
-//     clock. Waiters are not ordered: a large request may wait while small
-//     ones are granted.
+//     clock. Waiters are not ordered (a large request may wait while small
+//     ones are granted) unless Config.Fair is set: fair requests then queue
+//     in dblock_waiters (apart from the locks of the same name) and are
+//     granted in arrival order.
 //
 // Semaphores are names of their own: a semaphore and a lock of the same
 // name do not exclude each other.
