@@ -169,6 +169,12 @@ func (l *Locker) Close() error {
 }
 
 func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dblock.Option) (lease *dblock.Lease, err error) {
+	return l.acquireSince(ctx, name, wait, time.Now(), opts)
+}
+
+// acquireSince is acquire for a call that began at start (its wait, as
+// hooks and instruments see it, counts from there).
+func (l *Locker) acquireSince(ctx context.Context, name string, wait bool, start time.Time, opts []dblock.Option) (lease *dblock.Lease, err error) {
 	c, err := mode.BeginOne(ctx, l.prefix+": acquire", name, wait, opts)
 	if err != nil {
 		return nil, err
@@ -178,7 +184,7 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	}
 	o := c.Opts
 	a := &acquisition{
-		l: l, ctx: ctx, name: name, o: o, wait: c.Wait, start: time.Now(), backoff: l.cfg.PollMin,
+		l: l, ctx: ctx, name: name, o: o, wait: c.Wait, start: start, backoff: l.cfg.PollMin,
 		params:      store.AcquireParams{Name: name, Owner: o.Owner, Mode: l.mode, TTL: o.FirstTTL(), Metadata: o.Metadata},
 		unsubscribe: func() {},
 	}

@@ -38,11 +38,16 @@ func newWriter(handle *dialect.DB, c leasemode.WriterConfig) (leasemode.Writer, 
 	return writer{l}, nil
 }
 
-// writer is the write side handed to rwlock: the Locker, and its
-// instruments for the Do of a fair write, which rwlock runs itself.
+// writer is the write side handed to rwlock: the Locker, and for a fair
+// write, which rwlock records itself around the queue, its instruments and
+// its acquisition unrecorded.
 type writer struct{ *Locker }
 
 func (w writer) Recorder() *obs.Recorder { return w.rec }
+
+func (w writer) Take(ctx context.Context, name string, wait bool, start time.Time, opts []dblock.Option) (*dblock.Lease, error) {
+	return w.acquireSince(ctx, name, wait, start, opts)
+}
 
 // refusedByReaders runs after a write try was refused: when readers hold
 // the name, it refuses an owner among them (ErrUpgrade) and marks the name

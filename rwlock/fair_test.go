@@ -49,7 +49,8 @@ func (g *grants) add(who string) {
 // With Config.Fair, readers and writers are served in arrival order: a
 // writer behind everyone before it, readers that queued together in
 // together, and nobody overtakes, though the non-fair rules would let the
-// readers and the writers race.
+// readers and the writers race. Each waiter has a Locker of its own, as
+// processes would: the order is the database's queue, not a Locker's.
 func TestFairArrivalOrder(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
@@ -65,10 +66,11 @@ func TestFairArrivalOrder(t *testing.T) {
 		errs := make(chan error, 8)
 		arrivals := []string{"w1", "r2", "r3", "w4", "r5", "w6"}
 		for i, who := range arrivals {
+			own := newLocker(t, iso, &rwlock.Config{Fair: true})
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs <- holdBriefly(ctx, l, name, who, g)
+				errs <- holdBriefly(ctx, own, name, who, g)
 			}()
 			untilQueued(t, iso, name, i+1)
 		}

@@ -45,21 +45,23 @@ func (l *Locker) TryAcquireRead(ctx context.Context, name string, opts ...dblock
 func (l *Locker) acquireRead(ctx context.Context, name string, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
 	if l.gate != nil {
 		return l.gate.Acquire(ctx, "rwlock: acquire read", name, store.WaitRead, wait, opts,
-			func(ctx context.Context, wait bool) (*dblock.Lease, error) { return l.readNow(ctx, name, wait, opts) })
+			func(ctx context.Context, wait bool, start time.Time) (*dblock.Lease, error) {
+				return l.readNow(ctx, name, wait, start, opts)
+			})
 	}
-	return l.readNow(ctx, name, wait, opts)
+	return l.readNow(ctx, name, wait, time.Now(), opts)
 }
 
 // readNow is the read side's own acquisition (behind the fair queue with
-// Config.Fair).
-func (l *Locker) readNow(ctx context.Context, name string, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
+// Config.Fair) of a call that began at start.
+func (l *Locker) readNow(ctx context.Context, name string, wait bool, start time.Time, opts []dblock.Option) (*dblock.Lease, error) {
 	c, pause, end, err := l.parts.BeginPolled(ctx, "rwlock: acquire read", name, wait, opts, l.cfg.PollMin, l.cfg.PollMax,
 		"a read lease is released when its holder is done")
 	if err != nil {
 		return nil, err
 	}
 	defer end()
-	r := &readCall{l: l, ctx: ctx, name: name, o: c.Opts, wait: c.Wait, start: time.Now(), pause: pause}
+	r := &readCall{l: l, ctx: ctx, name: name, o: c.Opts, wait: c.Wait, start: start, pause: pause}
 	return r.run()
 }
 

@@ -145,7 +145,7 @@ func resolve(cfg *Config) (Config, error) {
 // in arrival order first.
 func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
 	if l.gate != nil {
-		return l.gate.Acquire(ctx, "rwlock: acquire", name, store.WaitExclusive, true, opts, l.writeStep(name, opts))
+		return l.fairWrite(ctx, name, true, opts)
 	}
 	return l.writer.Acquire(ctx, name, opts...)
 }
@@ -156,19 +156,21 @@ func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option
 // is also refused while fair waiters queue for the name.
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
 	if l.gate != nil {
-		return l.gate.Acquire(ctx, "rwlock: acquire", name, store.WaitExclusive, false, opts, l.writeStep(name, opts))
+		return l.fairWrite(ctx, name, false, opts)
 	}
 	return l.writer.TryAcquire(ctx, name, opts...)
 }
 
-// writeStep is the write side's own acquisition, behind the fair queue.
-func (l *Locker) writeStep(name string, opts []dblock.Option) fairgate.Step {
-	return func(ctx context.Context, wait bool) (*dblock.Lease, error) {
-		if wait {
-			return l.writer.Acquire(ctx, name, opts...)
-		}
-		return l.writer.TryAcquire(ctx, name, opts...)
-	}
+// fairWrite is a write in arrival order (Config.Fair), recorded as one
+// acquisition of the write side, the wait in the queue included.
+func (l *Locker) fairWrite(ctx context.Context, name string, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
+	ctx, call := l.writer.Recorder().BeginAcquire(ctx, name, wait)
+	lease, err := l.gate.Acquire(ctx, "rwlock: acquire", name, store.WaitExclusive, wait, opts,
+		func(ctx context.Context, wait bool, start time.Time) (*dblock.Lease, error) {
+			return l.writer.Take(ctx, name, wait, start, opts)
+		})
+	call.End(lease, err)
+	return lease, err
 }
 
 // Do takes the write lock of name (waiting like Acquire), runs fn with a

@@ -19,23 +19,23 @@ func (l *Locker) acquire(ctx context.Context, name string, limit, permits int, w
 	}
 	if l.gate != nil {
 		return l.gate.Acquire(ctx, "semaphore: acquire", name, store.WaitSemaphore, wait, opts,
-			func(ctx context.Context, wait bool) (*dblock.Lease, error) {
-				return l.grantNow(ctx, name, limit, permits, wait, opts)
+			func(ctx context.Context, wait bool, start time.Time) (*dblock.Lease, error) {
+				return l.grantNow(ctx, name, limit, permits, wait, start, opts)
 			})
 	}
-	return l.grantNow(ctx, name, limit, permits, wait, opts)
+	return l.grantNow(ctx, name, limit, permits, wait, time.Now(), opts)
 }
 
 // grantNow is the semaphore's own acquisition (behind the fair queue with
-// Config.Fair).
-func (l *Locker) grantNow(ctx context.Context, name string, limit, permits int, wait bool, opts []dblock.Option) (*dblock.Lease, error) {
+// Config.Fair) of a call that began at start.
+func (l *Locker) grantNow(ctx context.Context, name string, limit, permits int, wait bool, start time.Time, opts []dblock.Option) (*dblock.Lease, error) {
 	c, pause, end, err := l.parts.BeginPolled(ctx, "semaphore: acquire", name, wait, opts, l.cfg.PollMin, l.cfg.PollMax,
 		"a grant is released when its holder is done")
 	if err != nil {
 		return nil, err
 	}
 	defer end()
-	g := &grantCall{l: l, ctx: ctx, o: c.Opts, wait: c.Wait, start: time.Now(), pause: pause,
+	g := &grantCall{l: l, ctx: ctx, o: c.Opts, wait: c.Wait, start: start, pause: pause,
 		p: store.PermitParams{Name: name, Owner: c.Opts.Owner, Limit: limit, Permits: permits, TTL: c.Opts.FirstTTL(), Metadata: c.Opts.Metadata}}
 	return g.run()
 }

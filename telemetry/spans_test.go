@@ -45,8 +45,8 @@ func TestDoSpans(t *testing.T) {
 				if v, ok := attr(acq, telemetry.AttrName); !ok || v.AsString() != name {
 					t.Errorf("acquire span name attribute %v %v, want %q", v.AsString(), ok, name)
 				}
-				if v, ok := attr(acq, telemetry.AttrMode); !ok || v.AsString() != m.mode {
-					t.Errorf("acquire span mode %q, want %q", v.AsString(), m.mode)
+				if v, ok := attr(acq, telemetry.AttrMode); !ok || v.AsString() != m.attr() {
+					t.Errorf("acquire span mode %q, want %q", v.AsString(), m.attr())
 				}
 				v, ok := attr(acq, telemetry.AttrToken)
 				if token = dblock.Token(v.AsInt64()); !ok || token <= 0 {

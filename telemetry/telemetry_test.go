@@ -3,6 +3,7 @@ package telemetry_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,7 +73,22 @@ var modes = []modeCase{
 		must(t, err)
 		return exclusiveSemaphore{l}
 	}},
+	// The fair options: the same outcomes, the wait in the queue recorded
+	// with the mode's.
+	{dblock.ModeWrite + "/fair", true, func(t *testing.T, iso *dbtest.Isolated, cfg *telemetry.Config) dblock.Locker {
+		l, err := rwlock.New(iso.DB, &rwlock.Config{Telemetry: cfg, Fair: true})
+		must(t, err)
+		return l
+	}},
+	{dblock.ModeSemaphore + "/fair", false, func(t *testing.T, iso *dbtest.Isolated, cfg *telemetry.Config) dblock.Locker {
+		l, err := semaphore.New(iso.DB, &semaphore.Config{Telemetry: cfg, Fair: true})
+		must(t, err)
+		return exclusiveSemaphore{l}
+	}},
 }
+
+// attr is the mode attribute of m's instruments ("write" for "write/fair").
+func (m modeCase) attr() string { return strings.TrimSuffix(m.mode, "/fair") }
 
 func must(t *testing.T, err error) {
 	t.Helper()
@@ -126,7 +142,7 @@ func TestOutcomes(t *testing.T) {
 				defer cancel()
 				r := newRig(telemetry.NamesRaw)
 				c := &outcomeCheck{t: t, ctx: ctx, rig: r, a: m.open(t, iso, r.cfg), b: m.open(t, iso, r.cfg),
-					attrs: []attribute.KeyValue{attribute.String(telemetry.AttrMode, m.mode),
+					attrs: []attribute.KeyValue{attribute.String(telemetry.AttrMode, m.attr()),
 						attribute.String(telemetry.AttrDialect, string(iso.Kind))}}
 				defer c.a.Close()
 				c.run(locktest.RandomName("otel"))
@@ -201,7 +217,7 @@ func TestLosses(t *testing.T) {
 				case <-ctx.Done():
 					t.Fatal("the lease freed under its holder never ended")
 				}
-				c := &outcomeCheck{t: t, rig: r, attrs: []attribute.KeyValue{attribute.String(telemetry.AttrMode, m.mode),
+				c := &outcomeCheck{t: t, rig: r, attrs: []attribute.KeyValue{attribute.String(telemetry.AttrMode, m.attr()),
 					attribute.String(telemetry.AttrDialect, string(iso.Kind))}}
 				c.eventually(ctx, telemetry.HoldDuration, 1, attribute.String(telemetry.AttrEnd, "lost"))
 				c.want(telemetry.Losses, 1, attribute.String(telemetry.AttrReason, telemetry.ReasonForceReleased))

@@ -37,13 +37,15 @@ type Gate struct {
 }
 
 // Step is the mode's own acquisition of the call's name: wait false tries
-// once, wait true waits within ctx.
-type Step func(ctx context.Context, wait bool) (*dblock.Lease, error)
+// once, wait true waits within ctx. start is when the fair call began: its
+// wait, as hooks and instruments see it, counts from there.
+type Step func(ctx context.Context, wait bool, start time.Time) (*dblock.Lease, error)
 
 // Acquire runs step in arrival order among fair callers of name. what
 // names the call in errors ("rwlock: acquire read"); wait and opts are the
 // caller's (WithWait bounds the whole call, the queue included).
 func (g *Gate) Acquire(ctx context.Context, what, name string, kind store.WaitKind, wait bool, opts []dblock.Option, step Step) (*dblock.Lease, error) {
+	start := time.Now()
 	c, err := mode.BeginOne(ctx, what, name, wait, opts)
 	if err != nil {
 		return nil, err
@@ -62,9 +64,9 @@ func (g *Gate) Acquire(ctx context.Context, what, name string, kind store.WaitKi
 	case err != nil:
 		// Queue: joining and checking retry what failed.
 	case st.OwnerHolds:
-		return step(waitCtx, c.Wait)
+		return step(waitCtx, c.Wait, start)
 	case st.Queued == 0:
-		lease, err := step(waitCtx, false)
+		lease, err := step(waitCtx, false, start)
 		if err == nil || !c.Wait || !errors.Is(err, dblock.ErrNotAcquired) {
 			return lease, err
 		}
@@ -75,7 +77,7 @@ func (g *Gate) Acquire(ctx context.Context, what, name string, kind store.WaitKi
 	if err := q.turn(); err != nil {
 		return nil, err
 	}
-	return step(waitCtx, true)
+	return step(waitCtx, true, start)
 }
 
 // queued is one fair call in the queue: its row, its heartbeat, and what

@@ -1,6 +1,7 @@
 package leasemode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -155,6 +156,9 @@ type Writer interface {
 	Close() error
 	// Recorder is the write side's instruments (mode "write").
 	Recorder() *obs.Recorder
+	// Take is Acquire (wait) or TryAcquire, unrecorded, for a call that
+	// began at start (a fair write, recorded by rwlock around its queue).
+	Take(ctx context.Context, name string, wait bool, start time.Time, opts []dblock.Option) (*dblock.Lease, error)
 }
 
 // NewWriter builds the write side of a read-write lock; package optimistic
