@@ -239,6 +239,7 @@ func TestProcesses(t *testing.T) {
 		t.Skip("multi-process stress test skipped in -short mode")
 	}
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
-		sharedstress.Run(t, iso, sharedstress.KindSemaphore, 5, 60, 2)
+		t.Run("plain", func(t *testing.T) { sharedstress.Run(t, iso, sharedstress.KindSemaphore, 5, 60, 2) })
+		t.Run("fair", func(t *testing.T) { sharedstress.Run(t, iso, sharedstress.KindSemaphoreFair, 5, 40, 2) })
 	})
 }

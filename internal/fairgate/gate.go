@@ -67,7 +67,7 @@ func (g *Gate) Acquire(ctx context.Context, what, name string, kind store.WaitKi
 		return step(waitCtx, c.Wait, start)
 	case st.Queued == 0:
 		lease, err := step(waitCtx, false, start)
-		if err == nil || !c.Wait || !errors.Is(err, dblock.ErrNotAcquired) {
+		if err == nil || !c.Wait || waitCtx.Err() != nil || !queueAfter(err) {
 			return lease, err
 		}
 	case !c.Wait:
@@ -78,6 +78,13 @@ func (g *Gate) Acquire(ctx context.Context, what, name string, kind store.WaitKi
 		return nil, err
 	}
 	return step(waitCtx, true, start)
+}
+
+// queueAfter reports whether a waiting call whose first try failed with
+// err queues: a refusal, or a failure the mode's waiting acquisition
+// retries anyway.
+func queueAfter(err error) bool {
+	return errors.Is(err, dblock.ErrNotAcquired) || leasekeeper.Transient(err)
 }
 
 // queued is one fair call in the queue: its row, its heartbeat, and what

@@ -24,10 +24,14 @@ import (
 	"github.com/dblock-go/dblock/semaphore"
 )
 
-// Kinds of Run.
+// Kinds of Run; the fair ones take the same locks with Config.Fair.
 const (
-	KindRW        = "rwlock"
-	KindSemaphore = "semaphore"
+	KindRW            = "rwlock"
+	KindSemaphore     = "semaphore"
+	KindRWFair        = KindRW + fairSuffix
+	KindSemaphoreFair = KindSemaphore + fairSuffix
+
+	fairSuffix = "/fair"
 )
 
 // Environment of a worker process.
@@ -126,7 +130,7 @@ func Run(t *testing.T, iso *dbtest.Isolated, kind string, procs, iterations, kil
 		t.Fatalf("%d sections recorded, want at least %d", len(all), want)
 	}
 	t.Logf("%s: %d sections (%d trusted), %d workers killed while holding", kind, len(all), len(trusted), kills)
-	if kind == KindSemaphore {
+	if strings.HasPrefix(kind, KindSemaphore) {
 		checkPermits(t, trusted)
 		return
 	}
@@ -267,16 +271,17 @@ func sharedWorker(kind string) (err error) {
 	}
 	defer func() { err = errors.Join(err, out.Close()) }()
 	w := &sharedLoop{name: os.Getenv(envName), out: out}
-	switch kind {
+	base, fair := strings.CutSuffix(kind, fairSuffix)
+	switch base {
 	case KindRW:
-		l, err := rwlock.New(db, nil)
+		l, err := rwlock.New(db, &rwlock.Config{Fair: fair})
 		if err != nil {
 			return err
 		}
 		defer l.Close()
 		w.rw = l
 	case KindSemaphore:
-		l, err := semaphore.New(db, nil)
+		l, err := semaphore.New(db, &semaphore.Config{Fair: fair})
 		if err != nil {
 			return err
 		}
