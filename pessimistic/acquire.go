@@ -10,6 +10,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/errjoin"
+	"github.com/dblock-go/dblock/internal/leasemode"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/obs"
 	"github.com/dblock-go/dblock/internal/store"
@@ -20,15 +21,50 @@ import (
 // with backoff until expiry for a lease holder. A second Acquire by the same
 // owner for a name this Locker holds re-enters the held transaction.
 func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*Lease, error) {
-	return l.acquire(ctx, "acquire", []string{name}, false, opts)
+	return l.acquire(ctx, kindAcquire, []string{name}, opts)
 }
 
 // TryAcquire takes name or returns at once an error wrapping
 // dblock.ErrNotAcquired (with a *dblock.HeldError). On SQLite it returns as
 // soon as the database's write lock is seen busy.
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*Lease, error) {
-	return l.acquire(ctx, "try acquire", []string{name}, true, opts)
+	return l.acquire(ctx, kindTry, []string{name}, opts)
 }
+
+// AcquireShared takes name's shared lock: its transaction locks the row
+// FOR KEY SHARE (PostgreSQL) or FOR SHARE (MySQL; MariaDB LOCK IN SHARE
+// MODE), so other shared holds of the name are granted beside it, and every
+// exclusive acquirer, of this mode or a lease mode, waits or is refused
+// until it ends. A name held exclusively by a lease or another transaction
+// makes it wait, like Acquire. On PostgreSQL it also shares with the
+// readers of package rwlock (leases), whose statements never take a lock
+// FOR KEY SHARE conflicts with; on MySQL and MariaDB, where InnoDB has no
+// such pair of locks, a reader that begins or ends a readers' period (it
+// writes the row) waits for the shared holds to end, and a shared hold is
+// granted beside readers already holding. On SQLite, which locks the whole
+// database, a shared hold is an exclusive one. The hold takes no token of
+// its own (WithToken is refused), locks no more names (Lock), and a second
+// AcquireShared by its owner re-enters it; Acquire by an owner holding the
+// shared lock is refused with ErrUpgrade, never a wait on itself.
+func (l *Locker) AcquireShared(ctx context.Context, name string, opts ...dblock.Option) (*Lease, error) {
+	return l.acquire(ctx, kindShared, []string{name}, opts)
+}
+
+// TryAcquireShared is AcquireShared without waiting.
+func (l *Locker) TryAcquireShared(ctx context.Context, name string, opts ...dblock.Option) (*Lease, error) {
+	return l.acquire(ctx, kindTryShared, []string{name}, opts)
+}
+
+// DoShared is Do with the shared lock of name (see AcquireShared).
+func (l *Locker) DoShared(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx) error, opts ...dblock.Option) (err error) {
+	return l.do(ctx, l.AcquireShared, name, fn, opts)
+}
+
+// ErrUpgrade is the refusal of the exclusive lock to an owner that holds
+// the shared lock of the name in this Locker (it would wait for itself):
+// release the shared lock first. It is rwlock.ErrUpgrade; the error also
+// wraps dblock.ErrNotAcquired.
+var ErrUpgrade = leasemode.ErrUpgrade
 
 // AcquireMany takes several names at once: their rows are locked by one
 // statement in name order, so two callers asking for overlapping sets never
@@ -36,12 +72,12 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Opt
 // commas; Token is the highest of the names' tokens (see TokenOf). None of
 // the names may already be held by this owner through this Locker.
 func (l *Locker) AcquireMany(ctx context.Context, names []string, opts ...dblock.Option) (*Lease, error) {
-	return l.acquire(ctx, "acquire", names, false, opts)
+	return l.acquire(ctx, kindAcquire, names, opts)
 }
 
 // TryAcquireMany is AcquireMany without waiting.
 func (l *Locker) TryAcquireMany(ctx context.Context, names []string, opts ...dblock.Option) (*Lease, error) {
-	return l.acquire(ctx, "try acquire", names, true, opts)
+	return l.acquire(ctx, kindTry, names, opts)
 }
 
 // Do acquires name (waiting like Acquire), runs fn inside the locking
@@ -50,10 +86,15 @@ func (l *Locker) TryAcquireMany(ctx context.Context, names []string, opts ...dbl
 // panic is re-raised after the rollback). A lock lost while fn ran is
 // reported (errors.Is(err, dblock.ErrLost)) together with fn's error.
 func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx) error, opts ...dblock.Option) (err error) {
+	return l.do(ctx, l.Acquire, name, fn, opts)
+}
+
+func (l *Locker) do(ctx context.Context, acquire func(context.Context, string, ...dblock.Option) (*Lease, error),
+	name string, fn func(ctx context.Context, tx *sql.Tx) error, opts []dblock.Option) (err error) {
 	ctx, span := l.rec.BeginSpan(ctx, obs.SpanDo, name)
 	var token dblock.Token
 	defer func() { obs.EndSpan(span, token, err) }()
-	lease, err := l.Acquire(ctx, name, opts...)
+	lease, err := acquire(ctx, name, opts...)
 	if err != nil {
 		return err
 	}
@@ -87,10 +128,23 @@ func run(ctx context.Context, lease *Lease, fn func(ctx context.Context, tx *sql
 	return errjoin.Join(fnErr, relErr)
 }
 
-func (l *Locker) acquire(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (lease *Lease, err error) {
-	ctx, call := l.rec.BeginAcquire(ctx, labelOf(names), !try)
+// kind is what an acquisition asks for.
+type kind struct {
+	op          string // The call, in errors: "try acquire".
+	try, shared bool
+}
+
+var (
+	kindAcquire   = kind{op: "acquire"}
+	kindTry       = kind{op: "try acquire", try: true}
+	kindShared    = kind{op: "acquire shared", shared: true}
+	kindTryShared = kind{op: "try acquire shared", try: true, shared: true}
+)
+
+func (l *Locker) acquire(ctx context.Context, k kind, names []string, opts []dblock.Option) (lease *Lease, err error) {
+	ctx, call := l.rec.BeginAcquire(ctx, labelOf(names), !k.try)
 	defer func() { call.EndToken(leaseToken(lease), err) }()
-	req, err := l.prepare(ctx, op, names, try, opts)
+	req, err := l.prepare(ctx, k, names, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +168,7 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 	if err != nil {
 		return nil, err
 	}
-	h, err := l.lock(ctx, closeCtx, waitCtx, r.op, r.label, r.names, r.o, r.ttl, r.try)
+	h, err := l.lock(ctx, closeCtx, waitCtx, r)
 	if err != nil {
 		l.leaveGates(keys)
 		return nil, err
@@ -126,6 +180,7 @@ func (l *Locker) acquire(ctx context.Context, op string, names []string, try boo
 // request is one acquisition's input, checked and resolved.
 type request struct {
 	op, label string
+	shared    bool     // AcquireShared, TryAcquireShared
 	names     []string // Sorted, without duplicates.
 	o         mode.Options
 	ttl       time.Duration
@@ -134,13 +189,18 @@ type request struct {
 }
 
 // prepare validates the names and options of an acquisition.
-func (l *Locker) prepare(ctx context.Context, op string, names []string, try bool, opts []dblock.Option) (request, error) {
+func (l *Locker) prepare(ctx context.Context, k kind, names []string, opts []dblock.Option) (request, error) {
+	op, try := k.op, k.try
 	c, err := mode.Begin(ctx, "pessimistic: "+op, names, !try, opts)
 	if err != nil {
 		return request{}, err
 	}
 	o := c.Opts
-	r := request{op: op, label: labelOf(c.Names), names: c.Names, o: o, ttl: l.ttl, try: try}
+	r := request{op: op, label: labelOf(c.Names), names: c.Names, o: o, ttl: l.ttl, try: try,
+		shared: k.shared}
+	if r.shared && o.Token {
+		return request{}, fmt.Errorf("pessimistic: %s %q: %w: WithToken: a shared hold takes no token of its own", op, r.label, dblock.ErrInvalidOption)
+	}
 	if err := l.checkExclusive(ctx); err != nil {
 		return request{}, fmt.Errorf("pessimistic: %s %q: %w", op, r.label, err)
 	}
@@ -168,6 +228,9 @@ func (l *Locker) admit(ctx context.Context, r *request) (lease *Lease, done bool
 	}
 	if h := l.reentrant(r.names, r.o.Owner); h != nil {
 		l.mu.Unlock()
+		if h.shared && !r.shared {
+			return nil, true, fmt.Errorf("pessimistic: %s %q: %w: %w", r.op, r.label, dblock.ErrNotAcquired, ErrUpgrade)
+		}
 		lease, err := l.reenter(ctx, r.op, r.label, h, r.o, r.start)
 		return lease, true, err
 	}
@@ -216,8 +279,11 @@ func (l *Locker) waitBound(closeCtx context.Context, r *request) (context.Contex
 // is never stuck behind holders that exhausted the pool.
 func (l *Locker) enterAll(closeCtx, waitCtx context.Context, r *request) ([]string, error) {
 	keys := r.names
-	if !l.caps.RowLocks {
+	switch {
+	case !l.caps.RowLocks:
 		keys = []string{""}
+	case r.shared:
+		keys = nil // Shared holds of one process share too: the database orders them with the others.
 	}
 	for i, k := range keys {
 		if err := l.enterGate(waitCtx, k, r.try); err != nil {

@@ -33,13 +33,13 @@ var errCreateBusy = errors.New("creating the lock row met a lock")
 
 // lock runs acquisition attempts until one succeeds, the wait ends, or an
 // error that waiting cannot fix occurs.
-func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, op, label string, names []string, o mode.Options, ttl time.Duration, try bool) (*hold, error) {
-	r := &retries{l: l, callCtx: callCtx, ctx: ctx, waitCtx: waitCtx, op: op, label: label, o: o, try: try, backoff: backoffMin}
+func (l *Locker) lock(callCtx, ctx, waitCtx context.Context, req *request) (*hold, error) {
+	r := &retries{l: l, callCtx: callCtx, ctx: ctx, waitCtx: waitCtx, op: req.op, label: req.label, o: req.o, try: req.try, backoff: backoffMin}
 	for attempt := 1; ; attempt++ {
 		if err := waitCtx.Err(); err != nil {
 			return nil, r.notAcquired(nil, context.Cause(waitCtx))
 		}
-		h, holder, err := l.attempt(callCtx, ctx, waitCtx, names, o, ttl, try)
+		h, holder, err := l.attempt(callCtx, ctx, waitCtx, req)
 		switch {
 		case err == nil && holder == nil:
 			return h, nil
@@ -221,13 +221,14 @@ func settle(ctx context.Context) {
 //
 // ctx is the caller's context with Close's cancellation, waitCtx adds the
 // wait bound; statements that do not wait run on callCtx.
-func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, names []string, o mode.Options, ttl time.Duration, try bool) (*hold, *store.Holder, error) {
+func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, r *request) (*hold, *store.Holder, error) {
+	names, ttl, try := r.names, r.ttl, r.try
 	conn, err := l.poolConn(waitCtx, try)
 	if err != nil {
 		return nil, nil, err
 	}
-	a := &attemptRun{l: l, callCtx: callCtx, ctx: ctx, waitCtx: waitCtx, names: names, o: o, try: try,
-		h: &hold{l: l, names: names, owner: o.Owner, conn: conn, ttl: ttl, prevBusy: -1, start: time.Now()}}
+	a := &attemptRun{l: l, callCtx: callCtx, ctx: ctx, waitCtx: waitCtx, names: names, o: r.o, try: try,
+		h: &hold{l: l, names: names, owner: r.o.Owner, conn: conn, ttl: ttl, prevBusy: -1, start: time.Now(), shared: r.shared}}
 	if err := a.setBusy(); err != nil {
 		closeConn(conn, true)
 		return nil, nil, err
@@ -401,12 +402,19 @@ func (a *attemptRun) check(found map[string]store.Holder) (*store.Holder, error)
 		return nil, errRetry
 	}
 	for _, n := range a.names {
-		if holder := found[n]; holder.Held() {
+		if holder := found[n]; holder.Held() && !(a.h.shared && readersOnly(holder)) {
 			_ = a.fail(nil)
 			return &holder, nil
 		}
 	}
 	return nil, nil
+}
+
+// readersOnly reports that h, a held lease row, is held by readers of
+// package rwlock only (their period: owner ”), whom a shared hold shares
+// with.
+func readersOnly(h store.Holder) bool {
+	return h.Owner == "" && h.Mode == dblock.ModeRead
 }
 
 // seal finishes a held attempt: the fencing tokens (checked, on SQLite,
@@ -464,7 +472,7 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 	if !l.caps.RowLocks {
 		return l.lockStmt(callCtx, h, names, store.RowLockParams{IdleTimeout: ttl})
 	}
-	found, session, err := l.lockStmt(callCtx, h, names, store.RowLockParams{NoWait: true, IdleTimeout: ttl})
+	found, session, err := l.lockStmt(callCtx, h, names, store.RowLockParams{NoWait: true, IdleTimeout: ttl, Shared: h.shared})
 	if try || !errors.Is(err, dblock.ErrNotAcquired) {
 		return found, session, err
 	}
@@ -489,7 +497,7 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 	if dl, ok := waitCtx.Deadline(); ok {
 		wait = max(time.Until(dl), time.Millisecond)
 	}
-	p := store.RowLockParams{Wait: wait, IdleTimeout: ttl}
+	p := store.RowLockParams{Wait: wait, IdleTimeout: ttl, Shared: h.shared}
 	if !l.caps.LockWaitInSeconds {
 		return l.lockStmt(qctx, h, names, p)
 	}

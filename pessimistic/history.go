@@ -36,7 +36,7 @@ func (l *Locker) recordEnd(ctx context.Context, h *hold, how string) {
 	l.mu.Lock()
 	entries := make([]store.HistoryEntry, len(h.names))
 	for i, n := range h.names {
-		entries[i] = store.HistoryEntry{Name: n, Owner: h.owner, Token: int64(h.tokens[n]), Mode: dblock.ModePessimistic,
+		entries[i] = store.HistoryEntry{Name: n, Owner: h.owner, Token: int64(h.tokens[n]), Mode: h.historyMode(),
 			AcquiredAt: h.lockedAt, How: how}
 	}
 	l.mu.Unlock()
@@ -82,4 +82,12 @@ func (l *Locker) awaitRecording(ctx context.Context, h *hold) {
 	case <-done:
 	case <-ctx.Done():
 	}
+}
+
+// historyMode is the mode of h's entries: read for a shared hold.
+func (h *hold) historyMode() string {
+	if h.shared {
+		return dblock.ModeRead
+	}
+	return dblock.ModePessimistic
 }

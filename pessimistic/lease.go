@@ -28,6 +28,7 @@ type hold struct {
 	tx       *sqlx.Tx
 	session  store.SessionRef // the locking session; its ID is zero on SQLite
 	ttl      time.Duration
+	shared   bool          // AcquireShared: the row's shared lock
 	prevBusy time.Duration // SQLite: busy timeout to restore; -1 when untouched
 	start    time.Time
 	// lockedAt is the database's clock when the rows were locked (the

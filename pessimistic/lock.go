@@ -55,6 +55,9 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 	if len(names) == 0 {
 		return fmt.Errorf("pessimistic: %s: %w: no names", op, dblock.ErrInvalidName)
 	}
+	if h.shared {
+		return fmt.Errorf("pessimistic: %s %q: %w: a shared hold locks no more names", op, label, dblock.ErrInvalidOption)
+	}
 	for _, n := range names {
 		if err := dblock.ValidateName(n); err != nil {
 			return fmt.Errorf("pessimistic: %s %q: %w", op, label, err)

@@ -37,15 +37,15 @@ func (d mysqlDialect) ensureRow(ctx context.Context, db *DB, q Querier, name str
 }
 
 func (d mysqlDialect) lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, dest []any) error {
-	rs := d.Row()
+	query := d.Row().lockText(p)
 	switch {
 	case p.NoWait:
-		return tx.QueryRowxContext(ctx, rs.LockNoWait, name).Scan(dest...)
+		return tx.QueryRowxContext(ctx, query, name).Scan(dest...)
 	case d.mariadb:
-		return tx.QueryRowxContext(ctx, mariadbLockWait(waitFor(ctx, p.Wait))+rs.Lock, name).Scan(dest...)
+		return tx.QueryRowxContext(ctx, mariadbLockWait(waitFor(ctx, p.Wait))+query, name).Scan(dest...)
 	default:
 		return db.mysqlSessionWait(ctx, tx, waitFor(ctx, p.Wait), func() error {
-			return tx.QueryRowxContext(ctx, rs.Lock, name).Scan(dest...)
+			return tx.QueryRowxContext(ctx, query, name).Scan(dest...)
 		})
 	}
 }

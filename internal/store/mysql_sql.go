@@ -179,25 +179,28 @@ func myLockCols(bound string) string {
 		myUs("UTC_TIMESTAMP(6)") + `, CONNECTION_ID(), @@server_id, ` + bound
 }
 
-// myRow is the RowSQL of MySQL 8 (bound @@SESSION.wait_timeout, mysqlEnsure)
-// or MariaDB.
-func myRow(bound, ensure string) RowSQL {
+// myRow is the RowSQL of MySQL 8 (bound @@SESSION.wait_timeout, mysqlEnsure,
+// share "FOR SHARE") or MariaDB ("LOCK IN SHARE MODE").
+func myRow(bound, ensure, share string) RowSQL {
 	cols := myLockCols(bound)
 	lock := `SELECT ` + cols + ` FROM dblock_locks WHERE name = ? FOR UPDATE`
+	lockShared := `SELECT ` + cols + ` FROM dblock_locks WHERE name = ? ` + share
 	return RowSQL{
-		Lock:           lock,
-		LockNoWait:     lock + " NOWAIT",
-		Ensure:         ensure,
-		LockMany:       `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
-		LockManyNoWait: `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
-		Alive:          `SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s)`,
+		Lock:             lock,
+		LockNoWait:       lock + " NOWAIT",
+		LockShared:       lockShared,
+		LockSharedNoWait: lockShared + " NOWAIT",
+		Ensure:           ensure,
+		LockMany:         `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
+		LockManyNoWait:   `SELECT name, ` + cols + ` FROM dblock_locks WHERE name IN (%s) ORDER BY name FOR UPDATE%s`,
+		Alive:            `SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s)`,
 	}
 }
 
-var mysqlRow = myRow("@@SESSION.wait_timeout", mysqlEnsure)
+var mysqlRow = myRow("@@SESSION.wait_timeout", mysqlEnsure, "FOR SHARE")
 
 // MariaDB's insert of a free row does not wait for a holder's row lock.
-var mariadbRow = myRow("@@SESSION.idle_transaction_timeout", mariadbNoWait+mariadbEnsure)
+var mariadbRow = myRow("@@SESSION.idle_transaction_timeout", mariadbNoWait+mariadbEnsure, "LOCK IN SHARE MODE")
 
 var mysqlQueue = QueueSQL{
 	Enqueue: `INSERT INTO dblock_waiters (name, owner, kind, created_at, heartbeat_at, expires_at)

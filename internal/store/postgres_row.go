@@ -20,9 +20,9 @@ func (d postgres) lockRow(ctx context.Context, db *DB, tx Querier, name string, 
 	rs := d.Row()
 	idle := pgMillis(db.HoldBound(p.IdleTimeout))
 	if p.NoWait {
-		return db.queryRowPinned(ctx, tx, p.Conn, rs.LockNoWait, []any{name, idle}, dest)
+		return db.queryRowPinned(ctx, tx, p.Conn, rs.lockText(p), []any{name, idle}, dest)
 	}
-	err := db.queryRowPinned(ctx, tx, p.Conn, rs.Lock, []any{name, idle, pgMillis(waitFor(ctx, p.Wait))}, dest)
+	err := db.queryRowPinned(ctx, tx, p.Conn, rs.lockText(p), []any{name, idle, pgMillis(waitFor(ctx, p.Wait))}, dest)
 	if err == nil {
 		err = db.execPinned(ctx, tx, p.Conn, "SET LOCAL lock_timeout TO DEFAULT")
 	}

@@ -124,20 +124,24 @@ var pgLockCols = `coalesce(l.owner, ''), coalesce(l.mode, ''), coalesce(` + pgUs
 // pgRowLock sets the transaction's idle bound ($2, ms) and lock timeout ($3,
 // ms, '0' = none) in a FROM item: the row lock is taken above the join, after
 // set_config ran, so the wait is already bounded. Both settings are LOCAL.
-var pgRowLock = `SELECT ` + pgLockCols + `
+var pgRowLock = pgRowLockFrom + `FOR UPDATE OF l`
+
+var pgRowLockFrom = `SELECT ` + pgLockCols + `
 FROM dblock_locks l,
      (SELECT set_config('idle_in_transaction_session_timeout', $2, true),
              set_config('lock_timeout', $3, true)) AS cfg
 WHERE l.name = $1
-FOR UPDATE OF l`
+`
 
 // pgRowLockNoWait sets only the idle bound ($2): NOWAIT needs no lock
 // timeout, and a LOCAL lock_timeout would stay on the caller's transaction.
-var pgRowLockNoWait = `SELECT ` + pgLockCols + `
+var pgRowLockNoWait = pgRowLockNoWaitFrom + `FOR UPDATE OF l NOWAIT`
+
+var pgRowLockNoWaitFrom = `SELECT ` + pgLockCols + `
 FROM dblock_locks l,
      (SELECT set_config('idle_in_transaction_session_timeout', $2, true)) AS cfg
 WHERE l.name = $1
-FOR UPDATE OF l NOWAIT`
+`
 
 // pgToken takes the next token from dblock_token_seq and makes it durable
 // before it is handed out. nextval alone is not enough: it writes WAL only
@@ -153,8 +157,10 @@ FOR UPDATE OF l NOWAIT`
 const pgToken = `SELECT nextval('dblock_token_seq') FROM pg_logical_emit_message(true, 'dblock', 'token')`
 
 var pgRow = RowSQL{
-	Lock:       pgRowLock,
-	LockNoWait: pgRowLockNoWait,
+	Lock:             pgRowLock,
+	LockNoWait:       pgRowLockNoWait,
+	LockShared:       pgRowLockFrom + `FOR KEY SHARE OF l`,
+	LockSharedNoWait: pgRowLockNoWaitFrom + `FOR KEY SHARE OF l NOWAIT`,
 	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
 VALUES ($1, 0, nextval('dblock_token_seq'), now())
 ON CONFLICT (name) DO NOTHING`,
@@ -410,12 +416,14 @@ func pgAt(n int) string {
 // pgShared: the row lock waits lockWaitMs at most (lock_timeout, local to
 // the transaction, set in the statement's FROM item before the row is
 // locked); clock_timestamp() because now() is the transaction's start.
+// Readers lock the row FOR NO KEY UPDATE, never FOR UPDATE: the same
+// conflicts, but a pessimistic shared hold's FOR KEY SHARE lets them be.
 var pgShared = SharedSQL{
 	LockRow: `SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), coalesce(` + pgUs("l.expires_at") + `, 0),
        ` + pgUs("clock_timestamp()") + `, coalesce(` + pgUs("l.shared_until") + `, 0), coalesce(` + pgUs("l.wanted_until") + `, 0), l.reentry
 FROM dblock_locks l, (SELECT set_config('lock_timeout', '` + lockWaitMs + `', true)) AS cfg
 WHERE l.name = $1
-FOR UPDATE OF l`,
+FOR NO KEY UPDATE OF l`,
 	ReadShare: `SELECT token, reentry, ` + pgUs("expires_at") + ` FROM dblock_shares WHERE name = $1 AND owner = $2 FOR UPDATE`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = '` + readMode + `',
     acquired_at = ` + pgAt(1) + `, expires_at = ` + pgAt(2) + `, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
@@ -501,7 +509,7 @@ var pgShareRenew = `WITH cur AS (
     SELECT l.name, l.version, l.owner, l.expires_at FROM dblock_locks l,
         (SELECT set_config('lock_timeout', '` + lockWaitMs + `', true)) AS cfg
     WHERE l.name = $1
-    FOR UPDATE OF l
+    FOR NO KEY UPDATE OF l
 ), s AS (
     UPDATE dblock_shares d SET expires_at = greatest(d.expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
     FROM cur

@@ -40,6 +40,12 @@ type RowSQL struct {
 	// the transaction's lock timeout alone (PostgreSQL sets only the idle
 	// bound), so the caller's later statements keep theirs.
 	LockNoWait string
+	// LockShared and LockSharedNoWait are Lock and LockNoWait taking the
+	// row's shared lock (PostgreSQL FOR KEY SHARE, which the readers of the
+	// lease modes do not conflict with: they lock the row FOR NO KEY
+	// UPDATE; MySQL FOR SHARE, MariaDB LOCK IN SHARE MODE; on SQLite,
+	// which locks the database, Lock itself).
+	LockShared, LockSharedNoWait string
 	// Ensure inserts a free row for a name unless one exists; the first
 	// token follows the same floor rule as lease rows.
 	Ensure string
@@ -63,6 +69,8 @@ type RowSQL struct {
 type RowLockParams struct {
 	// NoWait fails at once (dblock.ErrNotAcquired) when the row is locked.
 	NoWait bool
+	// Shared takes the row's shared lock (RowSQL.LockShared; LockRow only).
+	Shared bool
 	// Wait bounds the wait for the row lock; zero or negative waits until
 	// ctx ends. Ignored with NoWait.
 	Wait time.Duration
@@ -195,6 +203,20 @@ func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockPar
 	rl.Holder.Now = Micros(nowUs)
 	rl.Session = db.Dialect.sessionRef(id, extra, nowUs, bound)
 	return rl, nil
+}
+
+// lockText is the lock statement p asks for: exclusive or shared, waiting
+// or not.
+func (rs RowSQL) lockText(p RowLockParams) string {
+	switch {
+	case p.Shared && p.NoWait:
+		return rs.LockSharedNoWait
+	case p.Shared:
+		return rs.LockShared
+	case p.NoWait:
+		return rs.LockNoWait
+	}
+	return rs.Lock
 }
 
 // LockedName is one row locked by LockRows.

@@ -59,10 +59,11 @@ WHERE name = ?1 AND owner IS NOT NULL`,
 
 // SQLite has no row locks: the lock is the write transaction itself (BEGIN
 // IMMEDIATE, or the Ensure insert, which takes the write lock even when it
-// inserts nothing).
+// inserts nothing), so a shared lock is the exclusive one.
+const sqliteRowLock = `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name = ?1`
+
 var sqliteRow = RowSQL{
-	Lock:       `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name = ?1`,
-	LockNoWait: `SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, 0, 0, 0 FROM dblock_locks WHERE name = ?1`,
+	Lock: sqliteRowLock, LockNoWait: sqliteRowLock, LockShared: sqliteRowLock, LockSharedNoWait: sqliteRowLock,
 	Ensure: `INSERT INTO dblock_locks (name, reentry, version, updated_at)
 VALUES (?1, 0, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ` + sqliteNow + `)
 ON CONFLICT (name) DO NOTHING`,

@@ -112,6 +112,12 @@ SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1
 -- RowSQL.LockNoWait
 SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.idle_transaction_timeout FROM dblock_locks WHERE name = ? FOR UPDATE NOWAIT;
 
+-- RowSQL.LockShared
+SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.idle_transaction_timeout FROM dblock_locks WHERE name = ? LOCK IN SHARE MODE;
+
+-- RowSQL.LockSharedNoWait
+SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.idle_transaction_timeout FROM dblock_locks WHERE name = ? LOCK IN SHARE MODE NOWAIT;
+
 -- RowSQL.Ensure
 SET STATEMENT innodb_lock_wait_timeout=0 FOR INSERT INTO dblock_locks (name, reentry, version, updated_at)
 SELECT ?, 0, LAST_INSERT_ID(f.floor + 1), UTC_TIMESTAMP(6)

@@ -79,6 +79,12 @@ SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1
 -- RowSQL.LockNoWait
 SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.wait_timeout FROM dblock_locks WHERE name = ? FOR UPDATE NOWAIT;
 
+-- RowSQL.LockShared
+SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.wait_timeout FROM dblock_locks WHERE name = ? FOR SHARE;
+
+-- RowSQL.LockSharedNoWait
+SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.wait_timeout FROM dblock_locks WHERE name = ? FOR SHARE NOWAIT;
+
 -- RowSQL.Ensure
 INSERT INTO dblock_locks (name, reentry, version, updated_at)
 SELECT ?, 0, LAST_INSERT_ID(f.floor + 1), UTC_TIMESTAMP(6)

@@ -96,6 +96,21 @@ FROM dblock_locks l,
 WHERE l.name = $1
 FOR UPDATE OF l NOWAIT;
 
+-- RowSQL.LockShared
+SELECT coalesce(l.owner, ''), coalesce(l.mode, ''), coalesce((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, pg_backend_pid(), (extract(epoch FROM now()) * 1000000)::bigint, 0::bigint
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $2, true),
+             set_config('lock_timeout', $3, true)) AS cfg
+WHERE l.name = $1
+FOR KEY SHARE OF l;
+
+-- RowSQL.LockSharedNoWait
+SELECT coalesce(l.owner, ''), coalesce(l.mode, ''), coalesce((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, pg_backend_pid(), (extract(epoch FROM now()) * 1000000)::bigint, 0::bigint
+FROM dblock_locks l,
+     (SELECT set_config('idle_in_transaction_session_timeout', $2, true)) AS cfg
+WHERE l.name = $1
+FOR KEY SHARE OF l NOWAIT;
+
 -- RowSQL.Ensure
 INSERT INTO dblock_locks (name, reentry, version, updated_at)
 VALUES ($1, 0, nextval('dblock_token_seq'), now())
@@ -383,7 +398,7 @@ SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), 
        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, coalesce((extract(epoch FROM l.shared_until) * 1000000)::bigint, 0), coalesce((extract(epoch FROM l.wanted_until) * 1000000)::bigint, 0), l.reentry
 FROM dblock_locks l, (SELECT set_config('lock_timeout', '100', true)) AS cfg
 WHERE l.name = $1
-FOR UPDATE OF l;
+FOR NO KEY UPDATE OF l;
 
 -- SharedSQL.ReadShare
 SELECT token, reentry, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dblock_shares WHERE name = $1 AND owner = $2 FOR UPDATE;
@@ -442,7 +457,7 @@ WITH cur AS (
     SELECT l.name, l.version, l.owner, l.expires_at FROM dblock_locks l,
         (SELECT set_config('lock_timeout', '100', true)) AS cfg
     WHERE l.name = $1
-    FOR UPDATE OF l
+    FOR NO KEY UPDATE OF l
 ), s AS (
     UPDATE dblock_shares d SET expires_at = greatest(d.expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
     FROM cur

@@ -56,6 +56,12 @@ SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoc
 -- RowSQL.LockNoWait
 SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER), 0, 0, 0 FROM dblock_locks WHERE name = ?1;
 
+-- RowSQL.LockShared
+SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER), 0, 0, 0 FROM dblock_locks WHERE name = ?1;
+
+-- RowSQL.LockSharedNoWait
+SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER), 0, 0, 0 FROM dblock_locks WHERE name = ?1;
+
 -- RowSQL.Ensure
 INSERT INTO dblock_locks (name, reentry, version, updated_at)
 VALUES (?1, 0, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), CAST(unixepoch('subsec') * 1000000 AS INTEGER))
