@@ -27,6 +27,25 @@
 // process: one connection per name waits in the database at a time, and a
 // name passes from one goroutine to the next without a round trip.
 //
+// # Shared holds
+//
+// AcquireShared (TryAcquireShared, DoShared) locks the row in share mode
+// instead: FOR KEY SHARE on PostgreSQL, FOR SHARE on MySQL 8, LOCK IN SHARE
+// MODE on MariaDB. Shared holds of a name are granted together; every
+// exclusive acquirer (this mode's, the lease modes', rwlock's writers)
+// waits or is refused until the last one ends, and a name held exclusively
+// makes a shared acquisition wait. On PostgreSQL they share with the
+// readers of package rwlock too, whose statements lock the row FOR NO KEY
+// UPDATE (which conflicts with FOR UPDATE but not with FOR KEY SHARE); on
+// MySQL and MariaDB, which have no such pair of row locks, a reader that
+// starts or ends a readers' period (a write of the row) waits for the
+// shared holds to end, though a shared hold is granted beside readers
+// already holding. On SQLite, which has one writer, a shared hold is an
+// exclusive one. A shared hold takes no token (WithToken is refused) and no
+// more names (Lock); its owner re-enters it with AcquireShared, and is
+// refused the exclusive lock (ErrUpgrade) rather than waiting for itself.
+// Goroutines of one process do not queue in the process for a shared hold.
+//
 // # Holding and releasing
 //
 // The critical section runs in the transaction: Do runs fn(ctx, tx) and

@@ -3,7 +3,10 @@
 //
 // A name held by readers is held for every exclusive mode (optimistic,
 // fair, pessimistic and this package's writers), and a name held
-// exclusively in any mode refuses readers. Both sides are leases with the
+// exclusively in any mode refuses readers. Readers share the name with the
+// pessimistic mode's shared holds (pessimistic.Locker.AcquireShared) on
+// PostgreSQL; on MySQL and MariaDB a reader that begins or ends a readers'
+// period waits for them. Both sides are leases with the
 // contract of the other modes: expiry by the database clock, renewal while
 // held, Done and Err on loss, Release, Do.
 //
