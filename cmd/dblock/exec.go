@@ -36,6 +36,7 @@ CMD's environment also has:
   DBLOCK_OWNER   the owner holding it
   DBLOCK_TOKEN   the fencing token: greater than every earlier holder's, so a
                  resource can reject writes from a holder that was superseded
+                 (0 for --read --mode pessimistic, which takes none)
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dblock are
 passed on to CMD (to its whole process group). One of them arriving while
@@ -59,7 +60,8 @@ Flags:
                   fair readers and writers, or the semaphore's fair requests
   --read          take the read lock of NAME (rwlock): shared with other
                   readers, excluded by every exclusive holder (any mode) and
-                  by a writer waiting for it
+                  by a writer waiting for it; with --mode pessimistic, a
+                  transaction holding the row in share mode
   --semaphore     take permits of the semaphore NAME instead of a lock: at
                   most --limit N permits out at once (required; the
                   semaphore keeps the limit it was created with, and another

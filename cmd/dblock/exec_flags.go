@@ -74,7 +74,7 @@ func (f *execFlags) check(argv []string) error {
 
 // options are the acquisition's options.
 func (f *execFlags) options(argv []string) []dblock.Option {
-	opts := lockOptions(f.spec.mode, f.owner, f.ttl.d, f.ttl.set, f.wait.d, f.wait.set, metadata(argv, f.metadataArgs))
+	opts := lockOptions(f.spec, f.owner, f.ttl.d, f.ttl.set, f.wait.d, f.wait.set, metadata(argv, f.metadataArgs))
 	if f.maxHold.set {
 		opts = append(opts, dblock.WithMaxHold(f.maxHold.d))
 	}

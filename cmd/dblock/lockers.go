@@ -53,7 +53,7 @@ func newLocker(db *dialect.DB, spec execSpec, logger *slog.Logger) (cliLocker, e
 		if err != nil {
 			return nil, err
 		}
-		return &txLocker{Locker: l.AsLocker(), l: l, db: db, held: map[*dblock.Lease]*pessimistic.Lease{}}, nil
+		return &txLocker{Locker: l.AsLocker(), l: l, db: db, shared: spec.read, held: map[*dblock.Lease]*pessimistic.Lease{}}, nil
 	case dblock.ModeFair:
 		l, err := fairqueue.New(db, &fairqueue.Config{Logger: logger})
 		if err != nil {
@@ -76,20 +76,29 @@ func (leaseLocker) keepAlive(*dblock.Lease, time.Duration) func() { return func(
 // every quarter of that bound, which stops when dblock stops.
 type txLocker struct {
 	dblock.Locker
-	l  *pessimistic.Locker
-	db *dialect.DB
+	l      *pessimistic.Locker
+	db     *dialect.DB
+	shared bool // --read: the shared form (AcquireShared)
 
 	mu   sync.Mutex
 	held map[*dblock.Lease]*pessimistic.Lease
 }
 
 func (t *txLocker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
-	lease, err := t.l.Acquire(ctx, name, opts...)
+	acquire := t.l.Acquire
+	if t.shared {
+		acquire = t.l.AcquireShared
+	}
+	lease, err := acquire(ctx, name, opts...)
 	return t.remember(lease, err)
 }
 
 func (t *txLocker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
-	lease, err := t.l.TryAcquire(ctx, name, opts...)
+	try := t.l.TryAcquire
+	if t.shared {
+		try = t.l.TryAcquireShared
+	}
+	lease, err := try(ctx, name, opts...)
 	return t.remember(lease, err)
 }
 
@@ -138,8 +147,9 @@ func modeOf(mode string, fair bool) (string, error) {
 // renewed while CMD runs; with --ttl it is that long (and renewed every
 // third of it), else dblock.TTLDefault. A pessimistic hold asks for a fencing
 // token, so DBLOCK_TOKEN means the same in every mode.
-func lockOptions(mode, owner string, ttl time.Duration, hasTTL bool, wait time.Duration, hasWait bool, metadata string) []dblock.Option {
+func lockOptions(spec execSpec, owner string, ttl time.Duration, hasTTL bool, wait time.Duration, hasWait bool, metadata string) []dblock.Option {
 	var opts []dblock.Option
+	mode := spec.mode
 	if mode != dblock.ModePessimistic {
 		opts = append(opts, dblock.WithMetadata(metadata)) // a pessimistic hold stores none
 	}
@@ -152,8 +162,8 @@ func lockOptions(mode, owner string, ttl time.Duration, hasTTL bool, wait time.D
 	if hasWait && wait > 0 {
 		opts = append(opts, dblock.WithWait(wait))
 	}
-	if mode == dblock.ModePessimistic {
-		opts = append(opts, dblock.WithToken())
+	if mode == dblock.ModePessimistic && !spec.read {
+		opts = append(opts, dblock.WithToken()) // A shared hold has none of its own.
 	}
 	return opts
 }

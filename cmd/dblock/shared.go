@@ -22,8 +22,10 @@ func (s *execSpec) resolve(modeFlag string, fair bool) (string, error) {
 	switch {
 	case s.read && s.semaphore:
 		return "", usageErrorf("exec: --read and --semaphore exclude each other")
+	case s.read && modeFlag == dblock.ModePessimistic && !fair:
+		s.mode = dblock.ModePessimistic // The pessimistic mode's shared form.
 	case (s.read || s.semaphore) && modeFlag != dblock.ModeOptimistic:
-		return "", usageErrorf("exec: --read and --semaphore take no --mode")
+		return "", usageErrorf("exec: --semaphore takes no --mode, and --read only --mode pessimistic (without --fair)")
 	case !s.semaphore && s.limit != 0:
 		return "", usageErrorf("exec: --limit goes with --semaphore")
 	case !s.semaphore && s.permits != 1:

@@ -100,6 +100,30 @@ func TestExecFairSemaphore(t *testing.T) {
 	})
 }
 
+// exec --read --mode pessimistic holds the row in share mode: a second one
+// runs beside it (one writer on SQLite: refused there), an exclusive one is
+// refused.
+func TestExecPessimisticShared(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		c := cli{dsn: iso.DSN}
+		dir := t.TempDir()
+		shared := []string{"exec", "--lock", "report", "--read", "--mode", "pessimistic"}
+		p := c.start(t, append(shared, "--", "sh", "-c", `echo ok > "$1"; exec sleep 60`, "sh", filepath.Join(dir, "held"))...)
+		waitFile(t, filepath.Join(dir, "held"))
+		second := 0
+		if iso.Kind == store.SQLite {
+			second = exitNotAcquired
+		}
+		c.expect(t, second, append(shared, "--wait", "0", "--", "true")...)
+		c.expect(t, exitNotAcquired, "exec", "--lock", "report", "--mode", "pessimistic", "--wait", "0", "--", "true")
+		c.expect(t, exitNotAcquired, "exec", "--lock", "report", "--wait", "0", "--", "true")
+		p.signal(syscall.SIGTERM)
+		p.wait()
+		c.expect(t, 0, "exec", "--lock", "report", "--mode", "pessimistic", "--wait", "0", "--", "true")
+	})
+}
+
 func TestExecSharedUsage(t *testing.T) {
 	t.Parallel()
 	c := cli{dsn: "sqlite://" + filepath.Join(t.TempDir(), "u.db")}
@@ -108,7 +132,8 @@ func TestExecSharedUsage(t *testing.T) {
 		{"--semaphore"},
 		{"--semaphore", "--limit", "2", "--permits", "3"},
 		{"--limit", "2"},
-		{"--read", "--mode", "pessimistic"},
+		{"--read", "--mode", "pessimistic", "--fair"},
+		{"--semaphore", "--limit", "2", "--mode", "pessimistic"},
 	} {
 		all := append(append([]string{"exec", "--lock", "x"}, args...), "--", "true")
 		c.expect(t, exitUsage, all...)
