@@ -38,6 +38,13 @@ func (c *check) pessimistic() {
 	must(c.t, err)
 	must(c.t, lease.Rollback(c.ctx))
 	c.want(c.eventually(rolled), history.Released, "p2", lease.Token(), dblock.ModePessimistic)
+
+	// A shared hold's entry is a read.
+	shared := locktest.RandomName("pessimistic-shared")
+	lease, err = l.AcquireShared(c.ctx, shared, dblock.WithOwner("p3"))
+	must(c.t, err)
+	must(c.t, lease.Release(c.ctx))
+	c.want(c.eventually(shared), history.Released, "p3", 0, dblock.ModeRead)
 }
 
 // TestPessimisticConnectionLost: a hold whose session the server ends is
