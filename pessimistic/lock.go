@@ -52,18 +52,7 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 	h := l.h
 	lk := h.l
 	label := labelOf(names)
-	if len(names) == 0 {
-		return fmt.Errorf("pessimistic: %s: %w: no names", op, dblock.ErrInvalidName)
-	}
-	if h.shared {
-		return fmt.Errorf("pessimistic: %s %q: %w: a shared hold locks no more names", op, label, dblock.ErrInvalidOption)
-	}
-	for _, n := range names {
-		if err := dblock.ValidateName(n); err != nil {
-			return fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
-		}
-	}
-	if err := l.Err(); err != nil {
+	if err := l.canLockMore(names); err != nil {
 		return fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
 	}
 	h.spMu.Lock()
@@ -103,13 +92,10 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 	if try {
 		wait = 0
 	}
-	err := lk.lockInTx(ctx, h, add, try, wait)
-	if err != nil {
-		if errors.Is(err, dblock.ErrNotAcquired) {
-			return fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
-		}
+	if err := lk.lockInTx(ctx, h, add, try, wait); err != nil {
 		return fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
 	}
+	var err error
 	var tokens map[string]dblock.Token
 	if withTokens {
 		if tokens, err = lk.bumpTokens(ctx, h, add); err != nil {
@@ -131,6 +117,23 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 	}
 	slices.Sort(h.names)
 	return nil
+}
+
+// canLockMore refuses what Lock cannot take more of: no names, a bad one,
+// a shared hold, or a hold that ended.
+func (l *Lease) canLockMore(names []string) error {
+	if len(names) == 0 {
+		return fmt.Errorf("%w: no names", dblock.ErrInvalidName)
+	}
+	if l.h.shared {
+		return fmt.Errorf("%w: a shared hold locks no more names", dblock.ErrInvalidOption)
+	}
+	for _, n := range names {
+		if err := dblock.ValidateName(n); err != nil {
+			return err
+		}
+	}
+	return l.Err()
 }
 
 // lockInTx locks the rows of names (sorted, none held by h) in h's

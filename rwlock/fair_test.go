@@ -15,25 +15,6 @@ import (
 	"github.com/dblock-go/dblock/rwlock"
 )
 
-// untilQueued waits until n fair waiters of the lock queue for name.
-func untilQueued(t *testing.T, iso *dbtest.Isolated, name string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s, err := iso.Store().PeekGate(context.Background(), name, store.WaitExclusive, "")
-		if err != nil {
-			t.Fatalf("peek: %v", err)
-		}
-		if s.Queued == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d waiters queued for %q, want %d", s.Queued, name, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // grants records the order in which waiters got the lock.
 type grants struct {
 	mu    sync.Mutex
@@ -72,7 +53,7 @@ func TestFairArrivalOrder(t *testing.T) {
 				defer wg.Done()
 				errs <- holdBriefly(ctx, own, name, who, g)
 			}()
-			untilQueued(t, iso, name, i+1)
+			dbtest.UntilQueued(t, iso, name, store.WaitExclusive, i+1)
 		}
 		mustRelease(t, ctx, first)
 		wg.Wait()
@@ -90,7 +71,7 @@ func TestFairArrivalOrder(t *testing.T) {
 		if !slices.Equal(got, arrivals) {
 			t.Fatalf("grants in order %v, want arrival order %v", g.order, arrivals)
 		}
-		untilQueued(t, iso, name, 0)
+		dbtest.UntilQueued(t, iso, name, store.WaitExclusive, 0)
 	})
 }
 
@@ -132,7 +113,7 @@ func TestFairOwnerNeverQueues(t *testing.T) {
 			}
 			queued <- err
 		}()
-		untilQueued(t, iso, name, 1)
+		dbtest.UntilQueued(t, iso, name, store.WaitExclusive, 1)
 		again, err := l.Acquire(ctx, name, dblock.WithOwner("o"), dblock.WithWait(5*time.Second))
 		if err != nil {
 			t.Fatalf("re-entry past the queue: %v", err)
@@ -154,12 +135,12 @@ func TestFairOwnerNeverQueues(t *testing.T) {
 		if !errors.Is(err, dblock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("read behind a queued writer: %v, want the wait's end", err)
 		}
-		untilQueued(t, iso, name, 1)
+		dbtest.UntilQueued(t, iso, name, store.WaitExclusive, 1)
 		mustRelease(t, ctx, down)
 		if err := <-queued; err != nil {
 			t.Fatalf("queued writer: %v", err)
 		}
-		untilQueued(t, iso, name, 0)
+		dbtest.UntilQueued(t, iso, name, store.WaitExclusive, 0)
 		// Close ends a wait in the queue and removes its row.
 		hold, err := l.TryAcquire(ctx, name, dblock.WithOwner("o"))
 		if err != nil {
@@ -171,14 +152,14 @@ func TestFairOwnerNeverQueues(t *testing.T) {
 			_, err := other.AcquireRead(ctx, name, dblock.WithOwner("closing"))
 			closed <- err
 		}()
-		untilQueued(t, iso, name, 1)
+		dbtest.UntilQueued(t, iso, name, store.WaitExclusive, 1)
 		if err := other.Close(); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-closed; !errors.Is(err, dblock.ErrClosed) {
 			t.Fatalf("wait in the queue at Close: %v, want ErrClosed", err)
 		}
-		untilQueued(t, iso, name, 0)
+		dbtest.UntilQueued(t, iso, name, store.WaitExclusive, 0)
 		mustRelease(t, ctx, hold)
 	})
 }

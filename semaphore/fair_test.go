@@ -1,7 +1,6 @@
 package semaphore_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,25 +13,6 @@ import (
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/semaphore"
 )
-
-// untilQueued waits until n fair requests queue for the semaphore name.
-func untilQueued(t *testing.T, iso *dbtest.Isolated, name string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s, err := iso.Store().PeekGate(context.Background(), name, store.WaitSemaphore, "")
-		if err != nil {
-			t.Fatalf("peek: %v", err)
-		}
-		if s.Queued == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests queued for %q, want %d", s.Queued, name, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // With Config.Fair, a large request is not starved by small ones: the
 // small requests behind it wait although a permit is free, a try is
@@ -80,7 +60,7 @@ func TestFairLargeRequestNotStarved(t *testing.T) {
 		for i, a := range arrivals {
 			wg.Add(1)
 			go request(a.who, a.permits)
-			untilQueued(t, iso, name, i+1)
+			dbtest.UntilQueued(t, iso, name, store.WaitSemaphore, i+1)
 		}
 		// One permit is free, and three small requests wait behind the large one.
 		if st, err := l.State(ctx, name); err != nil || st.Used != 3 {
@@ -110,6 +90,6 @@ func TestFairLargeRequestNotStarved(t *testing.T) {
 		if rest := slices.Sorted(slices.Values(order[1:])); !slices.Equal(rest, []string{"small1", "small2", "small3"}) {
 			t.Fatalf("grants %v", order)
 		}
-		untilQueued(t, iso, name, 0)
+		dbtest.UntilQueued(t, iso, name, store.WaitSemaphore, 0)
 	})
 }
