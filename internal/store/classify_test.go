@@ -329,6 +329,28 @@ func TestMigrateHint(t *testing.T) {
 	}
 }
 
+// TestMissingProcedure: a reader's acquisition on a MariaDB database
+// migrated before its procedures (MySQL migration 00014) is ErrSchemaMissing
+// with the hint, like a missing table.
+func TestMissingProcedure(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, store.MySQL)
+	ctx := context.Background()
+	if _, err := iso.Store().ExecContext(ctx, "DROP PROCEDURE dblock_acquire_share"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := iso.Store().AcquireShare(ctx, store.ShareParams{Name: "x", Owner: "o", TTL: time.Second})
+	if iso.Store().Dialect.Shared().Acquire == "" {
+		if err != nil {
+			t.Fatalf("MySQL 8 reads without the procedure: %v", err)
+		}
+		return
+	}
+	if !errors.Is(err, dblock.ErrSchemaMissing) || !strings.Contains(err.Error(), "dblock migrate up") {
+		t.Fatalf("got %v, want ErrSchemaMissing with the hint", err)
+	}
+}
+
 // TestKeywordDSNOpens: a libpq keyword/value DSN opens PostgreSQL, and
 // errors about one never show its password.
 func TestKeywordDSNOpens(t *testing.T) {

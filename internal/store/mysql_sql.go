@@ -479,10 +479,16 @@ WHERE name = ? AND owner = ? AND version = ? AND reentry = 1 AND expires_at > UT
 
 // mariadbShared is mysqlShared with a row lock that waits in the server's
 // queue, a second at most (SET STATEMENT, this statement only): readers of
-// one name hold it for a few statements each.
+// one name hold it for a few statements each. A reader's acquisition and
+// release are one CALL each of the procedures of MySQL migration 00014,
+// which run that transaction on the server (MySQL 8 has them too, but
+// keeps the transaction driven from here: the test servers run MariaDB
+// only).
 var mariadbShared = func() SharedSQL {
 	s := mysqlShared
 	s.LockRow = "SET STATEMENT innodb_lock_wait_timeout=1 FOR " + mysqlShareLock + `
 FOR UPDATE`
+	s.Acquire = `CALL dblock_acquire_share(?, ?, ?, ?)`
+	s.Release = `CALL dblock_release_share(?, ?, ?)`
 	return s
 }()

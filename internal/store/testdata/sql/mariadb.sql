@@ -376,6 +376,12 @@ WHERE s.name = ? AND s.owner = ?;
 SELECT name, owner, token, reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)
 FROM dblock_shares WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, owner;
 
+-- SharedSQL.Acquire
+CALL dblock_acquire_share(?, ?, ?, ?);
+
+-- SharedSQL.Release
+CALL dblock_release_share(?, ?, ?);
+
 -- SemaphoreSQL.Ensure
 INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE name = name;
 
