@@ -39,9 +39,10 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Opt
 // makes it wait, like Acquire. On PostgreSQL it also shares with the
 // readers of package rwlock (leases), whose statements never take a lock
 // FOR KEY SHARE conflicts with; on MySQL and MariaDB, where InnoDB has no
-// such pair of locks, a reader that begins or ends a readers' period (it
-// writes the row) waits for the shared holds to end, and a shared hold is
-// granted beside readers already holding. On SQLite, which locks the whole
+// such pair of locks, a reader waits for the shared holds to end whenever
+// it writes the row (to begin a readers' period, and to release; MariaDB's
+// readers joining a period with half its TTL left do not), and a shared
+// hold is granted beside readers already holding. On SQLite, which locks the whole
 // database, a shared hold is an exclusive one. The hold takes no token of
 // its own (WithToken is refused), locks no more names (Lock), and a second
 // AcquireShared by its owner re-enters it; Acquire by an owner holding the

@@ -37,9 +37,10 @@
 // makes a shared acquisition wait. On PostgreSQL they share with the
 // readers of package rwlock too, whose statements lock the row FOR NO KEY
 // UPDATE (which conflicts with FOR UPDATE but not with FOR KEY SHARE); on
-// MySQL and MariaDB, which have no such pair of row locks, a reader that
-// starts or ends a readers' period (a write of the row) waits for the
-// shared holds to end, though a shared hold is granted beside readers
+// MySQL and MariaDB, which have no such pair of row locks, a reader waits
+// for the shared holds to end whenever it writes the row (to begin a
+// readers' period, and to release; MariaDB's readers joining a period with
+// half its TTL left do not), though a shared hold is granted beside readers
 // already holding. On SQLite, which has one writer, a shared hold is an
 // exclusive one. A shared hold takes no token (WithToken is refused) and no
 // more names (Lock); its owner re-enters it with AcquireShared, and is

@@ -5,8 +5,8 @@
 // fair, pessimistic and this package's writers), and a name held
 // exclusively in any mode refuses readers. Readers share the name with the
 // pessimistic mode's shared holds (pessimistic.Locker.AcquireShared) on
-// PostgreSQL; on MySQL and MariaDB a reader that begins or ends a readers'
-// period waits for them. Both sides are leases with the
+// PostgreSQL; on MySQL and MariaDB a reader waits for them whenever it
+// writes the row (to begin a readers' period, and to release). Both sides are leases with the
 // contract of the other modes: expiry by the database clock, renewal while
 // held, Done and Err on loss, Release, Do.
 //
