@@ -12,8 +12,10 @@ import (
 
 // Scenario keys of the shared locks.
 const (
-	keyRead      = "read"
-	keySemaphore = "semaphore"
+	keyRead          = "read"
+	keySemaphore     = "semaphore"
+	keyReadFair      = "read-fair"
+	keySemaphoreFair = "semaphore-fair"
 	// sharedReaders is the goroutine count of the readers-on-one-name cell.
 	sharedReaders = 32
 )
@@ -22,7 +24,7 @@ func init() {
 	register(&scenario{
 		key: keyRead, order: 75, title: "dblock rwlock AcquireRead+Release",
 		about: "rwlock.New(db, nil); AcquireRead with no options (30 s lease renewed), then Release: one " +
-			"transaction each, which locks the name's row. Contended cells: readers share the name.",
+			"call each of a server-side function (PostgreSQL) or procedure (MariaDB). Contended cells: readers share the name.",
 		resetTables: []string{"dblock_shares"}, shared: true,
 		setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
 			l, err := rwlock.New(e.db, nil)
@@ -36,11 +38,40 @@ func init() {
 	})
 	register(&scenario{
 		key: keySemaphore, order: 76, title: "dblock semaphore Acquire+Release (limit 64, 1 permit)",
-		about: "semaphore.New(db, nil); Acquire(name, 64, 1), then Release: a grant is one transaction on the " +
-			"semaphore's row, a release one statement.",
+		about: "semaphore.New(db, nil); Acquire(name, 64, 1), then Release: a grant is one call of a function " +
+			"(PostgreSQL) or a transaction on the semaphore's row (MariaDB), a release one statement.",
 		resetTables: []string{"dblock_permits", "dblock_semaphores"}, shared: true,
 		setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
 			l, err := semaphore.New(e.db, nil)
+			if err != nil {
+				return nil, err
+			}
+			return leaseInstance(func(ctx context.Context, name string) (*dblock.Lease, error) {
+				return l.Acquire(ctx, name, 64, 1)
+			}, func() { _ = l.Close() }), nil
+		},
+	})
+	register(&scenario{
+		key: keyReadFair, order: 77, title: "dblock rwlock AcquireRead+Release, Config.Fair",
+		about: "rwlock.New(db, &rwlock.Config{Fair: true}): `read`'s pair behind the fair queue (a look at the " +
+			"queue first; a refused reader queues in dblock_waiters).",
+		resetTables: []string{"dblock_shares", "dblock_waiters"}, shared: true,
+		setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
+			l, err := rwlock.New(e.db, &rwlock.Config{Fair: true})
+			if err != nil {
+				return nil, err
+			}
+			return leaseInstance(func(ctx context.Context, name string) (*dblock.Lease, error) {
+				return l.AcquireRead(ctx, name)
+			}, func() { _ = l.Close() }), nil
+		},
+	})
+	register(&scenario{
+		key: keySemaphoreFair, order: 78, title: "dblock semaphore Acquire+Release (limit 64, 1 permit), Config.Fair",
+		about: "semaphore.New(db, &semaphore.Config{Fair: true}): `semaphore`'s pair behind the fair queue.",
+		resetTables: []string{"dblock_permits", "dblock_semaphores", "dblock_waiters"}, shared: true,
+		setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
+			l, err := semaphore.New(e.db, &semaphore.Config{Fair: true})
 			if err != nil {
 				return nil, err
 			}
