@@ -68,7 +68,7 @@ func init() {
 	})
 	register(&scenario{
 		key: keySemaphoreFair, order: 78, title: "dblock semaphore Acquire+Release (limit 64, 1 permit), Config.Fair",
-		about: "semaphore.New(db, &semaphore.Config{Fair: true}): `semaphore`'s pair behind the fair queue.",
+		about:       "semaphore.New(db, &semaphore.Config{Fair: true}): `semaphore`'s pair behind the fair queue.",
 		resetTables: []string{"dblock_permits", "dblock_semaphores", "dblock_waiters"}, shared: true,
 		setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
 			l, err := semaphore.New(e.db, &semaphore.Config{Fair: true})

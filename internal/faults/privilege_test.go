@@ -43,6 +43,7 @@ var MySQLGrants = []string{
 	"GRANT SELECT, INSERT, UPDATE, DELETE ON %[1]s.dblock_slots TO %[2]s",
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_acquire_share TO %[2]s",
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_release_share TO %[2]s",
+	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_acquire_permits TO %[2]s",
 }
 
 // The README's last grant: read access to the migrations' version table,

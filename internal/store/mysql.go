@@ -91,9 +91,15 @@ func (d mysqlDialect) Shared() *SharedSQL {
 	}
 	return &mysqlShared
 }
-func (mysqlDialect) Semaphore() *SemaphoreSQL   { return &mysqlSemaphore }
 func (mysqlDialect) SharedReap() *SharedReapSQL { return &mysqlSharedReap }
 func (mysqlDialect) Slots() *SlotSQL            { return &mysqlSlots }
+
+func (d mysqlDialect) Semaphore() *SemaphoreSQL {
+	if d.mariadb {
+		return &mariadbSemaphore
+	}
+	return &mysqlSemaphore
+}
 
 func (d mysqlDialect) Reap() *ReapSQL {
 	if d.mariadb {

@@ -425,7 +425,10 @@ FROM dblock_shares WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, owner`,
 
 // mysqlSemaphore: Lock waits for the row (others hold it for one grant's
 // few statements); Used runs after it, so its consistent read sees every
-// grant committed before the lock was had.
+// grant committed before the lock was had. MariaDB's (mariadbSemaphore)
+// runs that transaction on the server: one CALL of the procedure of MySQL
+// migration 00014 (MySQL 8 has it too, but keeps the transaction driven
+// from here: the test servers run MariaDB only).
 var mysqlSemaphore = SemaphoreSQL{
 	Ensure: `INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE name = name`,
 	Touch:  `UPDATE dblock_semaphores SET updated_at = UTC_TIMESTAMP(6) WHERE name = ?`,
@@ -476,6 +479,12 @@ ON DUPLICATE KEY UPDATE
 WHERE name = ? AND owner = ? AND version = ? AND reentry = 1 AND expires_at > UTC_TIMESTAMP(6)
   AND acquired_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6)`,
 }
+
+var mariadbSemaphore = func() SemaphoreSQL {
+	s := mysqlSemaphore
+	s.Acquire = `CALL dblock_acquire_permits(?, ?, ?, ?, ?, ?)`
+	return s
+}()
 
 // mariadbShared is mysqlShared with a row lock that waits in the server's
 // queue, a second at most (SET STATEMENT, this statement only): readers of

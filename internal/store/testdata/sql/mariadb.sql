@@ -395,6 +395,9 @@ UPDATE dblock_semaphores SET updated_at = UTC_TIMESTAMP(6) WHERE name = ?;
 SELECT IFNULL(SUM(permits), 0), IFNULL(MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)), 0)
 FROM dblock_permits WHERE name = ? AND expires_at > TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00') LOCK IN SHARE MODE;
 
+-- SemaphoreSQL.Acquire
+CALL dblock_acquire_permits(?, ?, ?, ?, ?, ?);
+
 -- SemaphoreSQL.Grant
 INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
 VALUES (?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), ?);

@@ -1,5 +1,5 @@
--- dblock: a reader's acquisition and release (package rwlock), each one round trip: CALL of a
--- procedure that runs the transaction the client would otherwise drive statement by statement
+-- dblock: a reader's acquisition and release (package rwlock) and a semaphore's grant, each one
+-- round trip: CALL of a procedure that runs the transaction the client would otherwise drive statement by statement
 -- (six round trips for an acquisition). They are PostgreSQL's functions of the same names
 -- (migrations/postgres/00005) in MySQL's words: READ COMMITTED, the name's row waited for a
 -- second at most (the session's innodb_lock_wait_timeout, restored before the procedure
@@ -174,6 +174,63 @@ proc: BEGIN
 END
 -- +goose StatementEnd
 
+-- dblock_acquire_permits is a semaphore's grant (package semaphore), PostgreSQL's function of
+-- the same name (migrations/postgres/00007) in MySQL's words: the semaphore's row marked used and
+-- locked (created with the caller's limit when missing), the permits of the unexpired grants
+-- counted by a read of its own, which sees every grant committed before the lock was had, and
+-- the grant inserted when they leave room. A caller naming another limit is answered with the
+-- semaphore's own, granted nothing. It answers one row: granted, token (the grant's id), lim,
+-- used, next_us (the earliest expiry among the grants out, when refused), now_us.
+-- +goose StatementBegin
+CREATE PROCEDURE dblock_acquire_permits(IN p_name VARBINARY(255), IN p_owner VARBINARY(255), IN p_limit INT,
+                                        IN p_permits INT, IN p_ttl_us BIGINT,
+                                        IN p_metadata VARCHAR(1024) CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+MODIFIES SQL DATA
+proc: BEGIN
+    DECLARE v_now, v_next DATETIME(6);
+    DECLARE v_lim INT;
+    DECLARE v_used, v_tok BIGINT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        ROLLBACK;
+        RESIGNAL;
+    END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    SELECT lim INTO v_lim FROM dblock_semaphores WHERE name = p_name FOR UPDATE;
+    IF v_lim IS NULL THEN
+        ROLLBACK;
+        INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (p_name, p_limit, UTC_TIMESTAMP(6))
+        ON DUPLICATE KEY UPDATE name = name;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION;
+        SELECT lim INTO v_lim FROM dblock_semaphores WHERE name = p_name FOR UPDATE;
+    END IF;
+    UPDATE dblock_semaphores SET updated_at = UTC_TIMESTAMP(6) WHERE name = p_name;
+    SET v_now = UTC_TIMESTAMP(6);
+    IF v_lim IS NULL OR v_lim <> p_limit THEN
+        ROLLBACK;
+        SELECT 0, 0, IFNULL(v_lim, 0), 0, 0, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', v_now);
+        LEAVE proc;
+    END IF;
+    SELECT IFNULL(SUM(p.permits), 0), MIN(p.expires_at) INTO v_used, v_next
+    FROM dblock_permits p WHERE p.name = p_name AND p.expires_at > v_now LOCK IN SHARE MODE;
+    IF v_used + p_permits > v_lim THEN
+        ROLLBACK;
+        SELECT 0, 0, v_lim, v_used, IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', v_next), 0),
+               TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', v_now);
+        LEAVE proc;
+    END IF;
+    INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
+    VALUES (p_name, p_owner, p_permits, v_now, v_now + INTERVAL p_ttl_us MICROSECOND, p_metadata);
+    SET v_tok = LAST_INSERT_ID();
+    COMMIT;
+    SELECT 1, v_tok, v_lim, v_used + p_permits, 0, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', v_now);
+END
+-- +goose StatementEnd
+
 -- +goose Down
+DROP PROCEDURE dblock_acquire_permits;
 DROP PROCEDURE dblock_release_share;
 DROP PROCEDURE dblock_acquire_share;
