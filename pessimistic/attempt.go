@@ -410,13 +410,6 @@ func (a *attemptRun) check(found map[string]store.Holder) (*store.Holder, error)
 	return nil, nil
 }
 
-// readersOnly reports that h, a held lease row, is held by readers of
-// package rwlock only (their period: owner ”), whom a shared hold shares
-// with.
-func readersOnly(h store.Holder) bool {
-	return h.Owner == "" && h.Mode == dblock.ModeRead
-}
-
 // seal finishes a held attempt: the fencing tokens (checked, on SQLite,
 // as preIssue says; errTokenStale when overtaken), then the server-side
 // bound on a frozen holder (MySQL and MariaDB; set inside the lock
