@@ -25,61 +25,53 @@ func init() {
 		key: keyRead, order: 75, title: "dblock rwlock AcquireRead+Release",
 		about: "rwlock.New(db, nil); AcquireRead with no options (30 s lease renewed), then Release: one " +
 			"call each of a server-side function (PostgreSQL) or procedure (MariaDB). Contended cells: readers share the name.",
-		resetTables: []string{"dblock_shares"}, shared: true,
-		setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
-			l, err := rwlock.New(e.db, nil)
-			if err != nil {
-				return nil, err
-			}
-			return leaseInstance(func(ctx context.Context, name string) (*dblock.Lease, error) {
-				return l.AcquireRead(ctx, name)
-			}, func() { _ = l.Close() }), nil
-		},
+		resetTables: []string{"dblock_shares"}, shared: true, setup: readSetup(false),
 	})
 	register(&scenario{
 		key: keySemaphore, order: 76, title: "dblock semaphore Acquire+Release (limit 64, 1 permit)",
 		about: "semaphore.New(db, nil); Acquire(name, 64, 1), then Release: a grant is one call of a function " +
-			"(PostgreSQL) or a transaction on the semaphore's row (MariaDB), a release one statement.",
-		resetTables: []string{"dblock_permits", "dblock_semaphores"}, shared: true,
-		setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
-			l, err := semaphore.New(e.db, nil)
-			if err != nil {
-				return nil, err
-			}
-			return leaseInstance(func(ctx context.Context, name string) (*dblock.Lease, error) {
-				return l.Acquire(ctx, name, 64, 1)
-			}, func() { _ = l.Close() }), nil
-		},
+			"(PostgreSQL) or procedure (MariaDB), a release one statement.",
+		resetTables: []string{"dblock_permits", "dblock_semaphores"}, shared: true, setup: semaphoreSetup(false),
 	})
 	register(&scenario{
 		key: keyReadFair, order: 77, title: "dblock rwlock AcquireRead+Release, Config.Fair",
 		about: "rwlock.New(db, &rwlock.Config{Fair: true}): `read`'s pair behind the fair queue (a look at the " +
 			"queue first; a refused reader queues in dblock_waiters).",
-		resetTables: []string{"dblock_shares", "dblock_waiters"}, shared: true,
-		setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
-			l, err := rwlock.New(e.db, &rwlock.Config{Fair: true})
-			if err != nil {
-				return nil, err
-			}
-			return leaseInstance(func(ctx context.Context, name string) (*dblock.Lease, error) {
-				return l.AcquireRead(ctx, name)
-			}, func() { _ = l.Close() }), nil
-		},
+		resetTables: []string{"dblock_shares", "dblock_waiters"}, shared: true, setup: readSetup(true),
 	})
 	register(&scenario{
 		key: keySemaphoreFair, order: 78, title: "dblock semaphore Acquire+Release (limit 64, 1 permit), Config.Fair",
 		about:       "semaphore.New(db, &semaphore.Config{Fair: true}): `semaphore`'s pair behind the fair queue.",
 		resetTables: []string{"dblock_permits", "dblock_semaphores", "dblock_waiters"}, shared: true,
-		setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
-			l, err := semaphore.New(e.db, &semaphore.Config{Fair: true})
-			if err != nil {
-				return nil, err
-			}
-			return leaseInstance(func(ctx context.Context, name string) (*dblock.Lease, error) {
-				return l.Acquire(ctx, name, 64, 1)
-			}, func() { _ = l.Close() }), nil
-		},
+		setup: semaphoreSetup(true),
 	})
+}
+
+// readSetup builds the read cells' instance: an rwlock Locker, fair or not.
+func readSetup(fair bool) func(context.Context, *env, bool) (*instance, error) {
+	return func(ctx context.Context, e *env, _ bool) (*instance, error) {
+		l, err := rwlock.New(e.db, &rwlock.Config{Fair: fair})
+		if err != nil {
+			return nil, err
+		}
+		return leaseInstance(func(ctx context.Context, name string) (*dblock.Lease, error) {
+			return l.AcquireRead(ctx, name)
+		}, func() { _ = l.Close() }), nil
+	}
+}
+
+// semaphoreSetup builds the semaphore cells' instance: a Locker, fair or
+// not, granting 1 permit of 64.
+func semaphoreSetup(fair bool) func(context.Context, *env, bool) (*instance, error) {
+	return func(ctx context.Context, e *env, _ bool) (*instance, error) {
+		l, err := semaphore.New(e.db, &semaphore.Config{Fair: fair})
+		if err != nil {
+			return nil, err
+		}
+		return leaseInstance(func(ctx context.Context, name string) (*dblock.Lease, error) {
+			return l.Acquire(ctx, name, 64, 1)
+		}, func() { _ = l.Close() }), nil
+	}
 }
 
 // leaseInstance is an instance whose workers take leases through acquire.
