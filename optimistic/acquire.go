@@ -59,7 +59,10 @@ func (a *acquisition) run() (*dblock.Lease, error) {
 		// Others of this Locker already wait for the name: queue behind
 		// them rather than race them. (An owner that holds the name, here
 		// or in another process, re-enters at once; queueing would wait for
-		// itself.)
+		// itself, and so would a write side's owner of a read lock.)
+		if err := a.refuseUpgrade(); err != nil {
+			return nil, err
+		}
 		var err error
 		if ask, err = a.joinLine(false); err != nil {
 			return nil, err

@@ -57,17 +57,34 @@ func (a *acquisition) refusedByReaders() error {
 	if a.l.writer == nil || !h.Held() || h.Mode != dblock.ModeRead {
 		return nil
 	}
+	if err := a.refuseUpgrade(); err != nil {
+		return err
+	}
+	if !a.wait {
+		return nil // A try does not keep readers out.
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.l.cfg.StatementTimeout)
+	defer cancel()
+	if err := a.l.db.WantWrite(ctx, a.name, a.l.writer.wantFor); err == nil {
+		a.wanted = true
+	}
+	return nil
+}
+
+// refuseUpgrade refuses a write to an owner that holds a live share of the
+// name (ErrUpgrade): it would wait for its own read lock. A write side
+// asks before it queues behind other writers of its Locker, whose turn
+// could come only after that read lock's release, and when readers refuse
+// it.
+func (a *acquisition) refuseUpgrade() error {
+	if a.l.writer == nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.l.cfg.StatementTimeout)
 	defer cancel()
 	mine, err := a.l.db.ShareHolder(ctx, a.name, a.o.Owner)
 	if err == nil && mine.Owner == a.o.Owner && mine.ExpiresAt.After(mine.Now) {
 		return fmt.Errorf("rwlock: acquire %q: %w: %w", a.name, dblock.ErrNotAcquired, leasemode.ErrUpgrade)
-	}
-	if !a.wait {
-		return nil // A try does not keep readers out.
-	}
-	if err := a.l.db.WantWrite(ctx, a.name, a.l.writer.wantFor); err == nil {
-		a.wanted = true
 	}
 	return nil
 }

@@ -269,3 +269,49 @@ func TestProcesses(t *testing.T) {
 		t.Run("fair", func(t *testing.T) { sharedstress.Run(t, iso, sharedstress.KindRWFair, 5, 40, 2) })
 	})
 }
+
+// An owner holding the read lock is refused the write lock at once even
+// while another writer of the same Locker waits for the name (it would
+// queue behind that writer, who waits for the owner's read lock).
+func TestUpgradeWhileWriterWaits(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx := ctxT(t)
+		l := newLocker(t, iso, nil)
+		r, err := l.AcquireRead(ctx, "up", dblock.WithOwner("o"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrote := make(chan error, 1)
+		go func() {
+			w, err := l.Acquire(ctx, "up", dblock.WithOwner("writer"), dblock.WithWait(30*time.Second))
+			if err == nil {
+				err = w.Release(ctx)
+			}
+			wrote <- err
+		}()
+		// Wait until the writer has marked the name (it waits, in line).
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			probe, err := l.TryAcquireRead(ctx, "up", dblock.WithOwner("probe"))
+			if errors.Is(err, dblock.ErrNotAcquired) {
+				break
+			}
+			if err == nil {
+				mustRelease(t, ctx, probe)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("writer never waited: %v", err)
+			}
+		}
+		for range 3 {
+			if _, err := l.Acquire(ctx, "up", dblock.WithOwner("o"), dblock.WithWait(20*time.Second)); !errors.Is(err, rwlock.ErrUpgrade) {
+				t.Fatalf("upgrade while a writer of the Locker waits: %v, want ErrUpgrade", err)
+			}
+		}
+		mustRelease(t, ctx, r)
+		if err := <-wrote; err != nil {
+			t.Fatalf("writer: %v", err)
+		}
+	})
+}
