@@ -28,7 +28,7 @@ proc: BEGIN
     DECLARE v_version, v_tok BIGINT;
     DECLARE v_owner VARBINARY(255);
     DECLARE v_mode VARBINARY(32);
-    DECLARE v_free, v_fresh, v_mine, v_try INT DEFAULT 0;
+    DECLARE v_free, v_fresh, v_mine, v_try, v_join INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         ROLLBACK;
@@ -48,22 +48,16 @@ proc: BEGIN
               WHERE s.name = p_name AND s.owner = p_owner AND s.token = l.version AND s.expires_at > v_now))
         LOCK IN SHARE MODE;
         IF v_version IS NOT NULL THEN
-            SET v_tok = v_version, v_exp = LEAST(v_now + INTERVAL p_ttl_us MICROSECOND, v_lexp);
-            INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
-            VALUES (p_name, p_owner, v_tok, 1, v_now, v_exp, p_metadata)
-            ON DUPLICATE KEY UPDATE
-                reentry     = IF(token = VALUES(token), reentry + 1, 1),
-                expires_at  = IF(token = VALUES(token), GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)),
-                acquired_at = IF(token = VALUES(token), acquired_at, VALUES(acquired_at)),
-                metadata    = IF(token = VALUES(token), metadata, VALUES(metadata)),
-                token       = VALUES(token);
-            SELECT LEAST(s.expires_at, v_lexp) INTO v_exp FROM dblock_shares s WHERE s.name = p_name AND s.owner = p_owner;
-            COMMIT;
-            SET SESSION innodb_lock_wait_timeout = v_saved_wait;
-            SELECT 1, v_tok, '', '', 0, 0, 0, TIMESTAMPDIFF(MICROSECOND, v_now, v_exp);
-            LEAVE proc;
+            -- Join: the share ends with the period at the latest.
+            SET v_join = 1, v_tok = v_version, v_exp = LEAST(v_now + INTERVAL p_ttl_us MICROSECOND, v_lexp);
+            LEAVE attempt;
         END IF;
-
+        -- InnoDB keeps the share lock of the row the join read even when it did not match: give
+        -- it up before locking the row for update, or this transaction and a writer queued for
+        -- the row would deadlock on the upgrade.
+        ROLLBACK;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION;
         SELECT l.version, IFNULL(l.owner, ''), l.owner IS NULL, IFNULL(l.mode, ''), l.expires_at, l.wanted_until
         INTO v_version, v_owner, v_free, v_mode, v_lexp, v_wanted
         FROM dblock_locks l WHERE l.name = p_name FOR UPDATE;
@@ -80,20 +74,22 @@ proc: BEGIN
         ON DUPLICATE KEY UPDATE name = name;
     END LOOP;
 
-    SET v_now = UTC_TIMESTAMP(6);
-    SET v_fresh = v_free OR v_lexp IS NULL OR v_lexp <= v_now;
-    SET v_mine = EXISTS (SELECT 1 FROM dblock_shares s
-                         WHERE s.name = p_name AND s.owner = p_owner AND s.token = v_version AND s.expires_at > v_now);
-    IF NOT v_fresh AND v_owner <> p_owner AND (v_owner <> '' OR (IFNULL(v_wanted > v_now, 0) AND NOT v_mine)) THEN
-        ROLLBACK;
-        SET SESSION innodb_lock_wait_timeout = v_saved_wait;
-        SELECT 0, v_version, v_owner, v_mode, IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', v_lexp), 0),
-               TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', v_now), v_owner = '' AND IFNULL(v_wanted > v_now, 0), 0;
-        LEAVE proc;
+    IF NOT v_join THEN
+        SET v_now = UTC_TIMESTAMP(6);
+        SET v_fresh = v_free OR v_lexp IS NULL OR v_lexp <= v_now;
+        SET v_mine = EXISTS (SELECT 1 FROM dblock_shares s
+                             WHERE s.name = p_name AND s.owner = p_owner AND s.token = v_version AND s.expires_at > v_now);
+        IF NOT v_fresh AND v_owner <> p_owner AND (v_owner <> '' OR (IFNULL(v_wanted > v_now, 0) AND NOT v_mine)) THEN
+            ROLLBACK;
+            SET SESSION innodb_lock_wait_timeout = v_saved_wait;
+            SELECT 0, v_version, v_owner, v_mode, IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', v_lexp), 0),
+                   TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', v_now), v_owner = '' AND IFNULL(v_wanted > v_now, 0), 0;
+            LEAVE proc;
+        END IF;
+        SET v_tok = IF(v_fresh, v_version + 1, v_version), v_exp = v_now + INTERVAL p_ttl_us MICROSECOND;
     END IF;
-    SET v_tok = IF(v_fresh, v_version + 1, v_version);
     INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
-    VALUES (p_name, p_owner, v_tok, 1, v_now, v_now + INTERVAL p_ttl_us MICROSECOND, p_metadata)
+    VALUES (p_name, p_owner, v_tok, 1, v_now, v_exp, p_metadata)
     ON DUPLICATE KEY UPDATE
         reentry     = IF(token = VALUES(token), reentry + 1, 1),
         expires_at  = IF(token = VALUES(token), GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)),
@@ -101,7 +97,9 @@ proc: BEGIN
         metadata    = IF(token = VALUES(token), metadata, VALUES(metadata)),
         token       = VALUES(token);
     SELECT s.expires_at INTO v_exp FROM dblock_shares s WHERE s.name = p_name AND s.owner = p_owner;
-    IF v_fresh THEN
+    IF v_join THEN
+        SET v_exp = LEAST(v_exp, v_lexp); -- The row's lock is the others' too: it is not written.
+    ELSEIF v_fresh THEN
         UPDATE dblock_locks SET owner = '', reentry = 1, version = v_tok, mode = 'read', acquired_at = v_now,
             expires_at = v_exp, shared_until = NULL, metadata = NULL, updated_at = v_now
         WHERE name = p_name;
