@@ -41,23 +41,33 @@ proc: BEGIN
         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         START TRANSACTION;
         SET v_now = UTC_TIMESTAMP(6);
-        SELECT l.version, l.expires_at INTO v_version, v_lexp FROM dblock_locks l
+        -- Join when readers hold the name long enough. The row is read first without a lock (a
+        -- SELECT ... INTO: a subquery in IF or SET would take a share lock), since InnoDB keeps the
+        -- share lock of a row that it read but did not match, and such a lock, upgraded below,
+        -- deadlocks with any other transaction that waits for the row. A row that changed in
+        -- between is let go first.
+        SELECT COUNT(*) INTO v_join FROM dblock_locks l
         WHERE l.name = p_name AND l.owner = '' AND l.expires_at > v_now + INTERVAL (p_ttl_us DIV 2) MICROSECOND
           AND (l.wanted_until IS NULL OR l.wanted_until <= v_now OR EXISTS (
               SELECT 1 FROM dblock_shares s
-              WHERE s.name = p_name AND s.owner = p_owner AND s.token = l.version AND s.expires_at > v_now))
-        LOCK IN SHARE MODE;
-        IF v_version IS NOT NULL THEN
-            -- Join: the share ends with the period at the latest.
-            SET v_join = 1, v_tok = v_version, v_exp = LEAST(v_now + INTERVAL p_ttl_us MICROSECOND, v_lexp);
-            LEAVE attempt;
+              WHERE s.name = p_name AND s.owner = p_owner AND s.token = l.version AND s.expires_at > v_now));
+        IF v_join THEN
+            SET v_join = 0;
+            SELECT l.version, l.expires_at INTO v_version, v_lexp FROM dblock_locks l
+            WHERE l.name = p_name AND l.owner = '' AND l.expires_at > v_now + INTERVAL (p_ttl_us DIV 2) MICROSECOND
+              AND (l.wanted_until IS NULL OR l.wanted_until <= v_now OR EXISTS (
+                  SELECT 1 FROM dblock_shares s
+                  WHERE s.name = p_name AND s.owner = p_owner AND s.token = l.version AND s.expires_at > v_now))
+            LOCK IN SHARE MODE;
+            IF v_version IS NOT NULL THEN
+                -- Join: the share ends with the period at the latest.
+                SET v_join = 1, v_tok = v_version, v_exp = LEAST(v_now + INTERVAL p_ttl_us MICROSECOND, v_lexp);
+                LEAVE attempt;
+            END IF;
+            ROLLBACK;
+            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+            START TRANSACTION;
         END IF;
-        -- InnoDB keeps the share lock of the row the join read even when it did not match: give
-        -- it up before locking the row for update, or this transaction and a writer queued for
-        -- the row would deadlock on the upgrade.
-        ROLLBACK;
-        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-        START TRANSACTION;
         SELECT l.version, IFNULL(l.owner, ''), l.owner IS NULL, IFNULL(l.mode, ''), l.expires_at, l.wanted_until
         INTO v_version, v_owner, v_free, v_mode, v_lexp, v_wanted
         FROM dblock_locks l WHERE l.name = p_name FOR UPDATE;
@@ -77,8 +87,8 @@ proc: BEGIN
     IF NOT v_join THEN
         SET v_now = UTC_TIMESTAMP(6);
         SET v_fresh = v_free OR v_lexp IS NULL OR v_lexp <= v_now;
-        SET v_mine = EXISTS (SELECT 1 FROM dblock_shares s
-                             WHERE s.name = p_name AND s.owner = p_owner AND s.token = v_version AND s.expires_at > v_now);
+        SELECT COUNT(*) INTO v_mine FROM dblock_shares s
+        WHERE s.name = p_name AND s.owner = p_owner AND s.token = v_version AND s.expires_at > v_now;
         IF NOT v_fresh AND v_owner <> p_owner AND (v_owner <> '' OR (IFNULL(v_wanted > v_now, 0) AND NOT v_mine)) THEN
             ROLLBACK;
             SET SESSION innodb_lock_wait_timeout = v_saved_wait;
