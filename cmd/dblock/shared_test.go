@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -84,10 +83,7 @@ func TestExecFairSemaphore(t *testing.T) {
 		holder := c.start(t, append(sem, "--permits", "3", "--", "sh", "-c", `echo ok > "$1"; exec sleep 60`, "sh", filepath.Join(dir, "held"))...)
 		waitFile(t, filepath.Join(dir, "held"))
 		large := c.start(t, append(sem, "--permits", "4", "--fair", "--wait", "1m", "--", "sh", "-c", `echo ran > "$1"`, "sh", filepath.Join(dir, "large"))...)
-		eventually(t, "the large request queued", func() bool {
-			s, err := iso.Store().PeekGate(context.Background(), "jobs", store.WaitSemaphore, "")
-			return err == nil && s.Queued == 1
-		})
+		dbtest.UntilQueued(t, iso, "jobs", store.WaitSemaphore, 1)
 		r := c.expect(t, exitNotAcquired, append(sem, "--fair", "--wait", "0", "--", "true")...)
 		assertOneLine(t, r.stderr, "1 fair waiter queued")
 		c.expect(t, 0, append(sem, "--wait", "0", "--", "true")...)
