@@ -3,9 +3,6 @@ package rwlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,82 +11,6 @@ import (
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/rwlock"
 )
-
-// grants records the order in which waiters got the lock.
-type grants struct {
-	mu    sync.Mutex
-	order []string
-}
-
-func (g *grants) add(who string) {
-	g.mu.Lock()
-	g.order = append(g.order, who)
-	g.mu.Unlock()
-}
-
-// With Config.Fair, readers and writers are served in arrival order: a
-// writer behind everyone before it, readers that queued together in
-// together, and nobody overtakes, though the non-fair rules would let the
-// readers and the writers race. Each waiter has a Locker of its own, as
-// processes would: the order is the database's queue, not a Locker's.
-func TestFairArrivalOrder(t *testing.T) {
-	t.Parallel()
-	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
-		ctx := ctxT(t)
-		l := newLocker(t, iso, &rwlock.Config{Fair: true})
-		const name = "fair"
-		first, err := l.TryAcquire(ctx, name, dblock.WithOwner("w0"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := &grants{}
-		var wg sync.WaitGroup
-		errs := make(chan error, 8)
-		arrivals := []string{"w1", "r2", "r3", "w4", "r5", "w6"}
-		for i, who := range arrivals {
-			own := newLocker(t, iso, &rwlock.Config{Fair: true})
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs <- holdBriefly(ctx, own, name, who, g)
-			}()
-			dbtest.UntilQueued(t, iso, name, store.WaitExclusive, i+1)
-		}
-		mustRelease(t, ctx, first)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		got := g.order
-		// r2 and r3 go in together, in either order.
-		if len(got) == len(arrivals) && got[1] == "r3" && got[2] == "r2" {
-			got[1], got[2] = "r2", "r3"
-		}
-		if !slices.Equal(got, arrivals) {
-			t.Fatalf("grants in order %v, want arrival order %v", g.order, arrivals)
-		}
-		dbtest.UntilQueued(t, iso, name, store.WaitExclusive, 0)
-	})
-}
-
-// holdBriefly takes name as who ("r..." reads, "w..." writes), records the
-// grant, holds it a moment and releases.
-func holdBriefly(ctx context.Context, l *rwlock.Locker, name, who string, g *grants) error {
-	acquire := l.Acquire
-	if who[0] == 'r' {
-		acquire = l.AcquireRead
-	}
-	lease, err := acquire(ctx, name, dblock.WithOwner(who), dblock.WithWait(30*time.Second))
-	if err != nil {
-		return fmt.Errorf("%s: %w", who, err)
-	}
-	g.add(who)
-	time.Sleep(30 * time.Millisecond)
-	return lease.Release(ctx)
-}
 
 // A fair call of an owner that holds the name never queues: a re-entry and
 // a downgrade go in past the queue, an upgrade is refused at once; a try

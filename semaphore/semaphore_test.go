@@ -3,8 +3,6 @@ package semaphore_test
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,86 +145,6 @@ func TestLowerLimit(t *testing.T) {
 		}
 		if err := lease.Release(ctx); err != nil {
 			t.Fatal(err)
-		}
-	})
-}
-
-// A holder that stops renewing (a crash) gives its permits back at its
-// expiry by the database clock, with nobody calling.
-func TestExpiredGrantComesBack(t *testing.T) {
-	t.Parallel()
-	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
-		ctx := ctxT(t)
-		crashed, err := semaphore.New(iso.DB, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lease, err := crashed.TryAcquire(ctx, "c", 1, 1, dblock.WithTTL(300*time.Millisecond), dblock.WithMaxHold(300*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := newLocker(t, iso)
-		start := time.Now()
-		next, err := l.Acquire(ctx, "c", 1, 1, dblock.WithWait(20*time.Second))
-		if err != nil {
-			t.Fatalf("after the holder's expiry: %v", err)
-		}
-		if time.Since(start) < 200*time.Millisecond {
-			t.Fatalf("granted after %v, before the holder's grant expired", time.Since(start))
-		}
-		<-lease.Done()
-		if !errors.Is(lease.Err(), dblock.ErrExpired) {
-			t.Fatalf("expired holder's Err: %v", lease.Err())
-		}
-		_ = crashed.Close()
-		if err := next.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
-// Many goroutines: never more permits out than the limit.
-func TestNeverOverLimit(t *testing.T) {
-	t.Parallel()
-	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
-		ctx := ctxT(t)
-		l := newLocker(t, iso)
-		const limit, workers, rounds = 3, 8, 15
-		var out, most atomic.Int64
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				k := 1 + w%2
-				for range rounds {
-					err := l.Do(ctx, "many", limit, k, func(context.Context) error {
-						n := out.Add(int64(k))
-						for {
-							m := most.Load()
-							if n <= m || most.CompareAndSwap(m, n) {
-								break
-							}
-						}
-						time.Sleep(time.Millisecond)
-						out.Add(-int64(k))
-						return nil
-					})
-					if err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		if most.Load() > limit || most.Load() < 2 {
-			t.Fatalf("at most %d permits out at once, limit %d", most.Load(), limit)
 		}
 	})
 }

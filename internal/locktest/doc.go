@@ -8,6 +8,18 @@
 // also under a running Do) and leaks (goroutines, and the connections of
 // every pool) after Close. RunProcesses adds a multi-process stress test.
 //
+// RunRW and RunSemaphore are the shared locks' properties, with and without
+// the fair option, on every dialect: never a writer together with anyone
+// and tokens in order (from the holders' own record of their critical
+// sections, each with a Locker of its own as processes would have), never
+// more permits out than the limit (as the holders and as the database count
+// them), a crashed holder's read or permits back at their expiry by the
+// database's clock with nobody calling, a writer not starved by readers
+// that keep the name read without a gap, and arrival order with the fair
+// option (a large semaphore request not starved by small ones). The
+// multi-process stress with SIGKILLs of the shared locks is
+// internal/sharedstress.
+//
 // The checks reach the store behind the Lockers only through an Env: Run
 // and RunOn build one on a test database for a mode's Factory, and RunEnv
 // takes any other (dblocktest's in-memory Database passes the suite that
