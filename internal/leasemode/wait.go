@@ -19,19 +19,20 @@ import (
 type Pause struct {
 	ctx         context.Context // The call's wait, bounded by WithWait.
 	life        *Life
+	hub         *wake.Hub // Nil: no notifications; subscribed on the first Sleep.
+	name        string
 	step, max   time.Duration
 	wakeCh      <-chan struct{}
 	unsubscribe func()
 }
 
-// NewPause starts the pauses of one call on name (subscribing to its
-// notifications when hub is not nil); Close ends them.
+// NewPause starts the pauses of one call on name (with name's
+// notifications when hub is not nil); Close ends them. Nothing is
+// subscribed until the first Sleep: a call that never waits (a try, or a
+// first ask that is granted) never starts the Locker's listening
+// connection, so releases are not announced to it for nothing.
 func NewPause(ctx context.Context, life *Life, hub *wake.Hub, name string, pollMin, pollMax time.Duration) *Pause {
-	p := &Pause{ctx: ctx, life: life, step: pollMin, max: pollMax, unsubscribe: func() {}}
-	if hub != nil {
-		p.wakeCh, p.unsubscribe = hub.Subscribe(name)
-	}
-	return p
+	return &Pause{ctx: ctx, life: life, hub: hub, name: name, step: pollMin, max: pollMax, unsubscribe: func() {}}
 }
 
 // Close stops the notifications.
@@ -40,7 +41,16 @@ func (p *Pause) Close() { p.unsubscribe() }
 // Sleep waits for the next try: at the latest at change (by the database
 // clock now; zero: none). It returns the cause of a wait that ended
 // meanwhile: the context's, or dblock.ErrClosed.
+//
+// The first Sleep of a call with notifications subscribes to them and
+// returns at once: a release announced before the subscription would be
+// missed, so the caller asks again before it waits.
 func (p *Pause) Sleep(change, now time.Time) error {
+	if p.hub != nil {
+		p.wakeCh, p.unsubscribe = p.hub.Subscribe(p.name)
+		p.hub = nil
+		return context.Cause(p.ctx)
+	}
 	d := backoff.UntilExpiry(backoff.Jitter(p.step), change, now)
 	p.step = min(p.step*2, p.max)
 	t := time.NewTimer(d)
