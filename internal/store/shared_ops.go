@@ -194,7 +194,8 @@ func (db *DB) ReleaseShare(ctx context.Context, name, owner string, token dblock
 
 // shareLeft updates the row after a share of its period was dropped: the
 // readers left are counted (the latest expiry among them ends the period),
-// and none left frees the name; an exclusive holder's read lease ends.
+// and none left frees the name; an exclusive holder's read lease ends. The
+// row is left as it is while the readers left keep the period's end.
 func (db *DB) shareLeft(ctx context.Context, tx *sqlx.Tx, name, owner string, r sharedRow) error {
 	switch r.owner {
 	case "":
@@ -210,6 +211,9 @@ func (db *DB) shareLeft(ctx context.Context, tx *sqlx.Tx, name, owner string, r 
 				return err
 			}
 			return db.notifyShared(ctx, tx, name)
+		}
+		if last >= r.expires {
+			return nil // The period's end stays: the row is not written.
 		}
 		r.expires = last
 		return db.updateRow(ctx, tx, name, r)
