@@ -132,7 +132,7 @@ func (a *acquisition) readFirst() bool {
 func (a *acquisition) ask(attempt int) (*dblock.Lease, bool, error) {
 	l := a.l
 	reqStart := time.Now()
-	stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.StatementTimeout)
+	stmtCtx, cancel := l.db.StatementContext(context.WithoutCancel(a.ctx), l.cfg.StatementTimeout)
 	res, err := l.db.AcquireLease(stmtCtx, nil, a.params)
 	cancel()
 	a.res = res

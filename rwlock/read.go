@@ -98,7 +98,7 @@ func (r *readCall) run() (*dblock.Lease, error) {
 func (r *readCall) ask(attempt int) (*dblock.Lease, error) {
 	l := r.l
 	reqStart := time.Now()
-	stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), l.cfg.StatementTimeout)
+	stmtCtx, cancel := l.db.StatementContext(context.WithoutCancel(r.ctx), l.cfg.StatementTimeout)
 	res, err := l.db.AcquireShare(stmtCtx, store.ShareParams{Name: r.name, Owner: r.o.Owner, TTL: r.o.FirstTTL(), Metadata: r.o.Metadata})
 	cancel()
 	switch {

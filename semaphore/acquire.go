@@ -72,7 +72,7 @@ func (g *grantCall) run() (*dblock.Lease, error) {
 func (g *grantCall) ask(attempt int) (*dblock.Lease, error) {
 	l := g.l
 	reqStart := time.Now()
-	stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(g.ctx), l.cfg.StatementTimeout)
+	stmtCtx, cancel := l.db.StatementContext(context.WithoutCancel(g.ctx), l.cfg.StatementTimeout)
 	res, err := l.db.AcquirePermits(stmtCtx, g.p)
 	cancel()
 	switch {

@@ -4,7 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
+	"fmt"
+	"os"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -32,16 +37,20 @@ func native(pool *sql.DB) *store.Native {
 // transaction it may be in), through pgx.
 func queryRowOn(ctx context.Context, conn *sql.Conn, query string, args []any, dest ...any) error {
 	return conn.Raw(func(dc any) error {
-		return dc.(*stdlib.Conn).Conn().QueryRow(ctx, query, args...).Scan(dest...)
+		return bounded(ctx, dc.(*stdlib.Conn), func(ctx context.Context, c *pgx.Conn) error {
+			return c.QueryRow(ctx, query, args...).Scan(dest...)
+		})
 	})
 }
 
 func execOn(ctx context.Context, conn *sql.Conn, query string, args ...any) (int64, error) {
 	var affected int64
 	err := conn.Raw(func(dc any) error {
-		tag, err := dc.(*stdlib.Conn).Conn().Exec(ctx, query, args...)
-		affected = tag.RowsAffected()
-		return err
+		return bounded(ctx, dc.(*stdlib.Conn), func(ctx context.Context, c *pgx.Conn) error {
+			tag, err := c.Exec(ctx, query, args...)
+			affected = tag.RowsAffected()
+			return err
+		})
 	})
 	return affected, err
 }
@@ -49,15 +58,15 @@ func execOn(ctx context.Context, conn *sql.Conn, query string, args ...any) (int
 type pgNative struct{ pool *sql.DB }
 
 func (n pgNative) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
-	return n.onConn(ctx, func(c *stdlib.Conn) error {
-		return c.Conn().QueryRow(ctx, query, args...).Scan(dest...)
+	return n.onConn(ctx, func(ctx context.Context, c *pgx.Conn) error {
+		return c.QueryRow(ctx, query, args...).Scan(dest...)
 	})
 }
 
 func (n pgNative) exec(ctx context.Context, query string, args ...any) (int64, error) {
 	var affected int64
-	err := n.onConn(ctx, func(c *stdlib.Conn) error {
-		tag, err := c.Conn().Exec(ctx, query, args...)
+	err := n.onConn(ctx, func(ctx context.Context, c *pgx.Conn) error {
+		tag, err := c.Exec(ctx, query, args...)
 		affected = tag.RowsAffected()
 		return err
 	})
@@ -66,7 +75,7 @@ func (n pgNative) exec(ctx context.Context, query string, args ...any) (int64, e
 
 // onConn runs fn on a pooled connection, on another when the connection
 // was found dead before fn sent anything; a dead connection is dropped.
-func (n pgNative) onConn(ctx context.Context, fn func(*stdlib.Conn) error) error {
+func (n pgNative) onConn(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
 	var err error
 	for range nativeTries {
 		var c *sql.Conn
@@ -75,7 +84,7 @@ func (n pgNative) onConn(ctx context.Context, fn func(*stdlib.Conn) error) error
 		}
 		retry := false
 		err = c.Raw(func(dc any) error {
-			ferr := fn(dc.(*stdlib.Conn))
+			ferr := bounded(ctx, dc.(*stdlib.Conn), fn)
 			if ferr != nil && pgconn.SafeToRetry(ferr) {
 				retry = true
 				return driver.ErrBadConn // database/sql drops the connection
@@ -86,6 +95,34 @@ func (n pgNative) onConn(ctx context.Context, fn func(*stdlib.Conn) error) error
 		if !retry {
 			return err
 		}
+	}
+	return err
+}
+
+// bounded runs fn on sc's pgx connection under ctx. A statement context
+// whose only end is its deadline (store.DeadlineOnly) has that deadline
+// set on the connection for the statement, and fn runs under the context
+// without it, which pgx does not need to watch. A statement that runs past
+// the deadline fails as under ctx (context.DeadlineExceeded), and pgx
+// closes its connection, as after a cancellation that the server did not
+// answer in time.
+func bounded(ctx context.Context, sc *stdlib.Conn, fn func(context.Context, *pgx.Conn) error) error {
+	c := sc.Conn()
+	deadline, bare, ok := store.DeadlineOnly(ctx)
+	if !ok {
+		return fn(ctx, c)
+	}
+	if !time.Now().Before(deadline) {
+		return context.DeadlineExceeded
+	}
+	nc := c.PgConn().Conn()
+	if err := nc.SetDeadline(deadline); err != nil {
+		return fn(ctx, c)
+	}
+	err := fn(bare, c)
+	_ = nc.SetDeadline(time.Time{})
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 	}
 	return err
 }

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
@@ -70,5 +72,83 @@ func TestFromPool(t *testing.T) {
 	}
 	if _, err := postgres.FromPool(ctx, nil); !errors.Is(err, dblock.ErrInvalidOption) {
 		t.Errorf("FromPool(nil) = %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestStatementDeadline runs statements under store.DB.StatementContext of
+// a context that is never cancelled, whose deadline the native path sets on
+// the connection instead of having pgx watch the context: a statement
+// stuck past it (a release waiting for a row another transaction locked)
+// fails as under a timed-out context, and a connection that ran a
+// statement under such a deadline carries none afterwards.
+func TestStatementDeadline(t *testing.T) {
+	iso := dbtest.New(t, store.Postgres)
+	db := iso.Store()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cancellable, stop := db.StatementContext(ctx, time.Second)
+	if _, _, ok := store.DeadlineOnly(cancellable); ok {
+		t.Fatal("a context its caller can cancel was made deadline-only")
+	}
+	stop()
+
+	t.Run("cleared", func(t *testing.T) { deadlineCleared(t, iso) })
+
+	const name = "deadline"
+	res, err := db.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "o1", TTL: time.Minute, Mode: dblock.ModeOptimistic})
+	if err != nil || !res.Acquired {
+		t.Fatalf("acquire: %+v, %v", res, err)
+	}
+	tx, err := iso.DB.SQL().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "SELECT 1 FROM dblock_locks WHERE name = $1 FOR UPDATE", name); err != nil {
+		t.Fatal(err)
+	}
+	stuck, stop := db.StatementContext(context.Background(), 300*time.Millisecond)
+	_, err = db.ReleaseLease(stuck, nil, name, "o1", res.Token)
+	stop()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("release past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.LeaseHolder(ctx, nil, name); err != nil {
+		t.Fatalf("the pool after a statement timed out: %v", err)
+	}
+}
+
+// deadlineCleared runs a statement under a short deadline-only context on
+// one connection, then, after that deadline, one under no deadline on the
+// same connection: it would fail if the deadline had stayed on it.
+func deadlineCleared(t *testing.T, iso *dbtest.Isolated) {
+	ctx := context.Background()
+	conn, err := iso.DB.SQL().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	selectOne := func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SELECT 1")
+		return err
+	}
+	err = conn.Raw(func(dc any) error {
+		sc := dc.(*stdlib.Conn)
+		short, stop := iso.Store().StatementContext(ctx, 50*time.Millisecond)
+		defer stop()
+		if _, _, ok := store.DeadlineOnly(short); !ok {
+			t.Error("a never-cancelled parent did not give a deadline-only context")
+		}
+		if err := postgres.Bounded(short, sc, selectOne); err != nil {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+		return selectOne(ctx, sc.Conn())
+	})
+	if err != nil {
+		t.Fatalf("a statement after an earlier one's deadline passed: %v", err)
 	}
 }

@@ -519,7 +519,7 @@ func (h *held) releaseRow(ctx context.Context) (bool, error) {
 			}
 		}
 		if !uncertain {
-			actx, cancel := context.WithTimeout(ctx, h.k.cfg.ReleaseTimeout)
+			actx, cancel := h.k.cfg.DB.StatementContext(ctx, h.k.cfg.ReleaseTimeout)
 			h.k.count()
 			unlock := h.k.lockWrites()
 			ok, err := h.k.rows(h.p).Release(actx, h.p.Name, h.p.Owner, h.p.Token)
