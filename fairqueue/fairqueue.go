@@ -363,7 +363,7 @@ func (a *attempt) direct(wait bool) (*dblock.Lease, error) {
 		// statement cancelled in flight may still commit, and a lease
 		// nobody knows about would hold the name until it expires.
 		reqStart := time.Now()
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
+		tctx, cancel := l.db.StatementContext(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
 		unlock, err := a.lockWrites(wait)
 		if err != nil {
 			cancel()

@@ -290,7 +290,7 @@ func (a *attempt) delay(s store.QueueState, step int) time.Duration {
 // its heartbeat deadline.
 func (a *attempt) enqueue() (*waiter, error) {
 	l := a.l
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
+	ctx, cancel := l.db.StatementContext(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
 	defer cancel()
 	unlock, err := a.lockWrites(true)
 	if err != nil {
@@ -320,7 +320,7 @@ func (a *attempt) requeue(w *waiter) {
 func (a *attempt) leave(w *waiter) {
 	l := a.l
 	l.beats.remove(w.id)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
+	ctx, cancel := l.db.StatementContext(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
 	defer cancel()
 	l.count()
 	unlock := l.lockWrites()

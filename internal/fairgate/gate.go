@@ -144,7 +144,7 @@ func (q *queued) turn() error {
 // join inserts the call's row and starts its heartbeat; a failure is
 // remembered and retried after a pause.
 func (q *queued) join() {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(q.ctx), q.g.StatementTimeout)
+	ctx, cancel := q.g.Parts.DB.StatementContext(context.WithoutCancel(q.ctx), q.g.StatementTimeout)
 	defer cancel()
 	t, err := q.g.Parts.DB.Enqueue(ctx, nil, q.name, q.owner, q.kind, HeartbeatTimeout)
 	if err != nil {
@@ -158,7 +158,7 @@ func (q *queued) join() {
 
 // check reads the row's liveness and the waiters ahead in its way.
 func (q *queued) check() (store.GateState, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(q.ctx), q.g.StatementTimeout)
+	ctx, cancel := q.g.Parts.DB.StatementContext(context.WithoutCancel(q.ctx), q.g.StatementTimeout)
 	defer cancel()
 	st, err := q.g.Parts.DB.CheckGate(ctx, q.id)
 	if err != nil {
@@ -234,7 +234,7 @@ func (q *queued) leave() {
 	}
 	close(q.stopBeats)
 	<-q.beatsDone
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(q.ctx), q.g.ReleaseTimeout)
+	ctx, cancel := q.g.Parts.DB.StatementContext(context.WithoutCancel(q.ctx), q.g.ReleaseTimeout)
 	defer cancel()
 	if _, err := q.g.Parts.DB.LeaveQueue(ctx, nil, q.id); err != nil {
 		q.logRetry("fair queue: leaving failed; the row lapses by itself", 0, err)
