@@ -59,6 +59,9 @@ type LeaseSQL struct {
 	// name's row held by an owner: the token of an acquisition whose insert
 	// id a trigger hid.
 	OwnedToken string
+	// Reserve and Unreserve keep a free name for a waiting owner and give
+	// it up (see reserve.go).
+	Reserve, Unreserve string
 }
 
 // NotifyChannel is the PostgreSQL channel on which releases are announced;
@@ -124,6 +127,18 @@ type Holder struct {
 	// name's key (an insert of the same name in progress) or the fencing
 	// floor. Nil otherwise.
 	Reason error
+	// Next is the waiting owner the name is reserved for (see
+	// DB.ReserveLease), NextSince when it began to wait and NextUntil when
+	// the reservation lapses, all by the database clock; Next is empty
+	// when nobody reserved it (or not known).
+	Next                 string
+	NextSince, NextUntil time.Time
+}
+
+// ReservedFor reports whether a live reservation keeps the name for
+// another owner than owner.
+func (h Holder) ReservedFor(owner string) bool {
+	return h.Next != "" && h.Next != owner && h.NextUntil.After(h.Now)
 }
 
 // Reasons of a refusal without a known holder (Holder.Reason).
@@ -241,8 +256,9 @@ func (db *DB) SetLeaseMetadata(ctx context.Context, q Querier, name, owner strin
 func (db *DB) LeaseHolder(ctx context.Context, q Querier, name string) (Holder, error) {
 	q = db.q(q)
 	var h Holder
-	var expUs, nowUs int64
-	err := q.QueryRowxContext(ctx, db.Dialect.Lease().Holder, name).Scan(&h.Owner, &h.Version, &h.Mode, &expUs, &nowUs, &h.Reentry)
+	var expUs, nowUs, sinceUs, untilUs int64
+	err := q.QueryRowxContext(ctx, db.Dialect.Lease().Holder, name).Scan(&h.Owner, &h.Version, &h.Mode, &expUs, &nowUs, &h.Reentry,
+		&h.Next, &sinceUs, &untilUs)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Holder{}, nil
 	}
@@ -254,6 +270,7 @@ func (db *DB) LeaseHolder(ctx context.Context, q Querier, name string) (Holder, 
 		h.ExpiresAt = Micros(expUs)
 	}
 	h.Now = Micros(nowUs)
+	h.setNext(h.Next, sinceUs, untilUs)
 	return h, nil
 }
 

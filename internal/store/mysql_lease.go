@@ -135,9 +135,10 @@ type mysqlAcquisition struct {
 
 // rowLease is a lease row as RETURNING (MariaDB) reads it.
 type rowLease struct {
-	owner, mode      string
-	version, reentry int64
-	expiresUs, nowUs int64
+	owner, mode, next string
+	version, reentry  int64
+	expiresUs, nowUs  int64
+	sinceUs, untilUs  int64
 }
 
 // statement returns the acquire statement and its arguments: Acquire on its
@@ -175,7 +176,7 @@ func (a *mysqlAcquisition) try() (ran bool, err error) {
 	}
 	if a.returning {
 		err := a.q.QueryRowxContext(a.ctx, query, args...).Scan(&a.row.owner, &a.row.version, &a.row.reentry,
-			&a.row.mode, &a.row.expiresUs, &a.row.nowUs)
+			&a.row.mode, &a.row.expiresUs, &a.row.nowUs, &a.row.next, &a.row.sinceUs, &a.row.untilUs)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, nil
 		}
@@ -230,14 +231,17 @@ func (a *mysqlAcquisition) result() (AcquireResult, error) {
 }
 
 // result is the outcome for owner of an acquisition that returned r.
+// (A row left the owner's with its lease expired is one a reservation
+// kept from it: not taken.)
 func (r rowLease) result(owner string) AcquireResult {
-	if r.owner == owner {
+	if r.owner == owner && r.expiresUs > r.nowUs {
 		return AcquireResult{Acquired: true, Token: dblock.Token(r.version), Reentry: int(r.reentry), Statements: 1}
 	}
 	h := Holder{Exists: true, Owner: r.owner, Version: r.version, Mode: r.mode, Reentry: int(r.reentry), Now: Micros(r.nowUs)}
 	if r.expiresUs != 0 {
 		h.ExpiresAt = Micros(r.expiresUs)
 	}
+	h.setNext(r.next, r.sinceUs, r.untilUs)
 	return AcquireResult{Holder: h, Statements: 1}
 }
 

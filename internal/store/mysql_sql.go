@@ -56,23 +56,41 @@ FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
 // the reentry count, the mode, the expiry and the database clock. A skipped
 // floor returns no row.
 var mariadbReturning = `
-RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)")
+RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `,
+    ` + mysqlNextCols
 
 // mysqlOwnedToken: see LeaseSQL.OwnedToken.
 const mysqlOwnedToken = "SELECT version, reentry FROM dblock_locks WHERE name = ? AND owner = ?"
 
 // mysqlAcquireUpdate is the takeover or re-entry of an existing row, shared
-// by mysqlAcquire, mariadbAcquire and mysqlAcquireValues.
+// by mysqlAcquire, mariadbAcquire and mysqlAcquireValues. A free or expired
+// row is taken unless a live reservation keeps it for another owner (see
+// reserve.go; mysqlReserved, which reads the columns assigned before it the
+// same whether evaluated before or after them: a row it keeps is left as it
+// was). MySQL assigns from left to right, each expression reading the
+// columns already assigned: owner is assigned after the columns that test
+// the row's old owner, expires_at and updated_at after owner, and the
+// reservation last, cleared when the statement left the row the owner's
+// with a live lease and the reservation was the owner's or lapsed.
 const mysqlAcquireUpdate = `ON DUPLICATE KEY UPDATE
     reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
-                     IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
-    version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
-    mode        = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(mode), mode),
-    acquired_at = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(acquired_at), acquired_at),
-    metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
-    owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
-    expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
-    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)`
+                     IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT ` + mysqlReserved + `, 1, reentry)),
+    version     = LAST_INSERT_ID(IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT ` + mysqlReserved + `, GREATEST(version + 1, VALUES(version)), version)),
+    mode        = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT ` + mysqlReserved + `, VALUES(mode), mode),
+    acquired_at = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT ` + mysqlReserved + `, VALUES(acquired_at), acquired_at),
+    metadata    = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT ` + mysqlReserved + `, VALUES(metadata), metadata),
+    owner       = IF((owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6)) AND NOT ` + mysqlReserved + `, VALUES(owner), owner),
+    expires_at  = IF(owner = VALUES(owner) AND NOT ` + mysqlReserved + `, GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
+    updated_at  = IF(owner = VALUES(owner) AND NOT ` + mysqlReserved + `, VALUES(updated_at), updated_at),
+    next_since  = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6) AND (next_owner = VALUES(owner) OR next_until <= UTC_TIMESTAMP(6)), NULL, next_since),
+    next_until  = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6) AND (next_owner = VALUES(owner) OR next_until <= UTC_TIMESTAMP(6)), NULL, next_until),
+    next_owner  = IF(next_until IS NULL, NULL, next_owner)`
+
+// mysqlReserved: a live reservation keeps the row for another owner than
+// the acquirer's, and the acquirer does not hold it (a holder's re-entry is
+// never kept out).
+// (IFNULL: a comparison with a NULL column is NULL, which NOT keeps NULL.)
+const mysqlReserved = `IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE)`
 
 // mysqlEnsure is the pessimistic mode's insert of a free row (RowSQL.Ensure
 // on MySQL), reading the floor as mysqlAcquire does; a duplicate is left
@@ -130,8 +148,25 @@ WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)`
 const mysqlProclaim = `UPDATE dblock_locks SET metadata = ?, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)`
 
-var mysqlHolder = `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `, reentry
+var mysqlHolder = `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `, reentry,
+    ` + mysqlNextCols + `
 FROM dblock_locks WHERE name = ?`
+
+// mysqlNextCols is the reservation as Holder reads it (see reserve.go).
+var mysqlNextCols = `IFNULL(next_owner, ''), IFNULL(` + myUs("next_since") + `, 0), IFNULL(` + myUs("next_until") + `, 0)`
+
+// mysqlReserve and mysqlUnreserve: see LeaseSQL.Reserve. Bound (owner,
+// since µs, d µs, name, owner, since µs), and (name, owner).
+const (
+	mysqlReserve = `UPDATE dblock_locks SET
+    next_owner = ?,
+    next_since = TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ? MICROSECOND,
+    next_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE name = ? AND (next_until IS NULL OR next_until <= UTC_TIMESTAMP(6) OR next_owner = ?
+    OR next_since > TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ? MICROSECOND)`
+	mysqlUnreserve = `UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
+WHERE name = ? AND next_owner = ?`
+)
 
 // mysqlGuard cannot bound the caller's transaction as the PostgreSQL Guard
 // does: MariaDB's idle_transaction_timeout is session-scoped (SET STATEMENT
@@ -154,7 +189,8 @@ var mysqlLease = LeaseSQL{
 	Acquire: mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew, Proclaim: mysqlProclaim,
 	FloorInTx: mysqlFloorText + mysqlShareSkipLocked, AcquireInTx: mysqlAcquireValues,
 	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease, OwnedToken: mysqlOwnedToken,
-	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
+	Exists:  "SELECT 1 FROM dblock_locks WHERE name = ?",
+	Reserve: mysqlReserve, Unreserve: mysqlUnreserve,
 }
 
 // Only the acquire refuses to wait: release and renew are CAS statements on a
@@ -166,7 +202,8 @@ var mariadbLease = LeaseSQL{
 	AcquireReturning:     mariadbNoWait + mariadbAcquire + mariadbReturning,
 	AcquireInTxReturning: mariadbNoWait + mysqlAcquireValues + mariadbReturning,
 	Holder:               mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease, OwnedToken: mysqlOwnedToken,
-	Exists: "SELECT 1 FROM dblock_locks WHERE name = ?",
+	Exists:  "SELECT 1 FROM dblock_locks WHERE name = ?",
+	Reserve: mariadbNoWait + mysqlReserve, Unreserve: mariadbNoWait + mysqlUnreserve,
 }
 
 // myLockCols: the row's lease columns, the database clock, what identifies

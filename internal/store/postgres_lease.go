@@ -28,18 +28,20 @@ func (postgres) acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (Ac
 // (each variable scanned into would otherwise escape on its own).
 type pgAcquireRow struct {
 	res                      AcquireResult
-	owner, mode              string
+	owner, mode, next        string
 	version, expUs, nowUs, n int64
-	dest                     [8]any
+	sinceUs, untilUs         int64
+	dest                     [11]any
 	args                     [5]any
 }
 
 func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireParams, queued bool) (AcquireResult, error) {
 	r := &pgAcquireRow{}
-	r.dest = [8]any{&r.res.Acquired, &r.version, &r.owner, &r.mode, &r.expUs, &r.nowUs, &r.res.Reentry, &r.n}
-	dest := r.dest[:7]
+	r.dest = [11]any{&r.res.Acquired, &r.version, &r.owner, &r.mode, &r.expUs, &r.nowUs, &r.res.Reentry,
+		&r.next, &r.sinceUs, &r.untilUs, &r.n}
+	dest := r.dest[:10]
 	if queued {
-		dest = r.dest[:8]
+		dest = r.dest[:11]
 	}
 	r.args = [5]any{p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)}
 	err := db.queryRow(ctx, q, query, r.args[:], dest...)
@@ -63,8 +65,11 @@ func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireP
 	if expUs != 0 {
 		h.ExpiresAt = Micros(expUs)
 	}
-	if h.Exists && n == 0 && (owner == "" && !h.Held() || owner == p.Owner || expUs <= nowUs) {
-		// Takeable, nobody queued, yet skipped: a transaction holds the row locked.
+	h.setNext(r.next, r.sinceUs, r.untilUs)
+	reserved := h.ReservedFor(p.Owner) && !(owner == p.Owner && h.Held())
+	if h.Exists && n == 0 && !reserved && (owner == "" && !h.Held() || owner == p.Owner || expUs <= nowUs) {
+		// Takeable (not kept for another's reservation), nobody queued,
+		// yet skipped: a transaction holds the row locked.
 		h = Holder{Exists: true, Mode: dblock.ModePessimistic, Now: h.Now}
 	}
 	res.Holder = h

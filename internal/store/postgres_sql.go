@@ -14,6 +14,18 @@ const pgMicros = "(extract(epoch FROM %s) * 1000000)::bigint"
 
 func pgUs(col string) string { return fmt.Sprintf(pgMicros, col) }
 
+// The reservation clauses (see reserve.go): pgAdvisoryWrite, the settings
+// of a reservation's write; pgNotReserved, no live reservation keeps the
+// row for another owner than $2; pgReservationEnds, a take by $2 ends the
+// reservation (it was $2's, or it lapsed); pgNextCols, the reservation as
+// Holder reads it (owner, since µs, until µs).
+var (
+	pgAdvisoryWrite   = `(SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '100', true)) AS advisory`
+	pgNotReserved     = `(next_until IS NULL OR next_until <= now() OR next_owner = $2)`
+	pgReservationEnds = `(l.next_owner = $2 OR l.next_until <= now())`
+	pgNextCols        = `coalesce(next_owner, ''), coalesce(` + pgUs("next_since") + `, 0), coalesce(` + pgUs("next_until") + `, 0)`
+)
+
 var pgLease = LeaseSQL{
 	// cur locks the row only when it can be taken. SKIP LOCKED: a row that a
 	// pessimistic transaction (or a racing acquire) has locked is passed
@@ -25,6 +37,7 @@ var pgLease = LeaseSQL{
 	Acquire: `WITH cur AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+      AND (owner = $2 AND expires_at > now() OR ` + pgNotReserved + `)
     FOR UPDATE SKIP LOCKED
 ), upd AS (
     UPDATE dblock_locks l SET
@@ -36,6 +49,9 @@ var pgLease = LeaseSQL{
         expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
                            THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
                            ELSE now() + $3::bigint * interval '1 microsecond' END,
+        next_owner  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_owner END,
+        next_since  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_since END,
+        next_until  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_until END,
         owner       = $2,
         updated_at  = now()
     FROM cur WHERE l.name = cur.name
@@ -47,11 +63,11 @@ var pgLease = LeaseSQL{
     ON CONFLICT (name) DO NOTHING
     RETURNING version, reentry
 )
-SELECT true, version, '', '', 0::bigint, 0::bigint, reentry FROM upd
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint FROM upd
 UNION ALL
-SELECT true, version, '', '', 0::bigint, 0::bigint, reentry FROM ins
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint FROM ins
 UNION ALL
-SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce(` + pgUs("h.expires_at") + `, 0), ` + pgUs("now()") + `, 0
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce(` + pgUs("h.expires_at") + `, 0), ` + pgUs("now()") + `, 0, ` + pgNextCols + `
 FROM dblock_locks h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
 LIMIT 1`,
 
@@ -78,8 +94,26 @@ RETURNING (CASE WHEN l.reentry = 0 OR l.owner = '' THEN pg_notify('` + NotifyCha
 WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()
 RETURNING true`,
 
-	Holder: `SELECT coalesce(owner, ''), version, coalesce(mode, ''), coalesce(` + pgUs("expires_at") + `, 0), ` + pgUs("now()") + `, reentry
+	Holder: `SELECT coalesce(owner, ''), version, coalesce(mode, ''), coalesce(` + pgUs("expires_at") + `, 0), ` + pgUs("now()") + `, reentry,
+    ` + pgNextCols + `
 FROM dblock_locks WHERE name = $1`,
+
+	// A reservation is advisory (see reserve.go): its writes commit
+	// asynchronously, and wait at most 100 ms for the row (which a
+	// pessimistic holder may keep locked). Giving one up announces the name
+	// when it is free, for the waiters the reservation kept out.
+	Reserve: `UPDATE dblock_locks SET
+    next_owner = $2,
+    next_since = timestamptz 'epoch' + $3::bigint * interval '1 microsecond',
+    next_until = now() + $4::bigint * interval '1 microsecond'
+FROM ` + pgAdvisoryWrite + `
+WHERE name = $1 AND (next_until IS NULL OR next_until <= now() OR next_owner = $2
+    OR next_since > timestamptz 'epoch' + $3::bigint * interval '1 microsecond')`,
+
+	Unreserve: `UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
+FROM ` + pgAdvisoryWrite + `
+WHERE name = $1 AND next_owner = $2
+RETURNING (CASE WHEN owner IS NULL OR expires_at <= now() THEN pg_notify('` + NotifyChannel + `', name)::text END) IS NOT NULL`,
 
 	// FOR SHARE blocks every update of the row (a takeover, a release) until
 	// the caller's transaction ends; clock_timestamp() because now() is the
@@ -241,9 +275,10 @@ var pgGatePeek, pgGateCheck = gateSQL("now()", postgres{}.Placeholder)
 // holds it already), and an eighth column counts the live waiters. Its
 // snapshot is the statement's: a waiter whose insert committed before the
 // statement began is seen, so nobody jumps it.
-const pgDirect = `WITH cur AS (
+var pgDirect = `WITH cur AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+      AND (owner = $2 AND expires_at > now() OR ` + pgNotReserved + `)
       AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'))
     FOR UPDATE SKIP LOCKED
 ), upd AS (
@@ -256,6 +291,9 @@ const pgDirect = `WITH cur AS (
         expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
                            THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
                            ELSE now() + $3::bigint * interval '1 microsecond' END,
+        next_owner  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_owner END,
+        next_since  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_since END,
+        next_until  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_until END,
         owner       = $2,
         updated_at  = now()
     FROM cur WHERE l.name = cur.name
@@ -269,14 +307,15 @@ const pgDirect = `WITH cur AS (
 ), q AS (
     SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'
 )
-SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM upd
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint, 0::bigint FROM upd
 UNION ALL
-SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM ins
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint, 0::bigint FROM ins
 UNION ALL
-SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0,
+       ` + pgNextCols + `, q.n
 FROM dblock_locks h, q WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
 UNION ALL
-SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
+SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, '', 0::bigint, 0::bigint, q.n
 FROM q WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
 LIMIT 1`
 

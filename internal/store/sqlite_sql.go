@@ -10,17 +10,7 @@ package store
 var sqliteLease = LeaseSQL{
 	Acquire: `INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
 VALUES (?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?5)
-ON CONFLICT (name) DO UPDATE SET
-    reentry     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN reentry + 1 ELSE 1 END,
-    version     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN version ELSE max(version + 1, excluded.version) END,
-    mode        = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN mode ELSE excluded.mode END,
-    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
-    metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
-    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
-    owner       = excluded.owner,
-    updated_at  = excluded.updated_at
-WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
-RETURNING version, reentry`,
+` + sqliteTakeRow,
 
 	// A holder that took the read lock too hands the name to readers on
 	// its last release (see the PostgreSQL statement).
@@ -41,8 +31,15 @@ WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
     updated_at = ` + sqliteNow + `
 WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
 
-	Holder: `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, reentry
+	Holder: `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, reentry,
+    IFNULL(next_owner, ''), IFNULL(next_since, 0), IFNULL(next_until, 0)
 FROM dblock_locks WHERE name = ?1`,
+
+	Reserve: `UPDATE dblock_locks SET next_owner = ?2, next_since = ?3, next_until = ` + sqliteNow + ` + ?4
+WHERE name = ?1 AND (next_until IS NULL OR next_until <= ` + sqliteNow + ` OR next_owner = ?2 OR next_since > ?3)`,
+
+	Unreserve: `UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
+WHERE name = ?1 AND next_owner = ?2`,
 
 	// SQLite has one writer: inside the caller's write transaction nobody
 	// else can change the row before commit.
@@ -128,16 +125,27 @@ const sqliteDirect = `INSERT INTO dblock_locks (name, owner, reentry, version, m
 SELECT ?1, ?2, 1, (SELECT floor + 1 FROM dblock_fence WHERE id = 1), ?4, CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?5
 WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) AND w.kind <> 'semaphore')
    OR EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?1 AND l.owner = ?2 AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
-ON CONFLICT (name) DO UPDATE SET
-    reentry     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN reentry + 1 ELSE 1 END,
-    version     = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN version ELSE max(version + 1, excluded.version) END,
-    mode        = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN mode ELSE excluded.mode END,
-    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
-    metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
-    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+` + sqliteTakeRow
+
+// sqliteTakeRow is the takeover or re-entry of an existing row, shared by
+// sqliteLease.Acquire and sqliteDirect: a free or expired row is taken
+// unless a live reservation keeps it for another owner (see reserve.go),
+// and a take clears the reservation when it was the owner's or lapsed.
+// Every SET expression reads the row as it was.
+const sqliteTakeRow = `ON CONFLICT (name) DO UPDATE SET
+    reentry     = CASE WHEN owner = excluded.owner AND expires_at > ` + sqliteNow + ` THEN reentry + 1 ELSE 1 END,
+    version     = CASE WHEN owner = excluded.owner AND expires_at > ` + sqliteNow + ` THEN version ELSE max(version + 1, excluded.version) END,
+    mode        = CASE WHEN owner = excluded.owner AND expires_at > ` + sqliteNow + ` THEN mode ELSE excluded.mode END,
+    acquired_at = CASE WHEN owner = excluded.owner AND expires_at > ` + sqliteNow + ` THEN acquired_at ELSE excluded.acquired_at END,
+    metadata    = CASE WHEN owner = excluded.owner AND expires_at > ` + sqliteNow + ` THEN metadata ELSE excluded.metadata END,
+    expires_at  = CASE WHEN owner = excluded.owner AND expires_at > ` + sqliteNow + ` THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    next_owner  = CASE WHEN next_owner = excluded.owner OR next_until <= ` + sqliteNow + ` THEN NULL ELSE next_owner END,
+    next_since  = CASE WHEN next_owner = excluded.owner OR next_until <= ` + sqliteNow + ` THEN NULL ELSE next_since END,
+    next_until  = CASE WHEN next_owner = excluded.owner OR next_until <= ` + sqliteNow + ` THEN NULL ELSE next_until END,
     owner       = excluded.owner,
     updated_at  = excluded.updated_at
-WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+WHERE (owner IS NULL OR owner = excluded.owner OR expires_at <= ` + sqliteNow + `)
+  AND (owner = excluded.owner AND expires_at > ` + sqliteNow + ` OR next_until IS NULL OR next_until <= ` + sqliteNow + ` OR next_owner = excluded.owner)
 RETURNING version, reentry`
 
 var sqliteReap = ReapSQL{

@@ -7,14 +7,17 @@ SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
 FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
 ON DUPLICATE KEY UPDATE
     reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
-                     IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
-    version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
-    mode        = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(mode), mode),
-    acquired_at = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(acquired_at), acquired_at),
-    metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
-    owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
-    expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
-    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at);
+                     IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), 1, reentry)),
+    version     = LAST_INSERT_ID(IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), GREATEST(version + 1, VALUES(version)), version)),
+    mode        = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(mode), mode),
+    acquired_at = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(acquired_at), acquired_at),
+    metadata    = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(metadata), metadata),
+    owner       = IF((owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(owner), owner),
+    expires_at  = IF(owner = VALUES(owner) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
+    updated_at  = IF(owner = VALUES(owner) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(updated_at), updated_at),
+    next_since  = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6) AND (next_owner = VALUES(owner) OR next_until <= UTC_TIMESTAMP(6)), NULL, next_since),
+    next_until  = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6) AND (next_owner = VALUES(owner) OR next_until <= UTC_TIMESTAMP(6)), NULL, next_until),
+    next_owner  = IF(next_until IS NULL, NULL, next_owner);
 
 -- LeaseSQL.Release
 UPDATE dblock_locks SET
@@ -33,7 +36,8 @@ UPDATE dblock_locks SET
 WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6);
 
 -- LeaseSQL.Holder
-SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), reentry
+SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), reentry,
+    IFNULL(next_owner, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_since), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_until), 0)
 FROM dblock_locks WHERE name = ?;
 
 -- LeaseSQL.Guard
@@ -61,14 +65,17 @@ VALUES (?, ?, 1, LAST_INSERT_ID(? + 1), ?,
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)
 ON DUPLICATE KEY UPDATE
     reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
-                     IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
-    version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
-    mode        = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(mode), mode),
-    acquired_at = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(acquired_at), acquired_at),
-    metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
-    owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
-    expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
-    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at);
+                     IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), 1, reentry)),
+    version     = LAST_INSERT_ID(IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), GREATEST(version + 1, VALUES(version)), version)),
+    mode        = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(mode), mode),
+    acquired_at = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(acquired_at), acquired_at),
+    metadata    = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(metadata), metadata),
+    owner       = IF((owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(owner), owner),
+    expires_at  = IF(owner = VALUES(owner) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
+    updated_at  = IF(owner = VALUES(owner) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(updated_at), updated_at),
+    next_since  = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6) AND (next_owner = VALUES(owner) OR next_until <= UTC_TIMESTAMP(6)), NULL, next_since),
+    next_until  = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6) AND (next_owner = VALUES(owner) OR next_until <= UTC_TIMESTAMP(6)), NULL, next_until),
+    next_owner  = IF(next_until IS NULL, NULL, next_owner);
 
 -- LeaseSQL.AcquireReturning
 SET STATEMENT innodb_lock_wait_timeout=0 FOR INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
@@ -77,15 +84,19 @@ SELECT ?, ?, 1, LAST_INSERT_ID(f.floor + 1), ?,
 FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED
 ON DUPLICATE KEY UPDATE
     reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
-                     IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
-    version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
-    mode        = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(mode), mode),
-    acquired_at = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(acquired_at), acquired_at),
-    metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
-    owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
-    expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
-    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)
-RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6));
+                     IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), 1, reentry)),
+    version     = LAST_INSERT_ID(IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), GREATEST(version + 1, VALUES(version)), version)),
+    mode        = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(mode), mode),
+    acquired_at = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(acquired_at), acquired_at),
+    metadata    = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(metadata), metadata),
+    owner       = IF((owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(owner), owner),
+    expires_at  = IF(owner = VALUES(owner) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
+    updated_at  = IF(owner = VALUES(owner) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(updated_at), updated_at),
+    next_since  = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6) AND (next_owner = VALUES(owner) OR next_until <= UTC_TIMESTAMP(6)), NULL, next_since),
+    next_until  = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6) AND (next_owner = VALUES(owner) OR next_until <= UTC_TIMESTAMP(6)), NULL, next_until),
+    next_owner  = IF(next_until IS NULL, NULL, next_owner)
+RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
+    IFNULL(next_owner, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_since), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_until), 0);
 
 -- LeaseSQL.AcquireInTxReturning
 SET STATEMENT innodb_lock_wait_timeout=0 FOR INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
@@ -93,18 +104,34 @@ VALUES (?, ?, 1, LAST_INSERT_ID(? + 1), ?,
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)
 ON DUPLICATE KEY UPDATE
     reentry     = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6), reentry + 1,
-                     IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, reentry)),
-    version     = LAST_INSERT_ID(IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), GREATEST(version + 1, VALUES(version)), version)),
-    mode        = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(mode), mode),
-    acquired_at = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(acquired_at), acquired_at),
-    metadata    = IF(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6), VALUES(metadata), metadata),
-    owner       = IF(owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
-    expires_at  = IF(owner = VALUES(owner), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
-    updated_at  = IF(owner = VALUES(owner), VALUES(updated_at), updated_at)
-RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6));
+                     IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), 1, reentry)),
+    version     = LAST_INSERT_ID(IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), GREATEST(version + 1, VALUES(version)), version)),
+    mode        = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(mode), mode),
+    acquired_at = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(acquired_at), acquired_at),
+    metadata    = IF((owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(metadata), metadata),
+    owner       = IF((owner IS NULL OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6)) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(owner), owner),
+    expires_at  = IF(owner = VALUES(owner) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), GREATEST(IFNULL(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at),
+    updated_at  = IF(owner = VALUES(owner) AND NOT IFNULL(next_until > UTC_TIMESTAMP(6) AND NOT (next_owner <=> VALUES(owner)) AND NOT (owner <=> VALUES(owner) AND expires_at > UTC_TIMESTAMP(6)), FALSE), VALUES(updated_at), updated_at),
+    next_since  = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6) AND (next_owner = VALUES(owner) OR next_until <= UTC_TIMESTAMP(6)), NULL, next_since),
+    next_until  = IF(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6) AND (next_owner = VALUES(owner) OR next_until <= UTC_TIMESTAMP(6)), NULL, next_until),
+    next_owner  = IF(next_until IS NULL, NULL, next_owner)
+RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
+    IFNULL(next_owner, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_since), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_until), 0);
 
 -- LeaseSQL.OwnedToken
 SELECT version, reentry FROM dblock_locks WHERE name = ? AND owner = ?;
+
+-- LeaseSQL.Reserve
+SET STATEMENT innodb_lock_wait_timeout=0 FOR UPDATE dblock_locks SET
+    next_owner = ?,
+    next_since = TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ? MICROSECOND,
+    next_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE name = ? AND (next_until IS NULL OR next_until <= UTC_TIMESTAMP(6) OR next_owner = ?
+    OR next_since > TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ? MICROSECOND);
+
+-- LeaseSQL.Unreserve
+SET STATEMENT innodb_lock_wait_timeout=0 FOR UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
+WHERE name = ? AND next_owner = ?;
 
 -- RowSQL.Lock
 SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), CONNECTION_ID(), @@server_id, @@SESSION.idle_transaction_timeout FROM dblock_locks WHERE name = ? FOR UPDATE;

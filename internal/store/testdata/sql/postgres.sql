@@ -4,6 +4,7 @@
 WITH cur AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+      AND (owner = $2 AND expires_at > now() OR (next_until IS NULL OR next_until <= now() OR next_owner = $2))
     FOR UPDATE SKIP LOCKED
 ), upd AS (
     UPDATE dblock_locks l SET
@@ -15,6 +16,9 @@ WITH cur AS (
         expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
                            THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
                            ELSE now() + $3::bigint * interval '1 microsecond' END,
+        next_owner  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_owner END,
+        next_since  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_since END,
+        next_until  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_until END,
         owner       = $2,
         updated_at  = now()
     FROM cur WHERE l.name = cur.name
@@ -26,11 +30,11 @@ WITH cur AS (
     ON CONFLICT (name) DO NOTHING
     RETURNING version, reentry
 )
-SELECT true, version, '', '', 0::bigint, 0::bigint, reentry FROM upd
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint FROM upd
 UNION ALL
-SELECT true, version, '', '', 0::bigint, 0::bigint, reentry FROM ins
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint FROM ins
 UNION ALL
-SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0, coalesce(next_owner, ''), coalesce((extract(epoch FROM next_since) * 1000000)::bigint, 0), coalesce((extract(epoch FROM next_until) * 1000000)::bigint, 0)
 FROM dblock_locks h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
 LIMIT 1;
 
@@ -54,7 +58,8 @@ WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()
 RETURNING true;
 
 -- LeaseSQL.Holder
-SELECT coalesce(owner, ''), version, coalesce(mode, ''), coalesce((extract(epoch FROM expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, reentry
+SELECT coalesce(owner, ''), version, coalesce(mode, ''), coalesce((extract(epoch FROM expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, reentry,
+    coalesce(next_owner, ''), coalesce((extract(epoch FROM next_since) * 1000000)::bigint, 0), coalesce((extract(epoch FROM next_until) * 1000000)::bigint, 0)
 FROM dblock_locks WHERE name = $1;
 
 -- LeaseSQL.Guard
@@ -80,6 +85,21 @@ WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now();
 
 -- LeaseSQL.Exists
 SELECT 1 FROM dblock_locks WHERE name = $1;
+
+-- LeaseSQL.Reserve
+UPDATE dblock_locks SET
+    next_owner = $2,
+    next_since = timestamptz 'epoch' + $3::bigint * interval '1 microsecond',
+    next_until = now() + $4::bigint * interval '1 microsecond'
+FROM (SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '100', true)) AS advisory
+WHERE name = $1 AND (next_until IS NULL OR next_until <= now() OR next_owner = $2
+    OR next_since > timestamptz 'epoch' + $3::bigint * interval '1 microsecond');
+
+-- LeaseSQL.Unreserve
+UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
+FROM (SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '100', true)) AS advisory
+WHERE name = $1 AND next_owner = $2
+RETURNING (CASE WHEN owner IS NULL OR expires_at <= now() THEN pg_notify('dblock', name)::text END) IS NOT NULL;
 
 -- RowSQL.Lock
 SELECT coalesce(l.owner, ''), coalesce(l.mode, ''), coalesce((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, pg_backend_pid(), (extract(epoch FROM now()) * 1000000)::bigint, 0::bigint
@@ -193,6 +213,7 @@ RETURNING pg_notify('dblock', name)::text IS NOT NULL;
 WITH cur AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+      AND (owner = $2 AND expires_at > now() OR (next_until IS NULL OR next_until <= now() OR next_owner = $2))
       AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'))
     FOR UPDATE SKIP LOCKED
 ), upd AS (
@@ -205,6 +226,9 @@ WITH cur AS (
         expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
                            THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
                            ELSE now() + $3::bigint * interval '1 microsecond' END,
+        next_owner  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_owner END,
+        next_since  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_since END,
+        next_until  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_until END,
         owner       = $2,
         updated_at  = now()
     FROM cur WHERE l.name = cur.name
@@ -218,14 +242,15 @@ WITH cur AS (
 ), q AS (
     SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'
 )
-SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM upd
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint, 0::bigint FROM upd
 UNION ALL
-SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, 0::bigint FROM ins
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint, 0::bigint FROM ins
 UNION ALL
-SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0,
+       coalesce(next_owner, ''), coalesce((extract(epoch FROM next_since) * 1000000)::bigint, 0), coalesce((extract(epoch FROM next_until) * 1000000)::bigint, 0), q.n
 FROM dblock_locks h, q WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
 UNION ALL
-SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, q.n
+SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, '', 0::bigint, 0::bigint, q.n
 FROM q WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
 LIMIT 1;
 

@@ -10,9 +10,13 @@ ON CONFLICT (name) DO UPDATE SET
     acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
     metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
     expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    next_owner  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_owner END,
+    next_since  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_since END,
+    next_until  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_until END,
     owner       = excluded.owner,
     updated_at  = excluded.updated_at
-WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+WHERE (owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+  AND (owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) OR next_until IS NULL OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) OR next_owner = excluded.owner)
 RETURNING version, reentry;
 
 -- LeaseSQL.Release
@@ -32,7 +36,8 @@ UPDATE dblock_locks SET
 WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
 
 -- LeaseSQL.Holder
-SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER), reentry
+SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER), reentry,
+    IFNULL(next_owner, ''), IFNULL(next_since, 0), IFNULL(next_until, 0)
 FROM dblock_locks WHERE name = ?1;
 
 -- LeaseSQL.Guard
@@ -49,6 +54,14 @@ WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > CAST(unixepoch(
 
 -- LeaseSQL.Exists
 SELECT 1 FROM dblock_locks WHERE name = ?1;
+
+-- LeaseSQL.Reserve
+UPDATE dblock_locks SET next_owner = ?2, next_since = ?3, next_until = CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?4
+WHERE name = ?1 AND (next_until IS NULL OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) OR next_owner = ?2 OR next_since > ?3);
+
+-- LeaseSQL.Unreserve
+UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
+WHERE name = ?1 AND next_owner = ?2;
 
 -- RowSQL.Lock
 SELECT IFNULL(owner, ''), IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER), 0, 0, 0 FROM dblock_locks WHERE name = ?1;
@@ -134,9 +147,13 @@ ON CONFLICT (name) DO UPDATE SET
     acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
     metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
     expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    next_owner  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_owner END,
+    next_since  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_since END,
+    next_until  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_until END,
     owner       = excluded.owner,
     updated_at  = excluded.updated_at
-WHERE owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+WHERE (owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+  AND (owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) OR next_until IS NULL OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) OR next_owner = excluded.owner)
 RETURNING version, reentry;
 
 -- QueueSQL.GatePeek

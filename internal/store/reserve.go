@@ -1,0 +1,56 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Reservations: a waiting acquirer of an exclusive lease (optimistic mode,
+// rwlock's writers) keeps the name for itself once it is freed, so that
+// waiters in other processes are served about in the order they began to
+// wait. Without it, the process that releases a name wakes its own next
+// waiter at once (its Locker's line) while the others sleep on their
+// backoff, and wins the name nearly every time on a database that cannot
+// announce releases.
+//
+// The row's next_owner, next_since and next_until hold one reservation.
+// While it is live (next_until after the database clock), the acquire
+// statements take a free or expired row for next_owner only; a holder's
+// re-entry is not affected. A take by next_owner, or any take once the
+// reservation lapsed, clears it. An owner that began waiting earlier than
+// next_since takes the reservation over (ReserveLease), so the longest
+// waiter among those that ask holds it.
+
+// ReserveLease keeps name for owner once it is freed, for d from the
+// database clock: it sets the reservation when there is none live, when it
+// is owner's (renewed), or when owner began to wait (since, by the
+// database clock) before the owner holding it. It reports whether owner
+// holds the reservation now. The write is not waited for durably where the
+// database allows (a lost reservation only costs fairness).
+func (db *DB) ReserveLease(ctx context.Context, name, owner string, since time.Time, d time.Duration) (bool, error) {
+	return db.execOne(ctx, db.DB, db.Dialect.Lease().Reserve, db.reserveArgs(name, owner, since.UnixMicro(), d.Microseconds())...)
+}
+
+// UnreserveLease gives up owner's reservation of name, if it holds one: a
+// waiter that stops waiting.
+func (db *DB) UnreserveLease(ctx context.Context, name, owner string) (bool, error) {
+	return db.execOne(ctx, db.DB, db.Dialect.Lease().Unreserve, name, owner)
+}
+
+// setNext records a reservation read as (owner, since µs, until µs).
+func (h *Holder) setNext(owner string, sinceUs, untilUs int64) {
+	h.Next = owner
+	if owner == "" {
+		return
+	}
+	h.NextSince, h.NextUntil = Micros(sinceUs), Micros(untilUs)
+}
+
+// reserveArgs binds LeaseSQL.Reserve: (name, owner, since µs, d µs), or on
+// MySQL, whose placeholders go by position, in the statement's order.
+func (db *DB) reserveArgs(name, owner string, sinceUs, forUs int64) []any {
+	if db.Dialect.Kind() == MySQL {
+		return []any{owner, sinceUs, forUs, name, owner, sinceUs}
+	}
+	return []any{name, owner, sinceUs, forUs}
+}
