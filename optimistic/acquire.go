@@ -44,6 +44,11 @@ type acquisition struct {
 	lastErr error
 	// wanted: this call (a writer of an rwlock) marked the name wanted.
 	wanted bool
+	// since is when this call began to wait, by the database clock (its
+	// first refusal); reserved: it holds the name's reservation, as last
+	// seen (see reserve.go).
+	since    time.Time
+	reserved bool
 
 	w           *waiter         // This call's place in the line, once it waits.
 	kickCh      <-chan struct{} // A release through this Locker may have freed the name.
@@ -122,6 +127,7 @@ func (a *acquisition) readFirst() bool {
 		// (A writer held off by readers asks, which renews its mark.)
 		a.res, a.lastErr = store.AcquireResult{Holder: h}, nil
 		a.l.gates.note(a.name, h)
+		a.keep(h)
 		return false
 	}
 	return true
@@ -155,6 +161,12 @@ func (a *acquisition) ask(attempt int) (*dblock.Lease, bool, error) {
 		return nil, false, fmt.Errorf(a.l.prefix+": acquire %q: %w", a.name, a.res.Holder.HeldError(a.name, nil))
 	}
 	again, err := a.afterRefusal()
+	if err == nil && !again && a.l.gates.isHead(a.name, a.w) {
+		// Only the head of the line keeps the name: a reservation held
+		// by a waiter behind it would keep the name from the one caller
+		// of this Locker that asks.
+		a.keep(a.res.Holder)
+	}
 	return nil, again, err
 }
 
@@ -249,6 +261,9 @@ func (a *acquisition) sleep() error {
 	held := a.res.Holder.HeldError(a.name, nil)
 	d := jitter(a.backoff)
 	a.backoff = min(a.backoff*2, a.l.cfg.PollMax)
+	if a.reserved {
+		d, a.backoff = min(d, a.l.reserverPoll()), min(a.backoff, a.l.reserverPoll())
+	}
 	// Wake when the lease ends by the database clock, whatever the backoff says.
 	d = backoff.UntilExpiry(d, a.res.Holder.ExpiresAt, a.res.Holder.Now)
 	timer := time.NewTimer(d)
@@ -278,9 +293,13 @@ func (a *acquisition) ended(held *dblock.HeldError, cause error) error {
 	return fmt.Errorf(a.l.prefix+": acquire %q: %w", a.name, held)
 }
 
-// leaveLine leaves the line (naming the lease the call took, if any) and
-// the name's notifications.
+// leaveLine leaves the line (naming the lease the call took, if any), the
+// name's reservation if the call took nothing, and the name's
+// notifications.
 func (a *acquisition) leaveLine(lease *dblock.Lease) {
+	if lease == nil {
+		a.unreserve()
+	}
 	a.unsubscribe()
 	if a.w == nil {
 		return

@@ -149,6 +149,9 @@ var (
 	// ErrFenceBusy: the fencing floor's row (dblock_fence) stayed locked by
 	// another transaction for longer than an acquisition waits for it.
 	ErrFenceBusy = errors.New("the fencing floor (dblock_fence) is locked by another transaction")
+	// ErrReserved: the name is free (or its lease expired), but a waiting
+	// owner reserved it (see DB.ReserveLease).
+	ErrReserved = errors.New("the name is free but kept for an owner that was waiting for it (its reservation)")
 )
 
 // Held reports whether the row names an unexpired lease holder, or is held
@@ -196,6 +199,9 @@ func (db *DB) AcquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 	res, err := db.acquireLease(ctx, q, p)
 	if res.Statements == 0 {
 		res.Statements = 1
+	}
+	if h := &res.Holder; !res.Acquired && h.Reason == nil && !h.Held() && h.ReservedFor(p.Owner) {
+		h.Reason = ErrReserved
 	}
 	return res, err
 }

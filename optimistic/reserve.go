@@ -1,0 +1,90 @@
+package optimistic
+
+import (
+	"context"
+	"time"
+
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// Reservations across processes. A Locker lines up its own waiters on a
+// name and wakes the next one at once when it releases (gates); waiters in
+// other processes only learn of the release by a notification (PostgreSQL)
+// or their next poll. Left at that, the releasing process's next waiter
+// wins the name nearly every time on a database without notifications.
+//
+// So the head of a line that was refused keeps the name for itself once it
+// is freed: a reservation on the row (store.ReserveLease), which the
+// acquire statements honour, naming its owner and when it began to wait by
+// the database clock (its first refusal). A head that began waiting earlier
+// takes the reservation over when it next looks, so across processes the
+// longest waiter that asks is served next. The reserver looks more often
+// (reserverPoll) and renews the reservation when half of it is left; its
+// take clears it, and a wait that ends without the name gives it up. A
+// reserver that crashes keeps the name free but unclaimed until the
+// reservation lapses (reserveFor).
+
+// reserveFor is how long a reservation lasts unless renewed, by the
+// database clock: four of the reserver's longest sleeps, at least a second.
+func (l *Locker) reserveFor() time.Duration {
+	return max(time.Second, 4*l.reserverPoll())
+}
+
+// reserverPoll caps the sleep of a call holding a reservation. Where a
+// release is announced (PostgreSQL), it only needs to renew in time; else
+// it polls for the release, at up to four of the first backoff steps.
+func (l *Locker) reserverPoll() time.Duration {
+	if l.hub != nil {
+		return min(l.cfg.PollMax, 250*time.Millisecond)
+	}
+	return min(l.cfg.PollMax, 4*l.cfg.PollMin)
+}
+
+// keep runs after a waiting call saw the name held or kept from it (h): it
+// notes when the call began to wait, and reserves the name for the call
+// unless the call holds the reservation with more than half of it left or
+// a waiter that began no later holds it. A name held through this Locker
+// is not reserved against: its release wakes the call at once. A failed
+// reservation is not an error: the call waits as it would without one.
+func (a *acquisition) keep(h store.Holder) {
+	if !a.wait || !h.Exists || h.Now.IsZero() || h.Owner == a.o.Owner && h.Held() {
+		return
+	}
+	if a.since.IsZero() {
+		a.since = h.Now
+	}
+	if h.Owner != "" && h.Held() && a.l.keeper.Holds(a.name, h.Owner) {
+		return
+	}
+	left := h.NextUntil.Sub(h.Now)
+	switch {
+	case h.Next == a.o.Owner && left > a.l.reserveFor()/2:
+		a.reserved = true
+		return
+	case h.Next != "" && h.Next != a.o.Owner && left > 0 && !h.NextSince.After(a.since):
+		a.reserved = false
+		return
+	}
+	ctx, cancel := a.l.db.StatementContext(context.WithoutCancel(a.ctx), a.l.cfg.StatementTimeout)
+	ok, err := a.l.db.ReserveLease(ctx, a.name, a.o.Owner, a.since, a.l.reserveFor())
+	cancel()
+	if err != nil {
+		return
+	}
+	if ok && !a.reserved {
+		a.backoff = a.l.cfg.PollMin
+	}
+	a.reserved = ok
+}
+
+// unreserve gives up the call's reservation when its wait ended without
+// the name (a take clears it by itself).
+func (a *acquisition) unreserve() {
+	if !a.reserved {
+		return
+	}
+	a.reserved = false
+	ctx, cancel := a.l.db.StatementContext(context.WithoutCancel(a.ctx), a.l.cfg.StatementTimeout)
+	defer cancel()
+	_, _ = a.l.db.UnreserveLease(ctx, a.name, a.o.Owner)
+}

@@ -1,0 +1,114 @@
+package optimistic
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/dbtest"
+)
+
+// TestReservationBeatsLocalHandOff: a waiter of another Locker (as another
+// process would be) that began waiting first is served before the waiter
+// that the releasing Locker wakes at once. Without the reservation the
+// local waiter, asking the moment the name is freed, wins.
+func TestReservationBeatsLocalHandOff(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		const name = "reserved"
+		la, lb := newGateLocker(t, iso), newGateLocker(t, iso)
+		held, err := la.Acquire(ctx, name, dblock.WithOwner("a1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		order := make(chan string, 2)
+		var wg sync.WaitGroup
+		take := func(l *Locker, owner string) {
+			defer wg.Done()
+			lease, err := l.Acquire(ctx, name, dblock.WithOwner(owner))
+			if err != nil {
+				t.Errorf("%s: %v", owner, err)
+				return
+			}
+			order <- owner
+			if err := lease.Release(ctx); err != nil {
+				t.Errorf("%s release: %v", owner, err)
+			}
+		}
+		wg.Add(2)
+		go take(lb, "b1")
+		untilReserved(t, ctx, iso, name, "b1")
+		go take(la, "a2")
+		waitLine(t, la, name, 1)
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		close(order)
+		if first := <-order; first != "b1" {
+			t.Fatalf("served first: %s, want b1 (the other Locker's waiter, which reserved the name)", first)
+		}
+		if h, err := iso.Store().LeaseHolder(ctx, nil, name); err != nil || h.Next != "" {
+			t.Fatalf("the reservation after both were served: %+v, %v", h, err)
+		}
+	})
+}
+
+// untilReserved waits (bounded) until name is reserved for owner.
+func untilReserved(t *testing.T, ctx context.Context, iso *dbtest.Isolated, name, owner string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		h, err := iso.Store().LeaseHolder(ctx, nil, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Next == owner && h.NextUntil.After(h.Now) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q not reserved for %s: %+v", name, owner, h)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestReservationGivenUp: a waiter whose wait ends without the name gives
+// its reservation up, and the name is free for anyone at once.
+func TestReservationGivenUp(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		const name = "given-up"
+		la, lb := newGateLocker(t, iso), newGateLocker(t, iso)
+		held, err := la.Acquire(ctx, name, dblock.WithOwner("a1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := lb.Acquire(waitCtx, name, dblock.WithOwner("b1"))
+			done <- err
+		}()
+		untilReserved(t, ctx, iso, name, "b1")
+		stop()
+		if err := <-done; err == nil {
+			t.Fatal("a cancelled wait returned a lease")
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := la.TryAcquire(ctx, name, dblock.WithOwner("a3"))
+		if err != nil {
+			t.Fatalf("try after the reserver gave up: %v", err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
