@@ -39,8 +39,22 @@
 // SQLite and the fallback where LISTEN cannot work. Timer wake-ups read the
 // row before trying to write it. A wait ends with ctx or dblock.WithWait;
 // the error wraps dblock.ErrNotAcquired, the *dblock.HeldError naming the
-// holder, and context.Cause(ctx). A waiter writes nothing while it waits, so
-// it leaves nothing behind when it gives up.
+// holder, and context.Cause(ctx).
+//
+// A Locker lines its own waiters on a name up in arrival order: only the
+// first asks the database, and a release through the Locker wakes it at
+// once. Across Lockers (and processes), the first waiter of a line that
+// finds the name held by another Locker reserves it: the row names the
+// waiting owner and when it began to wait by the database clock, and while
+// the reservation lasts (at least a second, renewed as the waiter looks
+// again) the name, once free, goes to that owner only, whichever Locker
+// released it; a waiter that began waiting earlier takes the reservation
+// over. So a process that releases and acquires again in a loop cannot keep
+// the name from waiters in other processes, which hear of the release only
+// by a notification or their next look. A try is refused while another
+// owner's reservation lasts (the *dblock.HeldError's cause says so). A wait that ends without the name gives its reservation
+// up; a waiter that crashes leaves the name free but unclaimed until its
+// reservation lapses.
 //
 // # Several names at once
 //

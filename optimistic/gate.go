@@ -14,9 +14,10 @@ import (
 // releases and acquires again in a loop cannot keep the name from the
 // goroutines waiting beside it.
 //
-// The order is local: waiters in other processes (or on other Lockers) still
-// compete with the head through the database, as in any unfair lock. Mutual
-// exclusion never depends on the gate; it only decides who asks next.
+// The order is local: waiters in other processes (or on other Lockers)
+// compete with the head through the database, where reservations (see
+// reserve.go) serve about the longest waiting head first. Mutual exclusion
+// never depends on the gate; it only decides who asks next.
 //
 // Reentrancy never waits in line: a caller whose owner is known to hold the
 // name (the holder the line last saw, from this process or another) asks at
