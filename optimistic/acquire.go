@@ -261,7 +261,10 @@ func (a *acquisition) sleep() error {
 	held := a.res.Holder.HeldError(a.name, nil)
 	d := jitter(a.backoff)
 	a.backoff = min(a.backoff*2, a.l.cfg.PollMax)
-	if a.reserved {
+	if a.reserved || a.res.Holder.ReservedFor(a.o.Owner) {
+		// Holding the reservation, or another Locker's waiter does: look
+		// again soon enough to take the name, or (having waited longer)
+		// the reservation.
 		d, a.backoff = min(d, a.l.reserverPoll()), min(a.backoff, a.l.reserverPoll())
 	}
 	// Wake when the lease ends by the database clock, whatever the backoff says.
