@@ -20,11 +20,7 @@ func TestReservationBeatsLocalHandOff(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		const name = "reserved"
-		la, lb := newGateLocker(t, iso), newGateLocker(t, iso)
-		held, err := la.Acquire(ctx, name, dblock.WithOwner("a1"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		la, lb, held := twoLockers(t, ctx, iso, name)
 		order := make(chan string, 2)
 		var wg sync.WaitGroup
 		take := func(l *Locker, owner string) {
@@ -58,6 +54,18 @@ func TestReservationBeatsLocalHandOff(t *testing.T) {
 	})
 }
 
+// twoLockers returns two Lockers on iso, as two processes would have, and
+// a lease of name that the first holds for owner a1.
+func twoLockers(t *testing.T, ctx context.Context, iso *dbtest.Isolated, name string) (la, lb *Locker, held *dblock.Lease) {
+	t.Helper()
+	la, lb = newGateLocker(t, iso), newGateLocker(t, iso)
+	held, err := la.Acquire(ctx, name, dblock.WithOwner("a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return la, lb, held
+}
+
 // untilReserved waits (bounded) until name is reserved for owner.
 func untilReserved(t *testing.T, ctx context.Context, iso *dbtest.Isolated, name, owner string) {
 	t.Helper()
@@ -84,11 +92,7 @@ func TestReservationGivenUp(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		const name = "given-up"
-		la, lb := newGateLocker(t, iso), newGateLocker(t, iso)
-		held, err := la.Acquire(ctx, name, dblock.WithOwner("a1"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		la, lb, held := twoLockers(t, ctx, iso, name)
 		waitCtx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
