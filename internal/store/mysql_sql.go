@@ -7,7 +7,10 @@
 
 package store
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 const myUsEpoch = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', %s)"
 
@@ -155,6 +158,14 @@ FROM dblock_locks WHERE name = ?`
 // mysqlNextCols is the reservation as Holder reads it (see reserve.go).
 var mysqlNextCols = `IFNULL(next_owner, ''), IFNULL(` + myUs("next_since") + `, 0), IFNULL(` + myUs("next_until") + `, 0)`
 
+// mysql8NoLongWait makes an UPDATE wait at most a second for a row lock
+// (a pessimistic holder may keep the row locked for long) on MySQL 8, which
+// has no SET STATEMENT: an optimizer hint. (MariaDB's statements take
+// mariadbNoWait instead. No MySQL 8 server runs in this project's CI.)
+func mysql8NoLongWait(update string) string {
+	return strings.Replace(update, "UPDATE ", "UPDATE /*+ SET_VAR(innodb_lock_wait_timeout=1) */ ", 1)
+}
+
 // mysqlReserve and mysqlUnreserve: see LeaseSQL.Reserve. Bound (owner,
 // since µs, d µs, name, owner, since µs), and (name, owner).
 const (
@@ -190,7 +201,7 @@ var mysqlLease = LeaseSQL{
 	FloorInTx: mysqlFloorText + mysqlShareSkipLocked, AcquireInTx: mysqlAcquireValues,
 	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease, OwnedToken: mysqlOwnedToken,
 	Exists:  "SELECT 1 FROM dblock_locks WHERE name = ?",
-	Reserve: mysqlReserve, Unreserve: mysqlUnreserve,
+	Reserve: mysql8NoLongWait(mysqlReserve), Unreserve: mysql8NoLongWait(mysqlUnreserve),
 }
 
 // Only the acquire refuses to wait: release and renew are CAS statements on a

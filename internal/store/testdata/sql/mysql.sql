@@ -81,7 +81,7 @@ ON DUPLICATE KEY UPDATE
 SELECT version, reentry FROM dblock_locks WHERE name = ? AND owner = ?;
 
 -- LeaseSQL.Reserve
-UPDATE dblock_locks SET
+UPDATE /*+ SET_VAR(innodb_lock_wait_timeout=1) */ dblock_locks SET
     next_owner = ?,
     next_since = TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ? MICROSECOND,
     next_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
@@ -89,7 +89,7 @@ WHERE name = ? AND (next_until IS NULL OR next_until <= UTC_TIMESTAMP(6) OR next
     OR next_since > TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ? MICROSECOND);
 
 -- LeaseSQL.Unreserve
-UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
+UPDATE /*+ SET_VAR(innodb_lock_wait_timeout=1) */ dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = ? AND next_owner = ?;
 
 -- RowSQL.Lock
