@@ -153,3 +153,30 @@ func TestStatusUnchecked(t *testing.T) {
 		t.Errorf("JSON of a checked status: %+v", doc)
 	}
 }
+
+// TestStatusReservation: a held name that a waiter reserved shows the
+// reservation, in the table and in the JSON; a lapsed one shows nothing.
+func TestStatusReservation(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	rows := []store.LockRow{
+		{Name: "kept", Owner: "o", Token: 3, Reentry: 1, Mode: dblock.ModeOptimistic, ExpiresAt: now.Add(time.Minute), Now: now,
+			Next: "w", NextSince: now.Add(-5 * time.Second), NextUntil: now.Add(time.Second)},
+		{Name: "lapsed", Owner: "o", Token: 4, Reentry: 1, Mode: dblock.ModeOptimistic, ExpiresAt: now.Add(time.Minute), Now: now,
+			Next: "x", NextSince: now.Add(-5 * time.Second), NextUntil: now.Add(-time.Second)},
+	}
+	st := statusData{now: now, locks: mergeTxHolds(now, rows, store.TxHolds{})}
+	doc := buildStatus(st)
+	if len(doc.Locks) != 2 || doc.Locks[0].ReservedFor != "w" || doc.Locks[0].ReservedUntil != "2001-02-03T04:05:07.000000Z" ||
+		doc.Locks[0].WaitingSince != "2001-02-03T04:05:01.000000Z" || doc.Locks[1].ReservedFor != "" {
+		t.Errorf("JSON of reserved names: %+v", doc.Locks)
+	}
+	var b strings.Builder
+	if err := (&app{stdout: &b}).printStatus(st); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "kept: next for w (waiting 5s; reservation lapses in 1s unless renewed)") ||
+		strings.Contains(out, "next for x") {
+		t.Errorf("table of reserved names:\n%s", out)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"strings"
@@ -28,6 +29,12 @@ reported unknown, never free. Times come from the database clock.
 
 A lease past its expiry that the reaper has not freed yet is shown as
 "expired ... ago": anyone may take it.
+
+A held name that a waiter of another process reserved (an optimistic or
+rwlock write Acquire that found it held) gets a line "NAME: next for
+OWNER": once freed, only that owner may take it until the reservation
+lapses (JSON: "reserved_for", "reserved_waiting_since", "reserved_until",
+absent without one).
 
 A lock held in pessimistic mode is a running transaction's row lock and
 writes no owner: status finds it with a locking read that never waits (SKIP
@@ -149,6 +156,12 @@ type lockJSON struct {
 	ExpiresInSeconds *float64 `json:"expires_in_seconds"`
 	Expired          bool     `json:"expired"`
 	Metadata         string   `json:"metadata"`
+	// The owner a live reservation keeps the name for once freed (see
+	// package optimistic), since when it waits and when the reservation
+	// lapses; absent without one.
+	ReservedFor   string `json:"reserved_for,omitempty"`
+	WaitingSince  string `json:"reserved_waiting_since,omitempty"`
+	ReservedUntil string `json:"reserved_until,omitempty"`
 }
 
 type waiterJSON struct {
@@ -390,6 +403,10 @@ func buildStatus(st statusData) statusJSON {
 			secs := seconds(l.ExpiresAt.Sub(l.Now))
 			j.ExpiresAt, j.ExpiresInSeconds = &s, &secs
 		}
+		if l.Reserved() {
+			j.ReservedFor = l.Next
+			j.WaitingSince, j.ReservedUntil = l.NextSince.UTC().Format(jsonTime), l.NextUntil.UTC().Format(jsonTime)
+		}
 		doc.Locks = append(doc.Locks, j)
 	}
 	for _, w := range st.waiters {
@@ -443,6 +460,7 @@ func (a *app) printStatus(st statusData) error {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", l.Name, owner, l.Token, l.Reentry, dash(l.Mode), acquired, expires)
 		}
 	}
+	printReservations(tw, st.locks)
 	switch st.unchecked {
 	case "", uncheckedWriteLocked: // The first line said it.
 	case uncheckedLimit:
@@ -469,6 +487,17 @@ func (a *app) printStatus(st statusData) error {
 		fmt.Fprintf(tw, "unknown: %s (not checked for a transaction hold: %s)\n", strings.Join(st.unknown, ", "), uncheckedText[st.unchecked])
 	}
 	return tw.Flush()
+}
+
+// printReservations lists the held names that a waiter reserved for when
+// they are freed (see package optimistic), if any.
+func printReservations(tw io.Writer, locks []lockEntry) {
+	for _, l := range locks {
+		if !l.tx && l.Reserved() {
+			fmt.Fprintf(tw, "%s: next for %s (waiting %s; reservation lapses in %s unless renewed)\n",
+				l.Name, l.Next, human(l.Now.Sub(l.NextSince)), human(l.NextUntil.Sub(l.Now)))
+		}
+	}
 }
 
 func dash(s string) string {

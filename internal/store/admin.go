@@ -37,7 +37,16 @@ type LockRow struct {
 	UpdatedAt  time.Time
 	Metadata   string
 	Now        time.Time // The database clock when the row was read.
+	// Next names the owner the name is reserved for once freed, with when
+	// it began to wait and when the reservation lapses (see
+	// DB.ReserveLease); empty when there is none (it may have lapsed:
+	// Reserved says).
+	Next                 string
+	NextSince, NextUntil time.Time
 }
+
+// Reserved reports whether a live reservation keeps the name for Next.
+func (r LockRow) Reserved() bool { return r.Next != "" && r.NextUntil.After(r.Now) }
 
 // Expired reports whether the row's lease ran out by the database clock.
 func (r LockRow) Expired() bool { return !r.ExpiresAt.IsZero() && !r.ExpiresAt.After(r.Now) }
@@ -75,15 +84,18 @@ func (db *DB) ListLocks(ctx context.Context, names []string) ([]LockRow, error) 
 	var out []LockRow
 	for rows.Next() {
 		var (
-			r                           LockRow
-			acqUs, expUs, updUs, nowUs  int64
-			name, owner, mode, metadata []byte
+			r                                 LockRow
+			acqUs, expUs, updUs, nowUs        int64
+			sinceUs, untilUs                  int64
+			name, owner, mode, metadata, next []byte
 		)
-		if err := rows.Scan(&name, &owner, &r.Token, &r.Reentry, &mode, &acqUs, &expUs, &updUs, &metadata, &nowUs); err != nil {
+		if err := rows.Scan(&name, &owner, &r.Token, &r.Reentry, &mode, &acqUs, &expUs, &updUs, &metadata, &nowUs,
+			&next, &sinceUs, &untilUs); err != nil {
 			return nil, db.Classify(err)
 		}
-		r.Name, r.Owner, r.Mode, r.Metadata = string(name), string(owner), string(mode), string(metadata)
+		r.Name, r.Owner, r.Mode, r.Metadata, r.Next = string(name), string(owner), string(mode), string(metadata), string(next)
 		r.AcquiredAt, r.ExpiresAt, r.UpdatedAt, r.Now = microsOrZero(acqUs), microsOrZero(expUs), microsOrZero(updUs), Micros(nowUs)
+		r.NextSince, r.NextUntil = microsOrZero(sinceUs), microsOrZero(untilUs)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

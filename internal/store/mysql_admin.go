@@ -7,7 +7,8 @@ package store
 func (mysqlDialect) listLocksSQL(filter string) string {
 	return `SELECT name, owner, version, reentry, IFNULL(mode, ''),
     IFNULL(` + myUs("acquired_at") + `, 0), IFNULL(` + myUs("expires_at") + `, 0),
-    ` + myUs("updated_at") + `, IFNULL(metadata, ''), ` + myUs("UTC_TIMESTAMP(6)") + `
+    ` + myUs("updated_at") + `, IFNULL(metadata, ''), ` + myUs("UTC_TIMESTAMP(6)") + `,
+    ` + mysqlNextCols + `
 FROM dblock_locks WHERE owner IS NOT NULL` + filter + `
 ORDER BY name`
 }

@@ -6,7 +6,8 @@ package store
 func (postgres) listLocksSQL(filter string) string {
 	return `SELECT name, owner, version, reentry, coalesce(mode, ''),
     coalesce(` + pgUs("acquired_at") + `, 0), coalesce(` + pgUs("expires_at") + `, 0),
-    ` + pgUs("updated_at") + `, coalesce(metadata, ''), ` + pgUs("now()") + `
+    ` + pgUs("updated_at") + `, coalesce(metadata, ''), ` + pgUs("now()") + `,
+    ` + pgNextCols + `
 FROM dblock_locks WHERE owner IS NOT NULL` + filter + `
 ORDER BY name`
 }

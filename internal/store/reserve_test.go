@@ -112,6 +112,10 @@ func reservationRules(r reservations) {
 	if h := r.holder(); h.Next != "o4" || !h.NextSince.Equal(since.Add(-time.Second)) || !h.NextUntil.After(h.Now) {
 		t.Fatalf("holder after the takeover: %+v", h)
 	}
+	if rows, err := r.db.ListLocks(r.ctx, []string{r.name}); err != nil || len(rows) != 1 || rows[0].Next != "o4" || !rows[0].Reserved() ||
+		!rows[0].NextSince.Equal(since.Add(-time.Second)) {
+		t.Fatalf("status listing of a reserved name: %+v, %v", rows, err)
+	}
 	if again := r.acquire("o1", time.Minute); !again.Acquired || again.Token != first.Token {
 		t.Fatalf("re-entry of the holder while reserved: %+v", again)
 	}
