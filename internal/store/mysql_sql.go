@@ -193,8 +193,13 @@ const mysqlForceRelease = `UPDATE dblock_locks SET owner = NULL, reentry = 0, ex
 WHERE name = ? AND owner IS NOT NULL`
 
 // mariadbNoWait makes one statement fail at once (1205) instead of waiting
-// for a row lock.
-const mariadbNoWait = "SET STATEMENT innodb_lock_wait_timeout=0 FOR "
+// for a row lock; mariadbShortWait makes it wait a second at most (a
+// waiter giving up its reservation: a reservation is tried again at the
+// next look, a give-up is not).
+const (
+	mariadbNoWait    = "SET STATEMENT innodb_lock_wait_timeout=0 FOR "
+	mariadbShortWait = "SET STATEMENT innodb_lock_wait_timeout=1 FOR "
+)
 
 var mysqlLease = LeaseSQL{
 	Acquire: mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew, Proclaim: mysqlProclaim,
@@ -214,7 +219,7 @@ var mariadbLease = LeaseSQL{
 	AcquireInTxReturning: mariadbNoWait + mysqlAcquireValues + mariadbReturning,
 	Holder:               mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease, OwnedToken: mysqlOwnedToken,
 	Exists:  "SELECT 1 FROM dblock_locks WHERE name = ?",
-	Reserve: mariadbNoWait + mysqlReserve, Unreserve: mariadbNoWait + mysqlUnreserve,
+	Reserve: mariadbNoWait + mysqlReserve, Unreserve: mariadbShortWait + mysqlUnreserve,
 }
 
 // myLockCols: the row's lease columns, the database clock, what identifies

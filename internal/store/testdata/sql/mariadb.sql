@@ -130,7 +130,7 @@ WHERE name = ? AND (next_until IS NULL OR next_until <= UTC_TIMESTAMP(6) OR next
     OR next_since > TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ? MICROSECOND);
 
 -- LeaseSQL.Unreserve
-SET STATEMENT innodb_lock_wait_timeout=0 FOR UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
+SET STATEMENT innodb_lock_wait_timeout=1 FOR UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = ? AND next_owner = ?;
 
 -- RowSQL.Lock
