@@ -10,7 +10,8 @@
 // expires_at), or expired (an owner whose expires_at has passed, which anyone
 // may take over). Acquire is one statement: it inserts the row, or takes it
 // when free, expired or already held by the same owner (reentry: the count
-// goes up and the token stays). Every new hold gets a token strictly greater
+// goes up and the token stays); a free or expired row that another owner's
+// waiter reserved is taken by that owner only (see Waiting). Every new hold gets a token strictly greater
 // than any earlier token for the name. Release is one CAS on (name, owner,
 // token): it decrements the reentry count and frees the row at zero.
 //

@@ -136,8 +136,10 @@ func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option
 
 // TryAcquire takes name if it is free, expired or already this owner's, and
 // otherwise returns at once an error wrapping dblock.ErrNotAcquired with a
-// *dblock.HeldError naming the holder. It never waits for a row lock: a name
-// held by a pessimistic transaction is reported as held.
+// *dblock.HeldError naming the holder. A free or expired name that another
+// owner's waiter reserved (see the package doc, "Waiting") is refused too,
+// the error's cause saying so. It never waits for a row lock: a name held
+// by a pessimistic transaction is reported as held.
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
 	ctx, call := l.rec.BeginAcquire(ctx, name, false)
 	lease, err := l.acquire(ctx, name, false, opts)

@@ -152,8 +152,10 @@ func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option
 
 // TryAcquire takes the write lock of name if nobody holds it (or the owner
 // holds it already: a re-entry), and otherwise returns at once an error
-// wrapping dblock.ErrNotAcquired naming the holder. With Config.Fair it
-// is also refused while fair waiters queue for the name.
+// wrapping dblock.ErrNotAcquired naming the holder. It is also refused
+// while another owner's waiting writer (or optimistic waiter) reserved the
+// free name (see package optimistic), and with Config.Fair while fair
+// waiters queue for the name.
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
 	if l.gate != nil {
 		return l.fairWrite(ctx, name, false, opts)
