@@ -105,7 +105,9 @@ func (n pgNative) onConn(ctx context.Context, fn func(context.Context, *pgx.Conn
 // without it, which pgx does not need to watch. A statement that runs past
 // the deadline fails as under ctx (context.DeadlineExceeded), and pgx
 // closes its connection, as after a cancellation that the server did not
-// answer in time.
+// answer in time. It returns once ctx is done too, so that callers that
+// ask ctx whether the statement timed out (ctx.Err) hear so: the
+// connection's deadline can pass a moment before ctx's timer fires.
 func bounded(ctx context.Context, sc *stdlib.Conn, fn func(context.Context, *pgx.Conn) error) error {
 	c := sc.Conn()
 	deadline, bare, ok := store.DeadlineOnly(ctx)
@@ -113,7 +115,8 @@ func bounded(ctx context.Context, sc *stdlib.Conn, fn func(context.Context, *pgx
 		return fn(ctx, c)
 	}
 	if !time.Now().Before(deadline) {
-		return context.DeadlineExceeded
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	nc := c.PgConn().Conn()
 	if err := nc.SetDeadline(deadline); err != nil {
@@ -121,7 +124,8 @@ func bounded(ctx context.Context, sc *stdlib.Conn, fn func(context.Context, *pgx
 	}
 	err := fn(bare, c)
 	_ = nc.SetDeadline(time.Time{})
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		<-ctx.Done()
 		err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 	}
 	return err

@@ -109,9 +109,13 @@ func TestStatementDeadline(t *testing.T) {
 	}
 	stuck, stop := db.StatementContext(context.Background(), 300*time.Millisecond)
 	_, err = db.ReleaseLease(stuck, nil, name, "o1", res.Token)
+	ctxErr := stuck.Err()
 	stop()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("release past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if !errors.Is(ctxErr, context.DeadlineExceeded) {
+		t.Fatalf("the statement's context when it returned timed out: %v, want context.DeadlineExceeded", ctxErr)
 	}
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)

@@ -524,9 +524,7 @@ func (h *held) releaseRow(ctx context.Context) (bool, error) {
 			unlock := h.k.lockWrites()
 			ok, err := h.k.rows(h.p).Release(actx, h.p.Name, h.p.Owner, h.p.Token)
 			unlock()
-			// (A deadline set on the connection may end the statement a
-			// moment before actx's timer fires: its error says so.)
-			timedOut := (actx.Err() != nil || errors.Is(err, context.DeadlineExceeded)) && ctx.Err() == nil
+			timedOut := actx.Err() != nil && ctx.Err() == nil
 			cancel()
 			if err == nil || ctx.Err() != nil || !timedOut && !Transient(err) {
 				return ok, err
