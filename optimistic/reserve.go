@@ -56,12 +56,11 @@ func (a *acquisition) keep(h store.Holder) {
 	if h.Owner != "" && h.Held() && a.l.keeper.Holds(a.name, h.Owner) {
 		return
 	}
-	left := h.NextUntil.Sub(h.Now)
 	switch {
-	case h.Next == a.o.Owner && left > a.l.reserveFor()/2:
+	case h.Next.Owner == a.o.Owner && h.Next.Until.Sub(h.Now) > a.l.reserveFor()/2:
 		a.reserved = true
 		return
-	case h.Next != "" && h.Next != a.o.Owner && left > 0 && !h.NextSince.After(a.since):
+	case h.ReservedFor(a.o.Owner) && !h.Next.Since.After(a.since):
 		a.reserved = false
 		return
 	}

@@ -48,7 +48,7 @@ func TestReservationBeatsLocalHandOff(t *testing.T) {
 		if first := <-order; first != "b1" {
 			t.Fatalf("served first: %s, want b1 (the other Locker's waiter, which reserved the name)", first)
 		}
-		if h, err := iso.Store().LeaseHolder(ctx, nil, name); err != nil || h.Next != "" {
+		if h, err := iso.Store().LeaseHolder(ctx, nil, name); err != nil || h.Next.Owner != "" {
 			t.Fatalf("the reservation after both were served: %+v, %v", h, err)
 		}
 	})
@@ -74,7 +74,7 @@ func untilReserved(t *testing.T, ctx context.Context, iso *dbtest.Isolated, name
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Next == owner && h.NextUntil.After(h.Now) {
+		if h.Next.Owner == owner && h.Next.LiveAt(h.Now) {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -161,9 +161,9 @@ func TestStatusReservation(t *testing.T) {
 	now := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
 	rows := []store.LockRow{
 		{Name: "kept", Owner: "o", Token: 3, Reentry: 1, Mode: dblock.ModeOptimistic, ExpiresAt: now.Add(time.Minute), Now: now,
-			Next: "w", NextSince: now.Add(-5 * time.Second), NextUntil: now.Add(time.Second)},
+			Next: store.Reservation{Owner: "w", Since: now.Add(-5 * time.Second), Until: now.Add(time.Second)}},
 		{Name: "lapsed", Owner: "o", Token: 4, Reentry: 1, Mode: dblock.ModeOptimistic, ExpiresAt: now.Add(time.Minute), Now: now,
-			Next: "x", NextSince: now.Add(-5 * time.Second), NextUntil: now.Add(-time.Second)},
+			Next: store.Reservation{Owner: "x", Since: now.Add(-5 * time.Second), Until: now.Add(-time.Second)}},
 	}
 	st := statusData{now: now, locks: mergeTxHolds(now, rows, store.TxHolds{})}
 	doc := buildStatus(st)

@@ -404,8 +404,8 @@ func buildStatus(st statusData) statusJSON {
 			j.ExpiresAt, j.ExpiresInSeconds = &s, &secs
 		}
 		if l.Reserved() {
-			j.ReservedFor = l.Next
-			j.WaitingSince, j.ReservedUntil = l.NextSince.UTC().Format(jsonTime), l.NextUntil.UTC().Format(jsonTime)
+			j.ReservedFor = l.Next.Owner
+			j.WaitingSince, j.ReservedUntil = l.Next.Since.UTC().Format(jsonTime), l.Next.Until.UTC().Format(jsonTime)
 		}
 		doc.Locks = append(doc.Locks, j)
 	}
@@ -495,7 +495,7 @@ func printReservations(tw io.Writer, locks []lockEntry) {
 	for _, l := range locks {
 		if !l.tx && l.Reserved() {
 			fmt.Fprintf(tw, "%s: next for %s (waiting %s; reservation lapses in %s unless renewed)\n",
-				l.Name, l.Next, human(l.Now.Sub(l.NextSince)), human(l.NextUntil.Sub(l.Now)))
+				l.Name, l.Next.Owner, human(l.Now.Sub(l.Next.Since)), human(l.Next.Until.Sub(l.Now)))
 		}
 	}
 }

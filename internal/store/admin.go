@@ -37,16 +37,13 @@ type LockRow struct {
 	UpdatedAt  time.Time
 	Metadata   string
 	Now        time.Time // The database clock when the row was read.
-	// Next names the owner the name is reserved for once freed, with when
-	// it began to wait and when the reservation lapses (see
-	// DB.ReserveLease); empty when there is none (it may have lapsed:
-	// Reserved says).
-	Next                 string
-	NextSince, NextUntil time.Time
+	// Next is the name's reservation for once it is freed (Owner empty
+	// when there is none; it may have lapsed: Reserved says).
+	Next Reservation
 }
 
-// Reserved reports whether a live reservation keeps the name for Next.
-func (r LockRow) Reserved() bool { return r.Next != "" && r.NextUntil.After(r.Now) }
+// Reserved reports whether a live reservation keeps the name for Next.Owner.
+func (r LockRow) Reserved() bool { return r.Next.LiveAt(r.Now) }
 
 // Expired reports whether the row's lease ran out by the database clock.
 func (r LockRow) Expired() bool { return !r.ExpiresAt.IsZero() && !r.ExpiresAt.After(r.Now) }
@@ -93,9 +90,9 @@ func (db *DB) ListLocks(ctx context.Context, names []string) ([]LockRow, error) 
 			&next, &sinceUs, &untilUs); err != nil {
 			return nil, db.Classify(err)
 		}
-		r.Name, r.Owner, r.Mode, r.Metadata, r.Next = string(name), string(owner), string(mode), string(metadata), string(next)
+		r.Name, r.Owner, r.Mode, r.Metadata = string(name), string(owner), string(mode), string(metadata)
 		r.AcquiredAt, r.ExpiresAt, r.UpdatedAt, r.Now = microsOrZero(acqUs), microsOrZero(expUs), microsOrZero(updUs), Micros(nowUs)
-		r.NextSince, r.NextUntil = microsOrZero(sinceUs), microsOrZero(untilUs)
+		r.Next = reservationOf(string(next), sinceUs, untilUs)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -127,18 +127,14 @@ type Holder struct {
 	// name's key (an insert of the same name in progress) or the fencing
 	// floor. Nil otherwise.
 	Reason error
-	// Next is the waiting owner the name is reserved for (see
-	// DB.ReserveLease), NextSince when it began to wait and NextUntil when
-	// the reservation lapses, all by the database clock; Next is empty
-	// when nobody reserved it (or not known).
-	Next                 string
-	NextSince, NextUntil time.Time
+	// Next is the name's reservation (none, or not known: Owner empty).
+	Next Reservation
 }
 
 // ReservedFor reports whether a live reservation keeps the name for
 // another owner than owner.
 func (h Holder) ReservedFor(owner string) bool {
-	return h.Next != "" && h.Next != owner && h.NextUntil.After(h.Now)
+	return h.Next.LiveAt(h.Now) && h.Next.Owner != owner
 }
 
 // Reasons of a refusal without a known holder (Holder.Reason).
@@ -263,8 +259,9 @@ func (db *DB) LeaseHolder(ctx context.Context, q Querier, name string) (Holder, 
 	q = db.q(q)
 	var h Holder
 	var expUs, nowUs, sinceUs, untilUs int64
+	var next string
 	err := q.QueryRowxContext(ctx, db.Dialect.Lease().Holder, name).Scan(&h.Owner, &h.Version, &h.Mode, &expUs, &nowUs, &h.Reentry,
-		&h.Next, &sinceUs, &untilUs)
+		&next, &sinceUs, &untilUs)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Holder{}, nil
 	}
@@ -276,7 +273,7 @@ func (db *DB) LeaseHolder(ctx context.Context, q Querier, name string) (Holder, 
 		h.ExpiresAt = Micros(expUs)
 	}
 	h.Now = Micros(nowUs)
-	h.setNext(h.Next, sinceUs, untilUs)
+	h.Next = reservationOf(next, sinceUs, untilUs)
 	return h, nil
 }
 

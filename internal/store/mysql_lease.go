@@ -241,7 +241,7 @@ func (r rowLease) result(owner string) AcquireResult {
 	if r.expiresUs != 0 {
 		h.ExpiresAt = Micros(r.expiresUs)
 	}
-	h.setNext(r.next, r.sinceUs, r.untilUs)
+	h.Next = reservationOf(r.next, r.sinceUs, r.untilUs)
 	return AcquireResult{Holder: h, Statements: 1}
 }
 

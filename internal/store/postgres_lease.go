@@ -65,7 +65,7 @@ func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireP
 	if expUs != 0 {
 		h.ExpiresAt = Micros(expUs)
 	}
-	h.setNext(r.next, r.sinceUs, r.untilUs)
+	h.Next = reservationOf(r.next, r.sinceUs, r.untilUs)
 	reserved := h.ReservedFor(p.Owner) && !(owner == p.Owner && h.Held())
 	if h.Exists && n == 0 && !reserved && (owner == "" && !h.Held() || owner == p.Owner || expUs <= nowUs) {
 		// Takeable (not kept for another's reservation), nobody queued,

@@ -37,13 +37,24 @@ func (db *DB) UnreserveLease(ctx context.Context, name, owner string) (bool, err
 	return db.execOne(ctx, db.DB, db.Dialect.Lease().Unreserve, name, owner)
 }
 
-// setNext records a reservation read as (owner, since µs, until µs).
-func (h *Holder) setNext(owner string, sinceUs, untilUs int64) {
-	h.Next = owner
+// Reservation is a name's reservation as read: the waiting owner (empty
+// when there is none), when it began to wait and when the reservation
+// lapses, by the database clock.
+type Reservation struct {
+	Owner        string
+	Since, Until time.Time
+}
+
+// LiveAt reports whether the reservation keeps the name at now (the
+// database clock).
+func (r Reservation) LiveAt(now time.Time) bool { return r.Owner != "" && r.Until.After(now) }
+
+// reservationOf is the reservation read as (owner, since µs, until µs).
+func reservationOf(owner string, sinceUs, untilUs int64) Reservation {
 	if owner == "" {
-		return
+		return Reservation{}
 	}
-	h.NextSince, h.NextUntil = Micros(sinceUs), Micros(untilUs)
+	return Reservation{Owner: owner, Since: Micros(sinceUs), Until: Micros(untilUs)}
 }
 
 // reserveArgs binds LeaseSQL.Reserve: (name, owner, since µs, d µs), or on

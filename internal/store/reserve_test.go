@@ -57,7 +57,7 @@ func (r reservations) holder() store.Holder {
 func (r reservations) refused(owner, next string) {
 	r.t.Helper()
 	res := r.acquire(owner, time.Minute)
-	if res.Acquired || res.Holder.Next != next || !res.Holder.ReservedFor(owner) || res.Holder.Mode == dblock.ModePessimistic {
+	if res.Acquired || res.Holder.Next.Owner != next || !res.Holder.ReservedFor(owner) || res.Holder.Mode == dblock.ModePessimistic {
 		r.t.Fatalf("acquire by %s of a name kept for %s: %+v", owner, next, res)
 	}
 }
@@ -66,7 +66,7 @@ func (r reservations) refused(owner, next string) {
 func (r reservations) untilLapsed() {
 	r.t.Helper()
 	for i := 0; i < 200; i++ {
-		if h := r.holder(); !h.NextUntil.After(h.Now) {
+		if h := r.holder(); !h.Next.Until.After(h.Now) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -101,7 +101,7 @@ func reservationRules(r reservations) {
 	t := r.t
 	first := r.acquire("o1", time.Minute)
 	refused := r.acquire("o2", time.Minute)
-	if !first.Acquired || refused.Acquired || refused.Holder.Next != "" {
+	if !first.Acquired || refused.Acquired || refused.Holder.Next.Owner != "" {
 		t.Fatalf("acquisitions: %+v then %+v", first, refused)
 	}
 	since := refused.Holder.Now
@@ -109,11 +109,11 @@ func reservationRules(r reservations) {
 	r.reserve("o3", since.Add(time.Millisecond), 10*time.Second, false)
 	r.reserve("o4", since.Add(-time.Second), 10*time.Second, true)
 	r.reserve("o2", since, 10*time.Second, false)
-	if h := r.holder(); h.Next != "o4" || !h.NextSince.Equal(since.Add(-time.Second)) || !h.NextUntil.After(h.Now) {
+	if h := r.holder(); h.Next.Owner != "o4" || !h.Next.Since.Equal(since.Add(-time.Second)) || !h.Next.Until.After(h.Now) {
 		t.Fatalf("holder after the takeover: %+v", h)
 	}
-	if rows, err := r.db.ListLocks(r.ctx, []string{r.name}); err != nil || len(rows) != 1 || rows[0].Next != "o4" || !rows[0].Reserved() ||
-		!rows[0].NextSince.Equal(since.Add(-time.Second)) {
+	if rows, err := r.db.ListLocks(r.ctx, []string{r.name}); err != nil || len(rows) != 1 || rows[0].Next.Owner != "o4" || !rows[0].Reserved() ||
+		!rows[0].Next.Since.Equal(since.Add(-time.Second)) {
 		t.Fatalf("status listing of a reserved name: %+v, %v", rows, err)
 	}
 	if again := r.acquire("o1", time.Minute); !again.Acquired || again.Token != first.Token {
@@ -130,7 +130,7 @@ func reservationRules(r reservations) {
 	if !taken.Acquired || taken.Token <= first.Token {
 		t.Fatalf("the reserver's acquisition: %+v after token %d", taken, first.Token)
 	}
-	if h := r.holder(); h.Next != "" {
+	if h := r.holder(); h.Next.Owner != "" {
 		t.Fatalf("the reservation outlived the reserver's take: %+v", h)
 	}
 	r.release("o4", taken.Token)
@@ -139,7 +139,7 @@ func reservationRules(r reservations) {
 	r.refused("o3", "o2")
 	r.untilLapsed()
 	lapsed := r.acquire("o3", time.Minute)
-	if !lapsed.Acquired || r.holder().Next != "" {
+	if !lapsed.Acquired || r.holder().Next.Owner != "" {
 		t.Fatalf("acquisition after the reservation lapsed: %+v", lapsed)
 	}
 	r.release("o3", lapsed.Token)
