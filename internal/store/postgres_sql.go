@@ -14,16 +14,21 @@ const pgMicros = "(extract(epoch FROM %s) * 1000000)::bigint"
 
 func pgUs(col string) string { return fmt.Sprintf(pgMicros, col) }
 
-// The reservation clauses (see reserve.go): pgAdvisoryWrite, the settings
-// of a reservation's write; pgNotReserved, no live reservation keeps the
-// row for another owner than $2; pgReservationEnds, a take by $2 ends the
-// reservation (it was $2's, or it lapsed); pgNextCols, the reservation as
-// Holder reads it (owner, since µs, until µs).
+// The clauses shared by the acquire statements (pgLease.Acquire and
+// pgDirect) and the reservation's (see reserve.go): pgTakeable, $2 may take
+// the row (free, expired or its own, and no live reservation keeps it for
+// another owner, a holder's re-entry aside); pgTakeReservation, the SET
+// items of a take that end the reservation when it was $2's or lapsed;
+// pgAdvisoryWrite, the settings of a reservation's write; pgNextCols, the
+// reservation as Holder reads it (owner, since µs, until µs).
 var (
-	pgAdvisoryWrite   = `(SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '100', true)) AS advisory`
-	pgNotReserved     = `(next_until IS NULL OR next_until <= now() OR next_owner = $2)`
-	pgReservationEnds = `(l.next_owner = $2 OR l.next_until <= now())`
-	pgNextCols        = `coalesce(next_owner, ''), coalesce(` + pgUs("next_since") + `, 0), coalesce(` + pgUs("next_until") + `, 0)`
+	pgTakeable = `(owner IS NULL OR owner = $2 OR expires_at <= now())
+      AND (owner = $2 AND expires_at > now() OR next_until IS NULL OR next_until <= now() OR next_owner = $2)`
+	pgTakeReservation = `next_owner  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_owner END,
+        next_since  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_since END,
+        next_until  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_until END,`
+	pgAdvisoryWrite = `(SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '100', true)) AS advisory`
+	pgNextCols      = `coalesce(next_owner, ''), coalesce(` + pgUs("next_since") + `, 0), coalesce(` + pgUs("next_until") + `, 0)`
 )
 
 var pgLease = LeaseSQL{
@@ -36,8 +41,7 @@ var pgLease = LeaseSQL{
 	// when nothing was taken; a takeable row there means it was locked.
 	Acquire: `WITH cur AS (
     SELECT name FROM dblock_locks
-    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
-      AND (owner = $2 AND expires_at > now() OR ` + pgNotReserved + `)
+    WHERE name = $1 AND ` + pgTakeable + `
     FOR UPDATE SKIP LOCKED
 ), upd AS (
     UPDATE dblock_locks l SET
@@ -49,9 +53,7 @@ var pgLease = LeaseSQL{
         expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
                            THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
                            ELSE now() + $3::bigint * interval '1 microsecond' END,
-        next_owner  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_owner END,
-        next_since  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_since END,
-        next_until  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_until END,
+        ` + pgTakeReservation + `
         owner       = $2,
         updated_at  = now()
     FROM cur WHERE l.name = cur.name
@@ -277,8 +279,7 @@ var pgGatePeek, pgGateCheck = gateSQL("now()", postgres{}.Placeholder)
 // statement began is seen, so nobody jumps it.
 var pgDirect = `WITH cur AS (
     SELECT name FROM dblock_locks
-    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
-      AND (owner = $2 AND expires_at > now() OR ` + pgNotReserved + `)
+    WHERE name = $1 AND ` + pgTakeable + `
       AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'))
     FOR UPDATE SKIP LOCKED
 ), upd AS (
@@ -291,9 +292,7 @@ var pgDirect = `WITH cur AS (
         expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
                            THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
                            ELSE now() + $3::bigint * interval '1 microsecond' END,
-        next_owner  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_owner END,
-        next_since  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_since END,
-        next_until  = CASE WHEN ` + pgReservationEnds + ` THEN NULL ELSE l.next_until END,
+        ` + pgTakeReservation + `
         owner       = $2,
         updated_at  = now()
     FROM cur WHERE l.name = cur.name

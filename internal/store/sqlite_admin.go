@@ -6,7 +6,7 @@ package store
 func (sqliteDialect) listLocksSQL(filter string) string {
 	return `SELECT name, owner, version, reentry, IFNULL(mode, ''),
     IFNULL(acquired_at, 0), IFNULL(expires_at, 0), updated_at, IFNULL(metadata, ''), ` + sqliteNow + `,
-    IFNULL(next_owner, ''), IFNULL(next_since, 0), IFNULL(next_until, 0)
+    ` + sqliteNextCols + `
 FROM dblock_locks WHERE owner IS NOT NULL` + filter + `
 ORDER BY name`
 }

@@ -32,7 +32,7 @@ WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
 WHERE name = ?1 AND owner = ?2 AND version = ?3 AND expires_at > ` + sqliteNow,
 
 	Holder: `SELECT IFNULL(owner, ''), version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `, reentry,
-    IFNULL(next_owner, ''), IFNULL(next_since, 0), IFNULL(next_until, 0)
+    ` + sqliteNextCols + `
 FROM dblock_locks WHERE name = ?1`,
 
 	Reserve: `UPDATE dblock_locks SET next_owner = ?2, next_since = ?3, next_until = ` + sqliteNow + ` + ?4
@@ -127,6 +127,14 @@ WHERE NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = ?1 AND w.expires
    OR EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?1 AND l.owner = ?2 AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
 ` + sqliteTakeRow
 
+// sqliteReservationEnds: a take by excluded.owner ends the reservation (it
+// was that owner's, or it lapsed); sqliteNextCols, the reservation as
+// Holder reads it (owner, since µs, until µs).
+const (
+	sqliteReservationEnds = `(next_owner = excluded.owner OR next_until <= ` + sqliteNow + `)`
+	sqliteNextCols        = `IFNULL(next_owner, ''), IFNULL(next_since, 0), IFNULL(next_until, 0)`
+)
+
 // sqliteTakeRow is the takeover or re-entry of an existing row, shared by
 // sqliteLease.Acquire and sqliteDirect: a free or expired row is taken
 // unless a live reservation keeps it for another owner (see reserve.go),
@@ -139,9 +147,9 @@ const sqliteTakeRow = `ON CONFLICT (name) DO UPDATE SET
     acquired_at = CASE WHEN owner = excluded.owner AND expires_at > ` + sqliteNow + ` THEN acquired_at ELSE excluded.acquired_at END,
     metadata    = CASE WHEN owner = excluded.owner AND expires_at > ` + sqliteNow + ` THEN metadata ELSE excluded.metadata END,
     expires_at  = CASE WHEN owner = excluded.owner AND expires_at > ` + sqliteNow + ` THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
-    next_owner  = CASE WHEN next_owner = excluded.owner OR next_until <= ` + sqliteNow + ` THEN NULL ELSE next_owner END,
-    next_since  = CASE WHEN next_owner = excluded.owner OR next_until <= ` + sqliteNow + ` THEN NULL ELSE next_since END,
-    next_until  = CASE WHEN next_owner = excluded.owner OR next_until <= ` + sqliteNow + ` THEN NULL ELSE next_until END,
+    next_owner  = CASE WHEN ` + sqliteReservationEnds + ` THEN NULL ELSE next_owner END,
+    next_since  = CASE WHEN ` + sqliteReservationEnds + ` THEN NULL ELSE next_since END,
+    next_until  = CASE WHEN ` + sqliteReservationEnds + ` THEN NULL ELSE next_until END,
     owner       = excluded.owner,
     updated_at  = excluded.updated_at
 WHERE (owner IS NULL OR owner = excluded.owner OR expires_at <= ` + sqliteNow + `)

@@ -4,7 +4,7 @@
 WITH cur AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
-      AND (owner = $2 AND expires_at > now() OR (next_until IS NULL OR next_until <= now() OR next_owner = $2))
+      AND (owner = $2 AND expires_at > now() OR next_until IS NULL OR next_until <= now() OR next_owner = $2)
     FOR UPDATE SKIP LOCKED
 ), upd AS (
     UPDATE dblock_locks l SET
@@ -16,9 +16,9 @@ WITH cur AS (
         expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
                            THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
                            ELSE now() + $3::bigint * interval '1 microsecond' END,
-        next_owner  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_owner END,
-        next_since  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_since END,
-        next_until  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_until END,
+        next_owner  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_owner END,
+        next_since  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_since END,
+        next_until  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_until END,
         owner       = $2,
         updated_at  = now()
     FROM cur WHERE l.name = cur.name
@@ -213,7 +213,7 @@ RETURNING pg_notify('dblock', name)::text IS NOT NULL;
 WITH cur AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
-      AND (owner = $2 AND expires_at > now() OR (next_until IS NULL OR next_until <= now() OR next_owner = $2))
+      AND (owner = $2 AND expires_at > now() OR next_until IS NULL OR next_until <= now() OR next_owner = $2)
       AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'))
     FOR UPDATE SKIP LOCKED
 ), upd AS (
@@ -226,9 +226,9 @@ WITH cur AS (
         expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
                            THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
                            ELSE now() + $3::bigint * interval '1 microsecond' END,
-        next_owner  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_owner END,
-        next_since  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_since END,
-        next_until  = CASE WHEN (l.next_owner = $2 OR l.next_until <= now()) THEN NULL ELSE l.next_until END,
+        next_owner  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_owner END,
+        next_since  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_since END,
+        next_until  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_until END,
         owner       = $2,
         updated_at  = now()
     FROM cur WHERE l.name = cur.name

@@ -10,9 +10,9 @@ ON CONFLICT (name) DO UPDATE SET
     acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
     metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
     expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
-    next_owner  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_owner END,
-    next_since  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_since END,
-    next_until  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_until END,
+    next_owner  = CASE WHEN (next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)) THEN NULL ELSE next_owner END,
+    next_since  = CASE WHEN (next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)) THEN NULL ELSE next_since END,
+    next_until  = CASE WHEN (next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)) THEN NULL ELSE next_until END,
     owner       = excluded.owner,
     updated_at  = excluded.updated_at
 WHERE (owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER))
@@ -147,9 +147,9 @@ ON CONFLICT (name) DO UPDATE SET
     acquired_at = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN acquired_at ELSE excluded.acquired_at END,
     metadata    = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN metadata ELSE excluded.metadata END,
     expires_at  = CASE WHEN owner = excluded.owner AND expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
-    next_owner  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_owner END,
-    next_since  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_since END,
-    next_until  = CASE WHEN next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER) THEN NULL ELSE next_until END,
+    next_owner  = CASE WHEN (next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)) THEN NULL ELSE next_owner END,
+    next_since  = CASE WHEN (next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)) THEN NULL ELSE next_since END,
+    next_until  = CASE WHEN (next_owner = excluded.owner OR next_until <= CAST(unixepoch('subsec') * 1000000 AS INTEGER)) THEN NULL ELSE next_until END,
     owner       = excluded.owner,
     updated_at  = excluded.updated_at
 WHERE (owner IS NULL OR owner = excluded.owner OR expires_at <= CAST(unixepoch('subsec') * 1000000 AS INTEGER))
