@@ -11,9 +11,10 @@
 // may take over). Acquire is one statement: it inserts the row, or takes it
 // when free, expired or already held by the same owner (reentry: the count
 // goes up and the token stays); a free or expired row that another owner's
-// waiter reserved is taken by that owner only (see Waiting). Every new hold gets a token strictly greater
-// than any earlier token for the name. Release is one CAS on (name, owner,
-// token): it decrements the reentry count and frees the row at zero.
+// waiter reserved is taken by that owner only (see Waiting). Every new hold
+// gets a token strictly greater than any earlier token for the name. Release
+// is one CAS on (name, owner, token): it decrements the reentry count and
+// frees the row at zero.
 //
 // A lease lasts its TTL (dblock.WithTTL, default dblock.TTLDefault) and a
 // watchdog renews it every TTL/3 until Release (a CAS on the same triple). A
@@ -53,9 +54,9 @@
 // over. So a process that releases and acquires again in a loop cannot keep
 // the name from waiters in other processes, which hear of the release only
 // by a notification or their next look. A try is refused while another
-// owner's reservation lasts (the *dblock.HeldError's cause says so). A wait that ends without the name gives its reservation
-// up; a waiter that crashes leaves the name free but unclaimed until its
-// reservation lapses.
+// owner's reservation lasts (the *dblock.HeldError's cause says so). A wait
+// that ends without the name gives its reservation up; a waiter that crashes
+// leaves the name free but unclaimed until its reservation lapses.
 //
 // # Several names at once
 //
