@@ -21,6 +21,10 @@
 //     holds the name already may re-enter meanwhile: it would otherwise
 //     wait for a writer waiting for it. Between two writers, readers that
 //     were waiting may enter first.
+//   - Across processes, a writer waiting for a name held through another
+//     Locker reserves it (see package optimistic): once the readers have
+//     left, a reader of another owner does not start a new readers'
+//     period until that writer took the name or the reservation lapsed.
 //   - A writer's token is greater than every earlier token of the name.
 //     Readers get the readers' token: one taken when readers begin to
 //     hold a free name, shared by every reader until the name is free

@@ -34,7 +34,9 @@ func (l *Locker) AcquireRead(ctx context.Context, name string, opts ...dblock.Op
 // TryAcquireRead takes the read lock of name if it can at once, and
 // otherwise returns an error wrapping dblock.ErrNotAcquired with a
 // *dblock.HeldError naming the holder (readers, refused because a writer
-// waits, show as held by readers).
+// waits, show as held by readers). A free name that another owner's
+// waiting writer (or optimistic waiter) reserved is refused too (the
+// error's cause says so; see package optimistic).
 func (l *Locker) TryAcquireRead(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
 	ctx, call := l.parts.Events.Recorder().BeginAcquire(ctx, name, false)
 	lease, err := l.acquireRead(ctx, name, false, opts)
@@ -86,8 +88,11 @@ func (r *readCall) run() (*dblock.Lease, error) {
 		if lease != nil || err != nil {
 			return lease, err
 		}
-		h := r.res.Holder
-		if err := r.pause.Sleep(h.ExpiresAt, h.Now); err != nil {
+		h, change := r.res.Holder, r.res.Holder.ExpiresAt
+		if errors.Is(h.Reason, store.ErrReserved) {
+			change = h.Next.Until // A free name kept for a writer of another Locker.
+		}
+		if err := r.pause.Sleep(change, h.Now); err != nil {
 			return nil, r.ended(err)
 		}
 	}

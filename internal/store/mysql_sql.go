@@ -439,7 +439,8 @@ const myAt = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
 // mysqlShareLock reads a name's row for SharedSQL.LockRow, followed by the
 // lock clause.
 var mysqlShareLock = `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `,
-       IFNULL(` + myUs("shared_until") + `, 0), IFNULL(` + myUs("wanted_until") + `, 0), reentry
+       IFNULL(` + myUs("shared_until") + `, 0), IFNULL(` + myUs("wanted_until") + `, 0), reentry,
+       ` + mysqlNextCols + `
 FROM dblock_locks WHERE name = ?`
 
 // mysqlShared: on MySQL 8 the row lock does not wait (NOWAIT: its shortest
@@ -455,7 +456,8 @@ FOR UPDATE NOWAIT`,
 	ReadShare:  `SELECT token, reentry, ` + myUs("expires_at") + ` FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE`,
 	LiveShares: `SELECT count(*), IFNULL(MAX(` + myUs("expires_at") + `), 0) FROM dblock_shares WHERE name = ? AND token = ? AND expires_at > ` + myAt + ` LOCK IN SHARE MODE`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = '` + readMode + `',
-    acquired_at = ` + myAt + `, expires_at = ` + myAt + `, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)
+    acquired_at = ` + myAt + `, expires_at = ` + myAt + `, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6),
+    next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = ?`,
 	Update: `UPDATE dblock_locks SET owner = ?, reentry = ?, expires_at = ` + myAt + `, shared_until = ` + myAt + `, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ?`,

@@ -458,13 +458,15 @@ func pgAt(n int) string {
 // conflicts, but a pessimistic shared hold's FOR KEY SHARE lets them be.
 var pgShared = SharedSQL{
 	LockRow: `SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), coalesce(` + pgUs("l.expires_at") + `, 0),
-       ` + pgUs("clock_timestamp()") + `, coalesce(` + pgUs("l.shared_until") + `, 0), coalesce(` + pgUs("l.wanted_until") + `, 0), l.reentry
+       ` + pgUs("clock_timestamp()") + `, coalesce(` + pgUs("l.shared_until") + `, 0), coalesce(` + pgUs("l.wanted_until") + `, 0), l.reentry,
+       ` + pgNextCols + `
 FROM dblock_locks l, (SELECT set_config('lock_timeout', '` + lockWaitMs + `', true)) AS cfg
 WHERE l.name = $1
 FOR NO KEY UPDATE OF l`,
 	ReadShare: `SELECT token, reentry, ` + pgUs("expires_at") + ` FROM dblock_shares WHERE name = $1 AND owner = $2 FOR UPDATE`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = '` + readMode + `',
-    acquired_at = ` + pgAt(1) + `, expires_at = ` + pgAt(2) + `, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
+    acquired_at = ` + pgAt(1) + `, expires_at = ` + pgAt(2) + `, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp(),
+    next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = $3
 RETURNING version`,
 	Update: `UPDATE dblock_locks SET owner = $1, reentry = $2, expires_at = ` + pgAt(3) + `, shared_until = ` + pgAt(4) + `, updated_at = clock_timestamp()

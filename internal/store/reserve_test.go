@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -143,6 +144,7 @@ func reservationRules(r reservations) {
 		t.Fatalf("acquisition after the reservation lapsed: %+v", lapsed)
 	}
 	r.release("o3", lapsed.Token)
+	readersKept(r, since)
 
 	r.reserve("o2", since, 10*time.Second, true)
 	if ok, err := r.db.UnreserveLease(r.ctx, r.name, "o3"); err != nil || ok {
@@ -176,5 +178,38 @@ func expiredKept(r reservations, short store.AcquireResult) {
 	taken := r.acquire("o6", time.Minute)
 	if !taken.Acquired || taken.Token <= short.Token {
 		t.Fatalf("the reserver's takeover of an expired lease: %+v after token %d", taken, short.Token)
+	}
+}
+
+// readersKept: a reader does not start a readers' period on a name kept
+// for another owner; the reserver's own read does, and ends the
+// reservation.
+func readersKept(r reservations, since time.Time) {
+	t := r.t
+	r.reserve("o2", since, 10*time.Second, true)
+	read := func(owner string) store.ShareResult {
+		t.Helper()
+		res, err := r.db.AcquireShare(r.ctx, store.ShareParams{Name: r.name, Owner: owner, TTL: time.Minute})
+		if err != nil {
+			t.Fatalf("read by %s: %v", owner, err)
+		}
+		return res
+	}
+	if res := read("o3"); res.Acquired || !errors.Is(res.Holder.Reason, store.ErrReserved) || res.Holder.Next.Owner != "o2" ||
+		!res.Holder.Next.Until.After(res.Holder.Now) || res.Holder.Held() {
+		t.Fatalf("read by o3 of a name kept for o2: %+v", res)
+	}
+	res := read("o2")
+	if !res.Acquired {
+		t.Fatalf("the reserver's read: %+v", res)
+	}
+	if h := r.holder(); h.Next.Owner != "" || h.Mode != dblock.ModeRead {
+		t.Fatalf("the reservation outlived the reserver's read: %+v", h)
+	}
+	if ok, err := r.db.ReleaseShare(r.ctx, r.name, "o2", res.Token); err != nil || !ok {
+		t.Fatalf("the reserver's read release: %v, %v", ok, err)
+	}
+	if h := r.holder(); h.Held() {
+		t.Fatalf("the name after its only reader left: %+v", h)
 	}
 }

@@ -131,6 +131,7 @@ type sharedRow struct {
 	expires, now        int64
 	sharedUntil, wanted int64
 	reentry             int
+	next                Reservation // The name's reservation (see reserve.go).
 }
 
 // live reports whether the row names an unexpired holder (readers included).
@@ -138,11 +139,21 @@ func (r sharedRow) live() bool { return !r.free && r.expires > r.now }
 
 // holder is the row as a Holder.
 func (r sharedRow) holder() Holder {
-	h := Holder{Exists: true, Owner: r.owner, Version: r.version, Mode: r.mode, Reentry: r.reentry, Now: Micros(r.now)}
+	h := Holder{Exists: true, Owner: r.owner, Version: r.version, Mode: r.mode, Reentry: r.reentry, Now: Micros(r.now), Next: r.next}
 	if r.expires != 0 && !r.free {
 		h.ExpiresAt = Micros(r.expires)
 	}
+	if !r.live() && h.ReservedFor("") {
+		h.Reason = ErrReserved
+	}
 	return h
+}
+
+// reservedFor reports whether the row is free or expired and a live
+// reservation keeps it for another owner than owner: a new readers' period
+// is refused, as an exclusive acquirer is.
+func (r sharedRow) reservedFor(owner string) bool {
+	return !r.live() && r.next.LiveAt(Micros(r.now)) && r.next.Owner != owner
 }
 
 // share is a reader's row of dblock_shares.
@@ -209,9 +220,15 @@ func (db *DB) sharedRun(ctx context.Context, tx *sqlx.Tx, name string, fn func(t
 
 // lockShared runs LockRow in tx.
 func (db *DB) lockShared(ctx context.Context, tx *sqlx.Tx, name string) (sharedRow, bool, error) {
-	var r sharedRow
+	var (
+		r                   sharedRow
+		nextOwner           string
+		nextSince, nextTill int64
+	)
 	err := tx.QueryRowxContext(ctx, db.Dialect.Shared().LockRow, name).Scan(
-		&r.owner, &r.free, &r.version, &r.mode, &r.expires, &r.now, &r.sharedUntil, &r.wanted, &r.reentry)
+		&r.owner, &r.free, &r.version, &r.mode, &r.expires, &r.now, &r.sharedUntil, &r.wanted, &r.reentry,
+		&nextOwner, &nextSince, &nextTill)
+	r.next = reservationOf(nextOwner, nextSince, nextTill)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
 	}

@@ -49,6 +49,9 @@ func (c *shareAcquire) run(tx *sqlx.Tx, r sharedRow) (bool, error) {
 		return false, err
 	}
 	switch {
+	case r.reservedFor(c.p.Owner):
+		c.res.Holder = r.holder()
+		return false, nil
 	case !r.live():
 		return c.begin()
 	case r.owner == "":

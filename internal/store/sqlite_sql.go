@@ -247,12 +247,14 @@ VALUES (?1, ?2, ?3, ?4, ?5, ` + sqliteNow + `, ?6)`,
 // sqliteShared: the write transaction is the lock (SQLite has one writer).
 var sqliteShared = SharedSQL{
 	LockRow: `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `,
-       IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry
+       IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry,
+       ` + sqliteNextCols + `
 FROM dblock_locks WHERE name = ?1`,
 	ReadShare:  `SELECT token, reentry, expires_at FROM dblock_shares WHERE name = ?1 AND owner = ?2`,
 	LiveShares: `SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 AND token = ?2 AND expires_at > ?3`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = '` + readMode + `',
-    acquired_at = ?1, expires_at = ?2, shared_until = NULL, metadata = NULL, updated_at = ` + sqliteNow + `
+    acquired_at = ?1, expires_at = ?2, shared_until = NULL, metadata = NULL, updated_at = ` + sqliteNow + `,
+    next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = ?3
 RETURNING version`,
 	Update: `UPDATE dblock_locks SET owner = ?1, reentry = ?2, expires_at = ?3, shared_until = ?4, updated_at = ` + sqliteNow + `

@@ -355,7 +355,8 @@ VALUES (?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), UTC_TIM
 
 -- SharedSQL.LockRow
 SET STATEMENT innodb_lock_wait_timeout=1 FOR SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
-       IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', shared_until), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', wanted_until), 0), reentry
+       IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', shared_until), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', wanted_until), 0), reentry,
+       IFNULL(next_owner, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_since), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_until), 0)
 FROM dblock_locks WHERE name = ?
 FOR UPDATE;
 
@@ -367,7 +368,8 @@ SELECT count(*), IFNULL(MAX(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ex
 
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = 'read',
-    acquired_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6)
+    acquired_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6),
+    next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = ?;
 
 -- SharedSQL.Update

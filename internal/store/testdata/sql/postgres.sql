@@ -420,7 +420,8 @@ VALUES ($1, $2, $3, $4, ('epoch'::timestamptz + $5::bigint * interval '1 microse
 
 -- SharedSQL.LockRow
 SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), coalesce((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0),
-       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, coalesce((extract(epoch FROM l.shared_until) * 1000000)::bigint, 0), coalesce((extract(epoch FROM l.wanted_until) * 1000000)::bigint, 0), l.reentry
+       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, coalesce((extract(epoch FROM l.shared_until) * 1000000)::bigint, 0), coalesce((extract(epoch FROM l.wanted_until) * 1000000)::bigint, 0), l.reentry,
+       coalesce(next_owner, ''), coalesce((extract(epoch FROM next_since) * 1000000)::bigint, 0), coalesce((extract(epoch FROM next_until) * 1000000)::bigint, 0)
 FROM dblock_locks l, (SELECT set_config('lock_timeout', '100', true)) AS cfg
 WHERE l.name = $1
 FOR NO KEY UPDATE OF l;
@@ -430,7 +431,8 @@ SELECT token, reentry, (extract(epoch FROM expires_at) * 1000000)::bigint FROM d
 
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = 'read',
-    acquired_at = ('epoch'::timestamptz + $1::bigint * interval '1 microsecond'), expires_at = ('epoch'::timestamptz + $2::bigint * interval '1 microsecond'), shared_until = NULL, metadata = NULL, updated_at = clock_timestamp()
+    acquired_at = ('epoch'::timestamptz + $1::bigint * interval '1 microsecond'), expires_at = ('epoch'::timestamptz + $2::bigint * interval '1 microsecond'), shared_until = NULL, metadata = NULL, updated_at = clock_timestamp(),
+    next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = $3
 RETURNING version;
 

@@ -294,7 +294,8 @@ VALUES (?1, ?2, ?3, ?4, ?5, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?6);
 
 -- SharedSQL.LockRow
 SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER),
-       IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry
+       IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry,
+       IFNULL(next_owner, ''), IFNULL(next_since, 0), IFNULL(next_until, 0)
 FROM dblock_locks WHERE name = ?1;
 
 -- SharedSQL.ReadShare
@@ -305,7 +306,8 @@ SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 A
 
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = 'read',
-    acquired_at = ?1, expires_at = ?2, shared_until = NULL, metadata = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+    acquired_at = ?1, expires_at = ?2, shared_until = NULL, metadata = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER),
+    next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = ?3
 RETURNING version;
 
