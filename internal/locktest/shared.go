@@ -54,13 +54,15 @@ type sharedCheck struct {
 }
 
 // RunRW runs the read-write lock properties (never a writer together with
-// anyone, tokens in order, a crashed reader's share back at its expiry, a
+// anyone, tokens in order, readers releasing at once leave the name free,
+// a crashed reader's share back at its expiry, a
 // writer not starved by a steady stream of readers, arrival order with the
 // fair option) as parallel subtests on every dialect.
 func RunRW(t *testing.T, f RWFactory) {
 	t.Helper()
 	runShared(t, &sharedSuite{newRW: f}, []sharedCheck{
 		{"WriterExcludesAll", checkWriterExcludesAll, true, true},
+		{"LastReadersFree", checkLastReadersFree, true, false},
 		{"CrashedReaderReturns", checkCrashedReaderReturns, true, true},
 		{"WriterNotStarved", checkWriterNotStarved, true, true},
 		{"FairOrder", checkFairOrder, false, true},
