@@ -77,33 +77,63 @@ func semaphoreSetup(fair bool) func(context.Context, *env, bool) (*instance, err
 // leaseInstance is an instance whose workers take leases through acquire.
 func leaseInstance(acquire func(ctx context.Context, name string) (*dblock.Lease, error), closeFn func()) *instance {
 	return &instance{
-		worker: func(context.Context, int) (*worker, error) {
-			return &worker{
-				acquire: func(ctx context.Context, name string) (releaseFunc, error) {
-					lease, err := acquire(ctx, name)
-					if err != nil {
-						return nil, err
-					}
-					return lease.Release, nil
-				},
-				close: func() {},
-			}, nil
-		},
-		close: closeFn,
+		worker: func(context.Context, int) (*worker, error) { return leaseWorker(acquire), nil },
+		close:  closeFn,
 	}
 }
 
-// readersCheck is the cell of sharedReaders goroutines reading one name
-// (compared with as many reading a name each).
+// leaseWorker is a worker taking leases through acquire.
+func leaseWorker(acquire func(ctx context.Context, name string) (*dblock.Lease, error)) *worker {
+	return &worker{
+		acquire: func(ctx context.Context, name string) (releaseFunc, error) {
+			lease, err := acquire(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			return lease.Release, nil
+		},
+		close: func() {},
+	}
+}
+
+// readersCheck is the cells of sharedReaders goroutines reading one name
+// (compared with as many reading a name each): with the Locker's owner,
+// so the reads are one owner's re-entries of one share, and with an owner
+// per goroutine (readOwners), as readers in separate processes are.
 func readersCheck(e *env, newCell func(*scenario, int) *cell, only map[string]bool) []*cell {
 	sc := registry[keyRead]
 	if sc == nil || only != nil && !only[keyRead] {
 		return nil
 	}
-	c := newCell(sc, sharedReaders)
 	name := e.prefix + "/readers/one"
-	c.nameOf = func(int, int) string { return name } // Not contended: readers hold together.
-	return []*cell{c}
+	var cells []*cell
+	for _, s := range []*scenario{sc, readOwners} {
+		c := newCell(s, sharedReaders)
+		c.nameOf = func(int, int) string { return name } // Not contended: readers hold together.
+		cells = append(cells, c)
+	}
+	return cells
+}
+
+// readOwners is the read pair with an owner per goroutine (dblock.WithOwner),
+// run only in the readers-on-one-name check.
+var readOwners = &scenario{
+	key: "read-owners", title: "dblock rwlock AcquireRead+Release, an owner per goroutine",
+	resetTables: []string{"dblock_shares"}, shared: true,
+	setup: func(ctx context.Context, e *env, _ bool) (*instance, error) {
+		l, err := rwlock.New(e.db, nil)
+		if err != nil {
+			return nil, err
+		}
+		in := leaseInstance(nil, func() { _ = l.Close() })
+		in.worker = func(_ context.Context, g int) (*worker, error) {
+			owner := dblock.WithOwner(fmt.Sprintf("%s/reader-%d", e.prefix, g))
+			return leaseWorker(func(ctx context.Context, name string) (*dblock.Lease, error) {
+				return l.AcquireRead(ctx, name, owner)
+			}), nil
+		}
+		return in, nil
+	},
 }
 
 // printSharedBars prints the shared locks' bars: a read pair vs an
@@ -112,12 +142,17 @@ func readersCheck(e *env, newCell func(*scenario, int) *cell, only map[string]bo
 func printSharedBars(w io.Writer, un, readers []*cell) {
 	barVs(w, find(un, keyRead, 1), find(un, keyOptAcquire, 1), 0.9, "read vs optimistic",
 		"rwlock AcquireRead+Release, 1 goroutine: %.3f× optimistic Acquire+Release (bar ≥ 0.9×)")
-	var one *cell
-	if len(readers) > 0 {
-		one = readers[0]
+	var one, owners *cell
+	if len(readers) == 2 {
+		one, owners = readers[0], readers[1]
 	}
-	barVs(w, one, find(un, keyRead, sharedReaders), 0.8, "32 readers on one name vs on 32 names",
-		fmt.Sprintf("rwlock: %d readers on one name: %%.3f× %d readers on a name each (bar ≥ 0.8×)", sharedReaders, sharedReaders))
+	spread := find(un, keyRead, sharedReaders)
+	barVs(w, owners, spread, 0.8, "32 readers on one name vs on 32 names",
+		fmt.Sprintf("rwlock: %d readers (an owner each) on one name: %%.3f× %d readers on a name each (bar ≥ 0.8×)", sharedReaders, sharedReaders))
+	if usable(one) && usable(spread) {
+		fmt.Fprintf(w, "- (no bar) — rwlock: %d goroutines of one Locker on one name (one owner re-entering one share): %.3f× %d readers on a name each\n",
+			sharedReaders, ratioTo(one, spread), sharedReaders)
+	}
 }
 
 // printReaders prints the readers-on-one-name cell beside its comparison.
@@ -128,11 +163,9 @@ func printReaders(w io.Writer, readers []*cell, spread *cell) {
 	fmt.Fprintf(w, "### Readers: %d goroutines reading one name vs a name each\n\n", sharedReaders)
 	fmt.Fprintln(w, "| cell | ops/s | p50 | p99 |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|")
-	for _, c := range []*cell{readers[0], spread} {
-		label := "one name"
-		if c == spread {
-			label = "a name each"
-		}
+	labels := map[*cell]string{readers[0]: "one name, one owner", readers[1]: "one name, an owner each", spread: "a name each"}
+	for _, c := range []*cell{readers[0], readers[1], spread} {
+		label := labels[c]
 		if s := status(c); s != "" {
 			fmt.Fprintf(w, "| %s | %s | | |\n", label, s)
 			continue
