@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
 	"github.com/dblock-go/dblock/optimistic"
@@ -17,7 +18,6 @@ func BenchmarkReadPair(b *testing.B) {
 	for _, kind := range dbtest.Kinds {
 		b.Run(string(kind), func(b *testing.B) {
 			iso := dbtest.New(b, kind)
-			ctx := context.Background()
 			o, err := optimistic.New(iso.DB, nil)
 			if err != nil {
 				b.Fatal(err)
@@ -28,32 +28,23 @@ func BenchmarkReadPair(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer func() { _ = l.Close() }()
-			b.Run("optimistic", func(b *testing.B) {
-				name := locktest.RandomName("bench-opt")
-				b.ReportAllocs()
-				for b.Loop() {
-					lease, err := o.Acquire(ctx, name)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := lease.Release(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			b.Run("read", func(b *testing.B) {
-				name := locktest.RandomName("bench-read")
-				b.ReportAllocs()
-				for b.Loop() {
-					lease, err := l.AcquireRead(ctx, name)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := lease.Release(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+			b.Run("optimistic", func(b *testing.B) { pairs(b, "bench-opt", o.Acquire) })
+			b.Run("read", func(b *testing.B) { pairs(b, "bench-read", l.AcquireRead) })
 		})
+	}
+}
+
+// pairs runs acquire and Release of the lease on one name per iteration.
+func pairs(b *testing.B, prefix string, acquire func(context.Context, string, ...dblock.Option) (*dblock.Lease, error)) {
+	ctx, name := context.Background(), locktest.RandomName(prefix)
+	b.ReportAllocs()
+	for b.Loop() {
+		lease, err := acquire(ctx, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
