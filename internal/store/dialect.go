@@ -132,6 +132,9 @@ type DB struct {
 	native *Native
 	// history caches whether the acquisition history is enabled.
 	history historyProbe
+	// prepared holds the hottest statements prepared (MySQL, a pool Open
+	// opened; nil elsewhere: see prepared.go).
+	prepared *preparedStmts
 }
 
 // nativeOf is drv's native interface to pool, if it has one.
@@ -170,7 +173,12 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		_ = sdb.Close()
 		return nil, err
 	}
-	return &DB{DB: sqlx.NewDb(sdb, drv.Name), Dialect: d, owned: true, closer: sdb.Close, native: nativeOf(drv, sdb)}, nil
+	db := &DB{DB: sqlx.NewDb(sdb, drv.Name), Dialect: d, owned: true, closer: sdb.Close, native: nativeOf(drv, sdb)}
+	if kind == MySQL {
+		l := d.Lease()
+		db.prepared = newPrepared(db.DB, l.Acquire, l.AcquireReturning, l.Release, l.Renew)
+	}
+	return db, nil
 }
 
 // baseDialect returns the dialect of kind before its server is asked
@@ -240,10 +248,11 @@ func (db *DB) CloseWith(f func() error) { db.closer = f }
 // Close closes the connection pool if Open opened it; a pool passed to New is
 // left to its owner.
 func (db *DB) Close() error {
+	perr := db.prepared.close()
 	if db.closer == nil {
-		return nil
+		return perr
 	}
-	return db.closer()
+	return errors.Join(perr, db.closer())
 }
 
 // Classify is db.Dialect.Classify.

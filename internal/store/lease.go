@@ -308,7 +308,7 @@ func (db *DB) execOne(ctx context.Context, q Querier, query string, args ...any)
 		}
 		return n > 0, nil
 	}
-	r, err := q.ExecContext(ctx, query, args...)
+	r, err := db.exec(ctx, q, query, args...)
 	if err != nil {
 		return false, db.Classify(err)
 	}

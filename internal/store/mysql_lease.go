@@ -175,14 +175,14 @@ func (a *mysqlAcquisition) try() (ran bool, err error) {
 		return false, err
 	}
 	if a.returning {
-		err := a.q.QueryRowxContext(a.ctx, query, args...).Scan(&a.row.owner, &a.row.version, &a.row.reentry,
+		err := a.db.scanRow(a.ctx, a.q, query, args, &a.row.owner, &a.row.version, &a.row.reentry,
 			&a.row.mode, &a.row.expiresUs, &a.row.nowUs, &a.row.next, &a.row.sinceUs, &a.row.untilUs)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, nil
 		}
 		return err == nil, err
 	}
-	r, err := a.q.ExecContext(a.ctx, query, args...)
+	r, err := a.db.exec(a.ctx, a.q, query, args...)
 	if err != nil {
 		return false, err
 	}
