@@ -175,8 +175,7 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	}
 	db := &DB{DB: sqlx.NewDb(sdb, drv.Name), Dialect: d, owned: true, closer: sdb.Close, native: nativeOf(drv, sdb)}
 	if kind == MySQL {
-		l := d.Lease()
-		db.prepared = newPrepared(db.DB, l.Acquire, l.AcquireReturning, l.Release, l.Renew)
+		db.prepared = newPrepared(db.DB, preparedSet(d)...)
 	}
 	return db, nil
 }

@@ -260,7 +260,7 @@ func (db *DB) LeaseHolder(ctx context.Context, q Querier, name string) (Holder, 
 	var h Holder
 	var expUs, nowUs, sinceUs, untilUs int64
 	var next string
-	err := q.QueryRowxContext(ctx, db.Dialect.Lease().Holder, name).Scan(&h.Owner, &h.Version, &h.Mode, &expUs, &nowUs, &h.Reentry,
+	err := db.scanRow(ctx, q, db.Dialect.Lease().Holder, []any{name}, &h.Owner, &h.Version, &h.Mode, &expUs, &nowUs, &h.Reentry,
 		&next, &sinceUs, &untilUs)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Holder{}, nil

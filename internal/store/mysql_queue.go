@@ -10,7 +10,7 @@ import (
 // CheckWaiter).
 
 func (d mysqlDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, kind WaitKind, timeout time.Duration) (WaiterTicket, error) {
-	r, err := q.ExecContext(ctx, d.Queue().Enqueue, name, owner, string(kind), timeout.Microseconds())
+	r, err := db.exec(ctx, q, d.Queue().Enqueue, name, owner, string(kind), timeout.Microseconds())
 	if err != nil {
 		return WaiterTicket{}, db.Classify(err)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // Prepared statements, for the hottest statements on MySQL and MariaDB (a
-// lease's acquisition, release and renewal) on a pool Open opened: the
+// lease's and the fair queue's: preparedSet) on a pool Open opened: the
 // server parses each once per connection instead of on every call, where
 // the driver otherwise sends its text with the arguments interpolated.
 // The acquisition is a long upsert (the re-entry and reservation rules in
@@ -21,6 +21,15 @@ import (
 // handle and connection, and the server caps how many it keeps
 // (max_prepared_stmt_count). A statement that cannot be prepared is sent
 // as text, as before.
+
+// preparedSet is the statements prepared on MySQL and MariaDB: a lease's
+// acquisition, renewal, release and holder read, and the fair queue's
+// statements on the pool.
+func preparedSet(d Dialect) []string {
+	l, q := d.Lease(), d.Queue()
+	return []string{l.Acquire, l.AcquireReturning, l.Release, l.Renew, l.Holder,
+		q.Enqueue, q.Check, q.Peek, q.Take, q.Leave, q.Heartbeat}
+}
 
 // preparedStmts holds the prepared forms of a fixed set of statements,
 // each prepared on first use (not at Open: the schema may not be migrated

@@ -176,8 +176,8 @@ func (db *DB) CheckWaiter(ctx context.Context, q Querier, name string, id int64)
 	var live, exists int
 	var crUs, aheadUs, expUs, nowUs int64
 	var owner, mode []byte
-	err := db.q(q).QueryRowxContext(ctx, db.Dialect.Queue().Check, name, name, id, name, name).
-		Scan(&live, &s.Ahead, &aheadUs, &crUs, &exists, &owner, &s.Holder.Version, &mode, &expUs, &nowUs)
+	err := db.scanRow(ctx, db.q(q), db.Dialect.Queue().Check, []any{name, name, id, name, name},
+		&live, &s.Ahead, &aheadUs, &crUs, &exists, &owner, &s.Holder.Version, &mode, &expUs, &nowUs)
 	if err != nil {
 		return QueueState{}, db.Classify(err)
 	}
@@ -198,8 +198,8 @@ func (db *DB) PeekQueue(ctx context.Context, q Querier, name string) (QueueState
 	var exists int
 	var expUs, nowUs, version int64
 	var owner, mode []byte
-	err := db.q(q).QueryRowxContext(ctx, db.Dialect.Queue().Peek, name, name).
-		Scan(&s.Ahead, &exists, &owner, &version, &mode, &expUs, &nowUs)
+	err := db.scanRow(ctx, db.q(q), db.Dialect.Queue().Peek, []any{name, name},
+		&s.Ahead, &exists, &owner, &version, &mode, &expUs, &nowUs)
 	if err != nil {
 		return QueueState{}, db.Classify(err)
 	}
