@@ -185,7 +185,7 @@ func (db *DB) queryRow(ctx context.Context, q Querier, query string, args []any,
 	if db.native != nil && q == Querier(db.DB) {
 		return db.native.QueryRow(ctx, query, args, dest...)
 	}
-	return q.QueryRowxContext(ctx, query, args...).Scan(dest...)
+	return db.scanRow(ctx, q, query, args, dest...)
 }
 
 // AcquireLease runs the one-statement acquire on q (nil: the pool). A row held
