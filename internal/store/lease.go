@@ -137,6 +137,15 @@ func (h Holder) ReservedFor(owner string) bool {
 	return h.Next.LiveAt(h.Now) && h.Next.Owner != owner
 }
 
+// markReserved gives the refusal of owner's acquisition ErrReserved as its
+// reason when nobody holds the name and another owner's reservation kept
+// it (a lease's acquisition and a reader's alike).
+func (h *Holder) markReserved(owner string) {
+	if h.Reason == nil && !h.Held() && h.ReservedFor(owner) {
+		h.Reason = ErrReserved
+	}
+}
+
 // Reasons of a refusal without a known holder (Holder.Reason).
 var (
 	// ErrKeyLocked: the name has no committed row, yet another transaction
@@ -196,8 +205,8 @@ func (db *DB) AcquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 	if res.Statements == 0 {
 		res.Statements = 1
 	}
-	if h := &res.Holder; !res.Acquired && h.Reason == nil && !h.Held() && h.ReservedFor(p.Owner) {
-		h.Reason = ErrReserved
+	if !res.Acquired {
+		res.Holder.markReserved(p.Owner)
 	}
 	return res, err
 }

@@ -143,9 +143,6 @@ func (r sharedRow) holder() Holder {
 	if r.expires != 0 && !r.free {
 		h.ExpiresAt = Micros(r.expires)
 	}
-	if !r.live() && h.ReservedFor("") {
-		h.Reason = ErrReserved
-	}
 	return h
 }
 
@@ -153,7 +150,7 @@ func (r sharedRow) holder() Holder {
 // reservation keeps it for another owner than owner: a new readers' period
 // is refused, as an exclusive acquirer is.
 func (r sharedRow) reservedFor(owner string) bool {
-	return !r.live() && r.next.LiveAt(Micros(r.now)) && r.next.Owner != owner
+	return !r.live() && r.holder().ReservedFor(owner)
 }
 
 // share is a reader's row of dblock_shares.

@@ -42,8 +42,7 @@ func (db *DB) acquireShareOne(ctx context.Context, p ShareParams) (ShareResult, 
 	if mode == "" && owner != "" {
 		// A free name kept for a waiter: the statement names the
 		// reservation's owner and end in place of a holder's.
-		h = Holder{Exists: true, Version: token, Now: Micros(nowUs), Reason: ErrReserved,
-			Next: Reservation{Owner: owner, Until: h.ExpiresAt}}
+		h = Holder{Exists: true, Version: token, Now: Micros(nowUs), Next: Reservation{Owner: owner, Until: h.ExpiresAt}}
 	}
 	res.Holder = h
 	return res, nil

@@ -20,6 +20,16 @@ import (
 // exclusive hold, records a read lease beside it. A name held exclusively
 // by another, or by a transaction (a pessimistic holder), is refused.
 func (db *DB) AcquireShare(ctx context.Context, p ShareParams) (ShareResult, error) {
+	res, err := db.acquireShare(ctx, p)
+	if err == nil && !res.Acquired {
+		res.Holder.markReserved(p.Owner)
+	}
+	return res, err
+}
+
+// acquireShare is AcquireShare in one statement where the database has it,
+// else in a transaction of sharedTx.
+func (db *DB) acquireShare(ctx context.Context, p ShareParams) (ShareResult, error) {
 	if db.Dialect.Shared().Acquire != "" {
 		return db.acquireShareOne(ctx, p)
 	}
