@@ -188,13 +188,19 @@ func (db *DB) q(q Querier) Querier {
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
 // queryRow scans the first row of query on q into dest: on the pool,
-// through the driver's native interface where it has one. Errors are
+// through the driver's native interface where it has one, else prepared
+// when query is one of the prepared set (see prepared.go). Errors are
 // unclassified; a missing row is sql.ErrNoRows.
 func (db *DB) queryRow(ctx context.Context, q Querier, query string, args []any, dest ...any) error {
-	if db.native != nil && q == Querier(db.DB) {
-		return db.native.QueryRow(ctx, query, args, dest...)
+	if q == Querier(db.DB) {
+		if db.native != nil {
+			return db.native.QueryRow(ctx, query, args, dest...)
+		}
+		if st := db.prepared.stmt(ctx, query); st != nil {
+			return st.QueryRowContext(ctx, args...).Scan(dest...)
+		}
 	}
-	return db.scanRow(ctx, q, query, args, dest...)
+	return q.QueryRowxContext(ctx, query, args...).Scan(dest...)
 }
 
 // AcquireLease runs the one-statement acquire on q (nil: the pool). A row held
@@ -269,7 +275,7 @@ func (db *DB) LeaseHolder(ctx context.Context, q Querier, name string) (Holder, 
 	var h Holder
 	var expUs, nowUs, sinceUs, untilUs int64
 	var next string
-	err := db.scanRow(ctx, q, db.Dialect.Lease().Holder, []any{name}, &h.Owner, &h.Version, &h.Mode, &expUs, &nowUs, &h.Reentry,
+	err := db.queryRow(ctx, q, db.Dialect.Lease().Holder, []any{name}, &h.Owner, &h.Version, &h.Mode, &expUs, &nowUs, &h.Reentry,
 		&next, &sinceUs, &untilUs)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Holder{}, nil

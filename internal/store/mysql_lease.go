@@ -175,7 +175,7 @@ func (a *mysqlAcquisition) try() (ran bool, err error) {
 		return false, err
 	}
 	if a.returning {
-		err := a.db.scanRow(a.ctx, a.q, query, args, &a.row.owner, &a.row.version, &a.row.reentry,
+		err := a.db.queryRow(a.ctx, a.q, query, args, &a.row.owner, &a.row.version, &a.row.reentry,
 			&a.row.mode, &a.row.expiresUs, &a.row.nowUs, &a.row.next, &a.row.sinceUs, &a.row.untilUs)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, nil

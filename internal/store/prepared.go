@@ -105,7 +105,7 @@ func (p *preparedStmts) close() error {
 }
 
 // exec runs query on q: prepared when q is the pool and query one of the
-// prepared set, else as text.
+// prepared set, else as text (queryRow decides alike for a row).
 func (db *DB) exec(ctx context.Context, q Querier, query string, args ...any) (sql.Result, error) {
 	if q == Querier(db.DB) {
 		if st := db.prepared.stmt(ctx, query); st != nil {
@@ -113,15 +113,4 @@ func (db *DB) exec(ctx context.Context, q Querier, query string, args ...any) (s
 		}
 	}
 	return q.ExecContext(ctx, query, args...)
-}
-
-// scanRow runs query on q and scans its first row into dest, prepared as
-// exec decides. A missing row is sql.ErrNoRows.
-func (db *DB) scanRow(ctx context.Context, q Querier, query string, args []any, dest ...any) error {
-	if q == Querier(db.DB) {
-		if st := db.prepared.stmt(ctx, query); st != nil {
-			return st.QueryRowContext(ctx, args...).Scan(dest...)
-		}
-	}
-	return q.QueryRowxContext(ctx, query, args...).Scan(dest...)
 }

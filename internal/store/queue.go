@@ -176,7 +176,7 @@ func (db *DB) CheckWaiter(ctx context.Context, q Querier, name string, id int64)
 	var live, exists int
 	var crUs, aheadUs, expUs, nowUs int64
 	var owner, mode []byte
-	err := db.scanRow(ctx, db.q(q), db.Dialect.Queue().Check, []any{name, name, id, name, name},
+	err := db.queryRow(ctx, db.q(q), db.Dialect.Queue().Check, []any{name, name, id, name, name},
 		&live, &s.Ahead, &aheadUs, &crUs, &exists, &owner, &s.Holder.Version, &mode, &expUs, &nowUs)
 	if err != nil {
 		return QueueState{}, db.Classify(err)
@@ -198,7 +198,7 @@ func (db *DB) PeekQueue(ctx context.Context, q Querier, name string) (QueueState
 	var exists int
 	var expUs, nowUs, version int64
 	var owner, mode []byte
-	err := db.scanRow(ctx, db.q(q), db.Dialect.Queue().Peek, []any{name, name},
+	err := db.queryRow(ctx, db.q(q), db.Dialect.Queue().Peek, []any{name, name},
 		&s.Ahead, &exists, &owner, &version, &mode, &expUs, &nowUs)
 	if err != nil {
 		return QueueState{}, db.Classify(err)
