@@ -125,14 +125,15 @@ var readOwners = &scenario{
 		if err != nil {
 			return nil, err
 		}
-		in := leaseInstance(nil, func() { _ = l.Close() })
-		in.worker = func(_ context.Context, g int) (*worker, error) {
-			owner := dblock.WithOwner(fmt.Sprintf("%s/reader-%d", e.prefix, g))
-			return leaseWorker(func(ctx context.Context, name string) (*dblock.Lease, error) {
-				return l.AcquireRead(ctx, name, owner)
-			}), nil
-		}
-		return in, nil
+		return &instance{
+			worker: func(_ context.Context, g int) (*worker, error) {
+				owner := dblock.WithOwner(fmt.Sprintf("%s/reader-%d", e.prefix, g))
+				return leaseWorker(func(ctx context.Context, name string) (*dblock.Lease, error) {
+					return l.AcquireRead(ctx, name, owner)
+				}), nil
+			},
+			close: func() { _ = l.Close() },
+		}, nil
 	},
 }
 
