@@ -1,0 +1,141 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// churnOwners is how many owners come and go on one name before the check:
+// each leaves a dead row behind whose index entry has a key of its own.
+const churnOwners = 300
+
+// TestDeadEntriesKilled: on PostgreSQL, the readers' release and the
+// semaphore's grant count what is left of a name with index scans that mark
+// the entries of rows deleted by earlier owners dead (a bitmap scan never
+// does), so between two vacuums the count does not revisit every reader or
+// grant the name ever had. The check counts the entries of the name a
+// bitmap scan still returns: once the deleted rows are dead to every
+// transaction of the database, the next release or grant must have marked
+// them. (MariaDB's purge removes deleted rows itself, and SQLite deletes in
+// place: the property is PostgreSQL's.)
+func TestDeadEntriesKilled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t, store.Postgres).Store()
+
+	t.Run("shares", func(t *testing.T) {
+		name := "dead-shares"
+		pair := func(owner string) {
+			res, err := db.AcquireShare(ctx, store.ShareParams{Name: name, Owner: owner, TTL: time.Minute})
+			if err != nil || !res.Acquired {
+				t.Fatalf("read by %s: %+v, %v", owner, res, err)
+			}
+			if ok, err := db.ReleaseShare(ctx, name, owner, res.Token); err != nil || !ok {
+				t.Fatalf("release by %s: %v, %v", owner, ok, err)
+			}
+		}
+		for i := range churnOwners {
+			pair(fmt.Sprintf("churn-%d", i))
+		}
+		untilKilled(t, db, "dblock_shares", "dblock_shares_pkey", name, pair)
+	})
+
+	t.Run("permits", func(t *testing.T) {
+		name := "dead-permits"
+		pair := func(owner string) {
+			res, err := db.AcquirePermits(ctx, store.PermitParams{Name: name, Owner: owner, Limit: 4, Permits: 1, TTL: time.Minute})
+			if err != nil || !res.Acquired {
+				t.Fatalf("grant to %s: %+v, %v", owner, res, err)
+			}
+			if ok, err := db.ReleasePermits(ctx, res.Token, owner); err != nil || !ok {
+				t.Fatalf("release by %s: %v, %v", owner, ok, err)
+			}
+		}
+		for i := range churnOwners {
+			pair(fmt.Sprintf("churn-%d", i))
+		}
+		untilKilled(t, db, "dblock_permits", "dblock_permits_name_idx", name, pair)
+	})
+}
+
+// untilKilled runs pair for a new owner until a bitmap scan of index finds
+// at most a few entries of name in table (the last rows deleted may still
+// be visible to a transaction of another test), for 15 s at most.
+func untilKilled(t *testing.T, db *store.DB, table, index, name string, pair func(owner string)) {
+	t.Helper()
+	const few = 5
+	deadline := time.Now().Add(15 * time.Second)
+	var n int64
+	for i := 0; ; i++ {
+		pair(fmt.Sprintf("last-%d", i))
+		n = bitmapEntries(t, db, table, index, name)
+		if n <= few {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: a bitmap scan of %s still returns %d entries of %q (at most %d once the deleted rows are dead): the scans of the name do not mark them",
+		table, index, n, name, few)
+}
+
+// bitmapEntries is how many index entries of name a bitmap scan of index
+// returns: the entries not (yet) marked dead.
+func bitmapEntries(t *testing.T, db *store.DB, table, index, name string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, set := range []string{"enable_seqscan", "enable_indexscan", "enable_indexonlyscan"} {
+		if _, err := tx.ExecContext(ctx, "SET LOCAL "+set+" = off"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var plan string
+	q := fmt.Sprintf("EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM %s WHERE name = '%s'", table, name)
+	if err := tx.QueryRowContext(ctx, q).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var doc []struct{ Plan planNode }
+	if err := json.Unmarshal([]byte(plan), &doc); err != nil || len(doc) != 1 {
+		t.Fatalf("plan %s: %v", plan, err)
+	}
+	n, ok := doc[0].Plan.bitmapRows(index)
+	if !ok {
+		t.Fatalf("no bitmap scan of %s in the plan: %s", index, plan)
+	}
+	return n
+}
+
+// planNode is a node of a JSON plan, as much of it as bitmapEntries reads.
+type planNode struct {
+	NodeType   string     `json:"Node Type"`
+	IndexName  string     `json:"Index Name"`
+	ActualRows int64      `json:"Actual Rows"`
+	Plans      []planNode `json:"Plans"`
+}
+
+// bitmapRows is the rows of the bitmap index scan of index in the tree.
+func (p planNode) bitmapRows(index string) (int64, bool) {
+	if p.NodeType == "Bitmap Index Scan" && p.IndexName == index {
+		return p.ActualRows, true
+	}
+	for _, c := range p.Plans {
+		if n, ok := c.bitmapRows(index); ok {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
