@@ -138,4 +138,3 @@ func (p planNode) bitmapRows(index string) (int64, bool) {
 	}
 	return 0, false
 }
-
