@@ -147,6 +147,7 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 			err = fmt.Errorf("drop %s: %w", e.schema, derr)
 		}
 	}()
+	quiet := waitPurged(ctx, e)
 	warm := warmup(dur / time.Duration(rounds))
 	progress := func(c *cell) {
 		mode := fmt.Sprintf("%d goroutines", c.goroutines)
@@ -256,6 +257,9 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 	runGroup(readerCells)
 
 	fmt.Fprintf(w, "## %s\n\n`%s`\n\n", e.label, e.version)
+	if quiet != "" {
+		fmt.Fprintf(w, "%s.\n\n", quiet)
+	}
 	printUncontended(w, uncontended)
 	printContended(w, contended)
 	printProcs(w, e, procs, find(contended, keyOptAcquire, 8))
