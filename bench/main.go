@@ -251,6 +251,7 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 			procs.err = rerr
 		}
 	}
+	paired := runPairings(ctx, e, dur, only)
 	namesCells := namesCheck(e, newCell, only)
 	runGroup(namesCells)
 	readerCells := readersCheck(e, newCell, only)
@@ -261,11 +262,12 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 		fmt.Fprintf(w, "%s.\n\n", quiet)
 	}
 	printUncontended(w, uncontended)
+	printPaired(w, paired)
 	printContended(w, contended)
 	printProcs(w, e, procs, find(contended, keyOptAcquire, 8))
 	printNames(w, namesCells)
 	printReaders(w, readerCells, find(uncontended, keyRead, sharedReaders))
-	printBars(w, e, uncontended, contended, namesCells)
-	printSharedBars(w, uncontended, readerCells)
+	printBars(w, e, uncontended, contended, namesCells, paired)
+	printSharedBars(w, uncontended, readerCells, paired)
 	return nil
 }

@@ -140,8 +140,8 @@ var readOwners = &scenario{
 // printSharedBars prints the shared locks' bars: a read pair vs an
 // optimistic pair at 1 goroutine, and 32 readers on one name vs 32 on a
 // name each.
-func printSharedBars(w io.Writer, un, readers []*cell) {
-	barVs(w, find(un, keyRead, 1), find(un, keyOptAcquire, 1), 0.9, "read vs optimistic",
+func printSharedBars(w io.Writer, un, readers []*cell, ps []*pairedCell) {
+	barAt1(w, ps, un, keyRead, keyOptAcquire, 0.9, "read vs optimistic",
 		"rwlock AcquireRead+Release, 1 goroutine: %.3f× optimistic Acquire+Release (bar ≥ 0.9×)")
 	var one, owners *cell
 	if len(readers) == 2 {
