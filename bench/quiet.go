@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -48,10 +50,16 @@ func waitPurged(ctx context.Context, e *env) string {
 	return fmt.Sprintf("InnoDB history list %d at the start, after waiting %s for purge", n, waited)
 }
 
-// historyLength reads Innodb_history_list_length.
+// historyLength reads the status variable Innodb_history_list_length
+// (MariaDB), or where there is none the metric trx_rseg_history_len (MySQL
+// 8, where it is enabled by default).
 func historyLength(ctx context.Context, e *env) (int64, error) {
 	var name string
 	var n int64
 	err := e.admin.SQL().QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Innodb_history_list_length'").Scan(&name, &n)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = e.admin.SQL().QueryRowContext(ctx,
+			"SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'").Scan(&n)
+	}
 	return n, err
 }
