@@ -9,10 +9,10 @@
 -- every release revisited the dead entry of every owner that had read the name since the last
 -- vacuum (in TestDeadEntriesKilled a bitmap scan still returned 446 entries of the name after
 -- 300 owners and 15 s of further releases; once 2,500 owners had read a name, its release took
--- 0.79-0.81 ms, against 0.29-0.44 ms with this setting). With bitmap scans
--- off, the count is an index scan, which marks the entries of rows dead to every transaction as
--- it passes them, and the next count skips them. The setting is the function's own (restored when it returns); a later migration
--- that replaces the function must carry it in its definition.
+-- 0.79-0.81 ms, against 0.29-0.44 ms with this setting). With bitmap scans off, the count is an
+-- index scan, which marks the entries of rows dead to every transaction as it passes them, and
+-- the next count skips them. The setting is the function's own (restored when it returns); a
+-- later migration that replaces the function must carry it in its definition.
 
 -- +goose Up
 ALTER FUNCTION dblock_release_share(text, text, bigint) SET enable_bitmapscan = off;
