@@ -6,11 +6,9 @@ func PreparedCount(db *DB) int {
 	if p == nil {
 		return 0
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	n := 0
 	for _, e := range p.m {
-		if e.st != nil {
+		if e.st.Load() != nil {
 			n++
 		}
 	}
@@ -20,10 +18,7 @@ func PreparedCount(db *DB) int {
 // PrepareAgain lets every statement of db that failed to prepare be
 // prepared again at its next use.
 func PrepareAgain(db *DB) {
-	p := db.prepared
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, e := range p.m {
-		e.failed = e.failed.AddDate(-1, 0, 0)
+	for _, e := range db.prepared.m {
+		e.failed.Store(0)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -34,18 +35,27 @@ func preparedSet(d Dialect) []string {
 // preparedStmts holds the prepared forms of a fixed set of statements,
 // each prepared on first use (not at Open: the schema may not be migrated
 // yet). A statement that failed to prepare is sent as text, and prepared
-// again no sooner than prepareRetry later.
+// again no sooner than prepareRetry later. Looking a statement up takes no
+// lock (the set is fixed at construction); mu only orders preparations and
+// close, so a statement being prepared never holds up the others.
 type preparedStmts struct {
-	pool *sqlx.DB
-	mu   sync.Mutex
-	m    map[string]*prepared // Absent: not one of the set.
-	open bool
+	pool   *sqlx.DB
+	m      map[string]*prepared // Fixed at construction; absent: not one of the set.
+	mu     sync.Mutex
+	closed atomic.Bool
 }
 
 // prepared is one statement of the set: its prepared form once it has one.
 type prepared struct {
-	st     *sql.Stmt
-	failed time.Time // The last failed preparation.
+	st     atomic.Pointer[sql.Stmt]
+	failed atomic.Int64 // The last failed preparation, ns since the epoch (0: none).
+}
+
+// retryDue reports whether a statement that failed to prepare may be
+// prepared again.
+func (e *prepared) retryDue() bool {
+	f := e.failed.Load()
+	return f == 0 || time.Since(time.Unix(0, f)) >= prepareRetry
 }
 
 // prepareRetry is how long a statement that failed to prepare is sent as
@@ -54,7 +64,7 @@ const prepareRetry = 10 * time.Second
 
 // newPrepared returns the cache of queries (empty ones ignored) over pool.
 func newPrepared(pool *sqlx.DB, queries ...string) *preparedStmts {
-	p := &preparedStmts{pool: pool, m: map[string]*prepared{}, open: true}
+	p := &preparedStmts{pool: pool, m: map[string]*prepared{}}
 	for _, q := range queries {
 		if q != "" {
 			p.m[q] = &prepared{}
@@ -69,21 +79,34 @@ func (p *preparedStmts) stmt(ctx context.Context, query string) *sql.Stmt {
 	if p == nil {
 		return nil
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	e := p.m[query]
-	if !p.open || e == nil {
+	if e == nil || p.closed.Load() {
 		return nil
 	}
-	if e.st == nil && time.Since(e.failed) >= prepareRetry {
-		st, err := p.pool.PrepareContext(ctx, query)
-		if err != nil {
-			e.failed = time.Now()
-			return nil
-		}
-		e.st = st
+	if st := e.st.Load(); st != nil {
+		return st
 	}
-	return e.st
+	if !e.retryDue() {
+		return nil
+	}
+	return p.prepare(ctx, query, e)
+}
+
+// prepare prepares query for e, unless another caller did meanwhile, it
+// failed too recently, or the set was closed.
+func (p *preparedStmts) prepare(ctx context.Context, query string, e *prepared) *sql.Stmt {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st := e.st.Load(); st != nil || p.closed.Load() || !e.retryDue() {
+		return st
+	}
+	st, err := p.pool.PrepareContext(ctx, query)
+	if err != nil {
+		e.failed.Store(time.Now().UnixNano())
+		return nil
+	}
+	e.st.Store(st)
+	return st
 }
 
 // close closes the prepared statements; later calls of stmt return nil.
@@ -93,13 +116,12 @@ func (p *preparedStmts) close() error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.open = false
+	p.closed.Store(true)
 	var errs []error
-	for q, e := range p.m {
-		if e.st != nil {
-			errs = append(errs, e.st.Close())
+	for _, e := range p.m {
+		if st := e.st.Swap(nil); st != nil {
+			errs = append(errs, st.Close())
 		}
-		delete(p.m, q)
 	}
 	return errors.Join(errs...)
 }
