@@ -495,17 +495,17 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 		return l.lockStmt(qctx, h, names, p)
 	}
 	// On MySQL the driver gives up a wait by closing the connection, which
-	// the server does not notice while the statement waits: cancel the
-	// server's wait too, so it is never granted the lock afterwards.
+	// the server does not notice while the statement waits: end the
+	// server's session too, so its wait is never granted the lock
+	// afterwards (see waitEnder).
+	idAt := time.Now()
 	id, err := db.SessionID(callCtx, h.tx)
 	if err != nil {
 		return nil, store.SessionRef{}, err
 	}
-	var cancelled chan struct{}
-	stop := l.cancelOnDone(qctx, id, &cancelled, names)
+	end := l.endWaitOnDone(qctx, waitSession{id: id, readAt: idAt, discarded: true}, names)
 	found, session, err = l.lockStmt(qctx, h, names, p)
-	if !stop() {
-		<-cancelled
+	if end.finished() {
 		if err == nil {
 			// Granted as the wait ended: give it up, since the session was
 			// just told to cancel and the caller's wait is over.
@@ -513,27 +513,6 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 		}
 	}
 	return found, session, err
-}
-
-// cancelOnDone cancels, from the Locker's own connection, the statement that
-// session id runs when ctx ends; *done is closed when that cancel returns.
-// Call the returned stop after the statement: false means the cancel ran
-// (or runs): wait for *done before the session runs anything else.
-func (l *Locker) cancelOnDone(ctx context.Context, id int64, done *chan struct{}, names []string) (stop func() bool) {
-	ch := make(chan struct{})
-	*done = ch
-	return context.AfterFunc(ctx, func() {
-		defer close(ch)
-		kctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		err := l.withSide(kctx, false, func(q store.Querier) error { return l.db.CancelStatement(kctx, q, id) })
-		if errors.Is(err, errNoSide) {
-			err = l.db.CancelStatement(kctx, nil, id)
-		}
-		if err != nil {
-			l.log.Warn("pessimistic: cancel an abandoned lock wait", "lock_key", labelOf(names), "error", err)
-		}
-	})
 }
 
 // lockStmt runs one lock statement on h's transaction for names.

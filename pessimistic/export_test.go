@@ -1,5 +1,10 @@
 package pessimistic
 
+import (
+	"context"
+	"time"
+)
+
 // TestHooks let tests order events between Lockers: BeforeBegin runs in an
 // acquisition attempt before its transaction begins (on SQLite after its
 // fencing tokens were issued), Watched after each pass of the session
@@ -12,4 +17,16 @@ type TestHooks struct {
 // SetTestHooks installs hooks on l; call it before l is used.
 func SetTestHooks(l *Locker, h TestHooks) {
 	l.hooks4test = testHooks{beforeBegin: h.BeforeBegin, watched: h.Watched}
+}
+
+// EndWaitOf arms what ends an abandoned lock wait (endWaitOnDone) for the
+// server session id, which was read just now, and fires it at once, as if
+// the caller's context had ended before the lock statement started.
+// discarded: the session's connection is not used again. Call the returned
+// finished once the statement has returned.
+func EndWaitOf(l *Locker, id int64, discarded bool) (finished func() bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e := l.endWaitOnDone(ctx, waitSession{id: id, readAt: time.Now(), discarded: discarded}, []string{"abandoned"})
+	cancel()
+	return e.finished
 }

@@ -278,14 +278,12 @@ func (m *moreRows) keep() error {
 func (m *moreRows) lockOnce() ([]string, error) {
 	l, h, ctx := m.l, m.h, m.ctx
 	p := store.RowLockParams{NoWait: m.try, IdleTimeout: h.ttl, Wait: m.wait}
-	var cancelled chan struct{}
-	stop := func() bool { return true }
+	var end *waitEnder
 	if !m.try && l.caps.RowLocks && ctx.Done() != nil {
-		stop = l.cancelOnDone(ctx, h.session.ID, &cancelled, m.names)
+		end = l.endWaitOnDone(ctx, waitSession{id: h.session.ID}, m.names)
 	}
 	found, _, err := l.lockStmtWait(m.sctx, ctx, h, m.names, p)
-	if !stop() {
-		<-cancelled
+	if end.finished() {
 		if err == nil {
 			err = fmt.Errorf("%w: %w", dblock.ErrNotAcquired, context.Cause(ctx))
 		}
