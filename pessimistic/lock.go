@@ -98,7 +98,12 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 	var err error
 	var tokens map[string]dblock.Token
 	if withTokens {
-		if tokens, err = lk.bumpTokens(ctx, h, add); err != nil {
+		// The rows are locked now, whether or not ctx has ended since: their
+		// tokens are not cut short by it.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		tokens, err = lk.bumpTokens(tctx, h, add)
+		cancel()
+		if err != nil {
 			lk.txTrouble(h, err)
 			return fmt.Errorf("pessimistic: %s %q: token: %w", op, label, err)
 		}
@@ -283,11 +288,10 @@ func (m *moreRows) lockOnce() ([]string, error) {
 		end = l.endWaitOnDone(ctx, waitSession{id: h.session.ID}, m.names)
 	}
 	found, _, err := l.lockStmtWait(m.sctx, ctx, h, m.names, p)
-	if end.finished() {
-		if err == nil {
-			err = fmt.Errorf("%w: %w", dblock.ErrNotAcquired, context.Cause(ctx))
-		}
-	}
+	// A statement granted as ctx ended keeps its rows (MySQL could not give
+	// them back inside the transaction): the cancels sent meanwhile reached
+	// a session between statements, which forgets them.
+	end.finished()
 	if err != nil {
 		return nil, m.lockErr(err)
 	}
