@@ -40,7 +40,7 @@ func (d mysqlDialect) lockRow(ctx context.Context, db *DB, tx Querier, name stri
 	query := d.Row().lockText(p)
 	switch {
 	case p.NoWait:
-		return tx.QueryRowxContext(ctx, query, name).Scan(dest...)
+		return db.txQueryRow(ctx, tx, query, []any{name}, dest...)
 	case d.mariadb:
 		return tx.QueryRowxContext(ctx, mariadbLockWait(waitFor(ctx, p.Wait))+query, name).Scan(dest...)
 	default:

@@ -28,8 +28,10 @@ import (
 // statements on the pool.
 func preparedSet(d Dialect) []string {
 	l, q := d.Lease(), d.Queue()
+	r := d.Row()
 	return []string{l.Acquire, l.AcquireReturning, l.Release, l.Renew, l.Holder,
-		q.Enqueue, q.Check, q.Peek, q.Take, q.Leave, q.Heartbeat}
+		q.Enqueue, q.Check, q.Peek, q.Take, q.Leave, q.Heartbeat,
+		r.LockNoWait, r.LockSharedNoWait}
 }
 
 // preparedStmts holds the prepared forms of a fixed set of statements,
@@ -43,12 +45,20 @@ type preparedStmts struct {
 	m      map[string]*prepared // Fixed at construction; absent: not one of the set.
 	mu     sync.Mutex
 	closed atomic.Bool
+	// bg bounds the preparations started in the background (ready); close
+	// cancels it and waits for them (wg). bgMu orders their start with
+	// close.
+	bg     context.Context
+	stopBg context.CancelFunc
+	bgMu   sync.Mutex
+	wg     sync.WaitGroup
 }
 
 // prepared is one statement of the set: its prepared form once it has one.
 type prepared struct {
-	st     atomic.Pointer[sql.Stmt]
-	failed atomic.Int64 // The last failed preparation, ns since the epoch (0: none).
+	st        atomic.Pointer[sql.Stmt]
+	failed    atomic.Int64 // The last failed preparation, ns since the epoch (0: none).
+	preparing atomic.Bool  // A background preparation is under way.
 }
 
 // retryDue reports whether a statement that failed to prepare may be
@@ -65,6 +75,7 @@ const prepareRetry = 10 * time.Second
 // newPrepared returns the cache of queries (empty ones ignored) over pool.
 func newPrepared(pool *sqlx.DB, queries ...string) *preparedStmts {
 	p := &preparedStmts{pool: pool, m: map[string]*prepared{}}
+	p.bg, p.stopBg = context.WithCancel(context.Background())
 	for _, q := range queries {
 		if q != "" {
 			p.m[q] = &prepared{}
@@ -92,6 +103,47 @@ func (p *preparedStmts) stmt(ctx context.Context, query string) *sql.Stmt {
 	return p.prepare(ctx, query, e)
 }
 
+// ready returns the prepared form of query if it has one; otherwise nil,
+// and the statement is prepared in the background (when it is one of the
+// set and due). For statements run inside a transaction (txQueryRow): a
+// preparation there would wait for a second connection of the pool while
+// the transaction holds one.
+func (p *preparedStmts) ready(query string) *sql.Stmt {
+	if p == nil {
+		return nil
+	}
+	e := p.m[query]
+	if e == nil || p.closed.Load() {
+		return nil
+	}
+	if st := e.st.Load(); st != nil {
+		return st
+	}
+	p.prepareLater(query, e)
+	return nil
+}
+
+// prepareLater prepares query for e on a goroutine of its own, unless one
+// is under way, it failed too recently, or the set was closed.
+func (p *preparedStmts) prepareLater(query string, e *prepared) {
+	if !e.retryDue() || !e.preparing.CompareAndSwap(false, true) {
+		return
+	}
+	p.bgMu.Lock()
+	defer p.bgMu.Unlock()
+	if p.closed.Load() {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer e.preparing.Store(false)
+		ctx, cancel := context.WithTimeout(p.bg, prepareRetry)
+		defer cancel()
+		p.prepare(ctx, query, e)
+	}()
+}
+
 // prepare prepares query for e, unless another caller did meanwhile, it
 // failed too recently, or the set was closed.
 func (p *preparedStmts) prepare(ctx context.Context, query string, e *prepared) *sql.Stmt {
@@ -114,9 +166,13 @@ func (p *preparedStmts) close() error {
 	if p == nil {
 		return nil
 	}
+	p.bgMu.Lock()
+	p.closed.Store(true)
+	p.bgMu.Unlock()
+	p.stopBg()
+	p.wg.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.closed.Store(true)
 	var errs []error
 	for _, e := range p.m {
 		if st := e.st.Swap(nil); st != nil {
@@ -124,6 +180,20 @@ func (p *preparedStmts) close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// txQueryRow scans the first row of query in tx into dest: prepared (on
+// tx's connection, once per connection) when tx is a transaction and
+// query one of the prepared set, else as text. Errors are unclassified.
+func (db *DB) txQueryRow(ctx context.Context, tx Querier, query string, args []any, dest ...any) error {
+	if t, ok := tx.(*sqlx.Tx); ok {
+		if st := db.prepared.ready(query); st != nil {
+			ts := t.StmtContext(ctx, st)
+			defer ts.Close()
+			return ts.QueryRowContext(ctx, args...).Scan(dest...)
+		}
+	}
+	return tx.QueryRowxContext(ctx, query, args...).Scan(dest...)
 }
 
 // exec runs query on q: prepared when q is the pool and query one of the

@@ -72,3 +72,77 @@ func leasePairs(t *testing.T, db *store.DB, p store.AcquireParams) {
 		}
 	}
 }
+
+// TestPreparedInTx: on a MySQL/MariaDB pool Open opened, a pessimistic
+// hold's NOWAIT lock statement runs inside its transaction, prepared once
+// on each connection. Its first use runs it as text and prepares it in the
+// background, never waiting for a second connection of the pool while the
+// transaction holds one (here the pool has only one); the prepared form
+// reads what the text did; Close waits for no preparation stuck on the
+// pool.
+func TestPreparedInTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	iso := dbtest.New(t, store.MySQL)
+	db := iso.Store()
+	db.SetMaxOpenConns(1)
+	name := "prepared:" + t.Name()
+	// A lease on the row, so that the lock statement reads a holder.
+	p := store.AcquireParams{Name: name, Owner: "o1", Mode: dblock.ModeOptimistic, TTL: time.Hour}
+	if res, err := db.AcquireLease(ctx, nil, p); err != nil || !res.Acquired {
+		t.Fatalf("acquire: %+v, %v", res, err)
+	}
+	lock := func() store.RowLock {
+		t.Helper()
+		tx, err := db.BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		rl, err := db.LockRow(ctx, tx, name, store.RowLockParams{NoWait: true})
+		if err != nil || !rl.Found {
+			t.Fatalf("lock: %+v, %v", rl, err)
+		}
+		return rl
+	}
+	first := lock() // As text; the preparation waits for the connection.
+	deadline := time.Now().Add(time.Minute)
+	for store.PreparedCount(db) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the lock statement was never prepared")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	second := lock() // Prepared.
+	first.Holder.Now, second.Holder.Now = time.Time{}, time.Time{}
+	first.Session.At, second.Session.At = time.Time{}, time.Time{}
+	if first != second || first.Holder.Owner != p.Owner || first.Holder.ExpiresAt.IsZero() {
+		t.Fatalf("prepared lock read %+v, text read %+v", second, first)
+	}
+
+	// A preparation waiting for the pool's only connection, which a
+	// transaction holds, does not hold up Close.
+	other, err := store.Open(ctx, iso.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.SetMaxOpenConns(1)
+	tx, err := other.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := other.LockRow(ctx, tx, name, store.RowLockParams{NoWait: true}); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- other.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Close waited for a preparation stuck on the pool")
+	}
+}
