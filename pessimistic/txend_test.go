@@ -195,3 +195,17 @@ func TestUserStatementDeadlockCallerPool(t *testing.T) {
 	}
 	userDeadlock(t, iso, db1, db2)
 }
+
+// TestUserStatementDeadlockCheckedBlock: the same on MariaDB where the
+// schema lacks the checked commit's procedure (it predates MySQL migration
+// 00018): a hold's commit sends the anonymous block instead, and it still
+// reveals the victim's ended transaction.
+func TestUserStatementDeadlockCheckedBlock(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, store.MySQL)
+	if !iso.Store().ChecksCommit() {
+		t.Skip("only MariaDB checks a commit in the statement")
+	}
+	mustExec(t, iso, "DROP PROCEDURE dblock_commit_checked")
+	userDeadlock(t, iso, iso.DB, iso.Open(t))
+}

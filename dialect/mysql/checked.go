@@ -5,6 +5,8 @@ import (
 	"database/sql/driver"
 	"errors"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -25,7 +27,12 @@ func (c checkedConnector) Connect(ctx context.Context) (driver.Conn, error) {
 
 // checkedConn forwards every interface of the driver's connection
 // (database/sql asks for each), and wraps checked transactions.
-type checkedConn struct{ conn driver.Conn }
+type checkedConn struct {
+	conn driver.Conn
+	// noProc: the schema lacks the checked commit's procedure (it predates
+	// MySQL migration 00018); this connection sends the block instead.
+	noProc bool
+}
 
 // errNoInterface is returned if the driver's connection lacks an interface
 // it always had; database/sql then falls back where it can.
@@ -106,7 +113,18 @@ type checkedTx struct {
 	conn *checkedConn
 }
 
+// Commit calls the checked commit's procedure, or sends its block where the
+// procedure is missing (error 1305, which leaves the transaction open).
 func (t *checkedTx) Commit() error {
-	_, err := t.conn.ExecContext(context.Background(), store.MariaDBCheckedCommit, nil)
+	ctx := context.Background()
+	if !t.conn.noProc {
+		_, err := t.conn.ExecContext(ctx, store.MariaDBCheckedCommitCall, nil)
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != 1305 {
+			return err
+		}
+		t.conn.noProc = true
+	}
+	_, err := t.conn.ExecContext(ctx, store.MariaDBCheckedCommit, nil)
 	return err
 }

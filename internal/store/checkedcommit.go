@@ -9,9 +9,15 @@ import "context"
 // pool's driver (dialect/mysql) sends MariaDBCheckedCommit in place of
 // COMMIT for a transaction begun with a context from WithCheckedCommit.
 
+// MariaDBCheckedCommitCall is the checked commit where the schema has the
+// procedure (MySQL migration 00018): the server compiles it once per
+// session, and MariaDBCheckedCommit, an anonymous block, on every commit.
+const MariaDBCheckedCommitCall = "CALL dblock_commit_checked()"
+
 // MariaDBCheckedCommit commits the transaction in progress or, when the
 // server has ended it (a deadlock victim's rollback, an implicit commit),
-// commits nothing and fails with error 1644 and CheckedCommitRefusal.
+// commits nothing and fails with error 1644 and CheckedCommitRefusal. It is
+// sent where MariaDBCheckedCommitCall's procedure is missing.
 const MariaDBCheckedCommit = `BEGIN NOT ATOMIC
     IF @@in_transaction = 1 THEN COMMIT;
     ELSE SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '` + CheckedCommitRefusal + `';
