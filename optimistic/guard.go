@@ -21,6 +21,10 @@ type Tx interface {
 // commit; on SQLite the caller's write transaction already excludes every
 // other writer. Write to the protected tables after Guard, in the same
 // transaction, and the writes commit only while the lock is really held.
+// When Guard has to wait for another transaction's lock on the row (a
+// pessimistic holder that took the name once the lease ran out), the expiry
+// is checked by the clock after the wait (on MySQL and MariaDB, whose clock
+// is the statement's start, by running the check a second time).
 //
 // A holder that freezes (or is partitioned) inside tx after Guard must not
 // keep the name forever, so Guard bounds tx by the lease:
@@ -55,13 +59,12 @@ func (l *Locker) Guard(ctx context.Context, tx Tx, lease *dblock.Lease) error {
 	if err := lease.Err(); err != nil {
 		return fmt.Errorf("optimistic: guard %q: %w: %w", name, dblock.ErrNotHeld, err)
 	}
-	var one int
-	err := tx.QueryRowContext(ctx, l.db.Dialect.Lease().Guard, name, lease.Owner(), int64(lease.Token())).Scan(&one)
-	if err == nil {
-		return nil
+	ok, err := l.db.GuardLease(ctx, tx, name, lease.Owner(), lease.Token())
+	if err != nil {
+		return fmt.Errorf("optimistic: guard %q: %w", name, err)
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("optimistic: guard %q: %w", name, l.db.Classify(err))
+	if ok {
+		return nil
 	}
 	reason := l.keeper.Lost(ctx, lease)
 	if err := lease.Err(); err != nil && !errors.Is(err, dblock.ErrReleased) {

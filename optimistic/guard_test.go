@@ -158,3 +158,50 @@ func TestGuardBoundsIdleTransaction(t *testing.T) {
 		t.Fatalf("release: %v", err)
 	}
 }
+
+// TestGuardAfterWait: Guard waits for a transaction that holds the name's
+// row (a pessimistic holder that took the name once the lease expired), and
+// the lease runs out meanwhile. Guard must find it expired after the wait:
+// the time it checks against is read once the row is locked, not when the
+// statement started, or the caller's section would cover the pessimistic
+// holder's.
+func TestGuardAfterWait(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		if iso.Kind == store.SQLite {
+			t.Skip("SQLite has no row lock for Guard to wait on")
+		}
+		ctx := context.Background()
+		l := newOptimistic(t, iso.DB)
+		// Short enough to run out within the server's lock wait (MariaDB
+		// and MySQL bound it in whole seconds, this pool at one).
+		ttl := 300 * time.Millisecond
+		lease, err := l.Acquire(ctx, locktest.RandomName("guard"), dblock.WithTTL(ttl), dblock.WithMaxHold(ttl))
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		defer func() { _ = lease.Release(ctx) }()
+		holder, err := iso.Store().BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = holder.Rollback() }()
+		if rl, err := iso.Store().LockRow(ctx, holder, lease.Name(), store.RowLockParams{NoWait: true}); err != nil || !rl.Found {
+			t.Fatalf("lock the row: %+v, %v", rl, err)
+		}
+		tx, err := iso.Store().BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		guarded := make(chan error, 1)
+		go func() { guarded <- l.Guard(ctx, tx, lease) }()
+		iso.WaitExpired(t, ctx, lease.Name())
+		if err := holder.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-guarded; !errors.Is(err, dblock.ErrNotHeld) {
+			t.Fatalf("guard of a lease that expired while it waited: %v, want ErrNotHeld", err)
+		}
+	})
+}

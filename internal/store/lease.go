@@ -29,7 +29,16 @@ type LeaseSQL struct {
 	Holder string
 	// Guard, run in the caller's transaction, finds the row only while it
 	// still names (owner, version) unexpired, and keeps it so until commit.
+	// The expiry is checked against the clock once the row is locked: a
+	// Guard that waited for another transaction's lock (a pessimistic
+	// holder that took the name when the lease ran out) must not pass on a
+	// clock read before the wait.
 	Guard string
+	// GuardTwice: Guard's clock is its statement's start (MySQL's
+	// UTC_TIMESTAMP), read before any lock wait, so GuardLease runs it a
+	// second time once the row is locked: that run waits for nothing and
+	// reads the clock after the lock.
+	GuardTwice bool
 	// ForceRelease frees a name whoever holds it (administrators only).
 	ForceRelease string
 	// Proclaim replaces the metadata of an unexpired lease; a CAS on (name,
@@ -292,12 +301,28 @@ func (db *DB) LeaseHolder(ctx context.Context, q Querier, name string) (Holder, 
 	return h, nil
 }
 
+// RowQuerier runs a statement that returns a row: a *sql.Tx, a *sqlx.Tx,
+// or a caller's own transaction type.
+type RowQuerier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // GuardLease checks, inside the caller's transaction, that name is still held
 // by (owner, token) and unexpired by the database clock, and keeps it so until
 // the transaction ends. It reports false when the lease no longer holds.
-func (db *DB) GuardLease(ctx context.Context, tx Querier, name, owner string, token dblock.Token) (bool, error) {
+func (db *DB) GuardLease(ctx context.Context, tx RowQuerier, name, owner string, token dblock.Token) (bool, error) {
+	ls := db.Dialect.Lease()
+	ok, err := db.guardOnce(ctx, tx, ls.Guard, name, owner, token)
+	if ok && ls.GuardTwice {
+		ok, err = db.guardOnce(ctx, tx, ls.Guard, name, owner, token)
+	}
+	return ok, err
+}
+
+// guardOnce runs the Guard statement once.
+func (db *DB) guardOnce(ctx context.Context, tx RowQuerier, query, name, owner string, token dblock.Token) (bool, error) {
 	var one int
-	err := tx.QueryRowxContext(ctx, db.Dialect.Lease().Guard, name, owner, int64(token)).Scan(&one)
+	err := tx.QueryRowContext(ctx, query, name, owner, int64(token)).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}

@@ -65,11 +65,52 @@ func (mysqlDialect) acquireGuarded(ctx context.Context, db *DB, p AcquireParams)
 }
 
 func (d mysqlDialect) renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
-	return db.execOne(ctx, q, d.Lease().Renew, ttl.Microseconds(), name, owner, int64(token))
+	return lockedCAS(ctx, db, q, name, d.Lease().Renew, ttl.Microseconds(), name, owner, int64(token))
 }
 
 func (d mysqlDialect) proclaim(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, metadata string) (bool, error) {
-	return db.execOne(ctx, q, d.Lease().Proclaim, nullString(metadata), name, owner, int64(token))
+	return lockedCAS(ctx, db, q, name, d.Lease().Proclaim, nullString(metadata), name, owner, int64(token))
+}
+
+// lockedCAS runs a lease's CAS update (query, args) after locking name's
+// row, in a transaction of its own when q is the pool. The update's clock
+// (UTC_TIMESTAMP) is its statement's start: run alone, it could wait for
+// another transaction's lock (a pessimistic holder that took the name once
+// the lease ran out) and then pass on a clock read before the wait,
+// renewing the lease after the other holder's section. Locked first, the
+// update waits for nothing and reads the clock after the lock.
+func lockedCAS(ctx context.Context, db *DB, q Querier, name, query string, args ...any) (bool, error) {
+	if q != Querier(db.DB) {
+		return casLocked(ctx, db, q, name, query, args)
+	}
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return false, db.Classify(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	ok, err := casLocked(ctx, db, tx, name, query, args)
+	if err != nil {
+		return false, err
+	}
+	return ok, db.Classify(tx.Commit())
+}
+
+// casLocked locks name's row in tx, then runs the CAS update.
+func casLocked(ctx context.Context, db *DB, tx Querier, name, query string, args []any) (bool, error) {
+	var one int
+	err := tx.QueryRowxContext(ctx, "SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE", name).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, db.Classify(err)
+	}
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return false, db.Classify(err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
 }
 
 // acquireMySQL is AcquireLease on MySQL/MariaDB. A name with no row whose

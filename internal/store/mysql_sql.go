@@ -204,7 +204,7 @@ const (
 var mysqlLease = LeaseSQL{
 	Acquire: mysqlAcquire, Release: mysqlRelease, Renew: mysqlRenew, Proclaim: mysqlProclaim,
 	FloorInTx: mysqlFloorText + mysqlShareSkipLocked, AcquireInTx: mysqlAcquireValues,
-	Holder: mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease, OwnedToken: mysqlOwnedToken,
+	Holder: mysqlHolder, Guard: mysqlGuard, GuardTwice: true, ForceRelease: mysqlForceRelease, OwnedToken: mysqlOwnedToken,
 	Exists:  "SELECT 1 FROM dblock_locks WHERE name = ?",
 	Reserve: mysql8NoLongWait(mysqlReserve), Unreserve: mysql8NoLongWait(mysqlUnreserve),
 }
@@ -217,7 +217,7 @@ var mariadbLease = LeaseSQL{
 	FloorInTx: mysqlFloorText + mariadbShareSkipLocked, AcquireInTx: mariadbNoWait + mysqlAcquireValues,
 	AcquireReturning:     mariadbNoWait + mariadbAcquire + mariadbReturning,
 	AcquireInTxReturning: mariadbNoWait + mysqlAcquireValues + mariadbReturning,
-	Holder:               mysqlHolder, Guard: mysqlGuard, ForceRelease: mysqlForceRelease, OwnedToken: mysqlOwnedToken,
+	Holder:               mysqlHolder, Guard: mysqlGuard, GuardTwice: true, ForceRelease: mysqlForceRelease, OwnedToken: mysqlOwnedToken,
 	Exists:  "SELECT 1 FROM dblock_locks WHERE name = ?",
 	Reserve: mariadbNoWait + mysqlReserve, Unreserve: mariadbShortWait + mysqlUnreserve,
 }

@@ -31,6 +31,21 @@ var (
 	pgNextCols      = `coalesce(next_owner, ''), coalesce(` + pgUs("next_since") + `, 0), coalesce(` + pgUs("next_until") + `, 0)`
 )
 
+// pgLockedLease locks the row of the lease ($1, $2, $3) if unexpired, as
+// the CTE cur, for an UPDATE that checks the expiry again on cur: a filter on
+// the CTE's rows runs once the lock is held, with the clock of then. A
+// check in the UPDATE's own WHERE runs before a wait for another
+// transaction's lock and is not run again when that transaction ends without
+// changing the row (a pessimistic holder that took the name once the lease
+// ran out), and now() is the statement's start: the lease would be renewed
+// after the other holder's section.
+const pgLockedLease = `WITH cur AS (
+    SELECT name, expires_at FROM dblock_locks
+    WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > clock_timestamp()
+    FOR NO KEY UPDATE
+)
+`
+
 var pgLease = LeaseSQL{
 	// cur locks the row only when it can be taken. SKIP LOCKED: a row that a
 	// pessimistic transaction (or a racing acquire) has locked is passed
@@ -90,10 +105,12 @@ FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
 RETURNING (CASE WHEN l.reentry = 0 OR l.owner = '' THEN pg_notify('` + NotifyChannel + `', l.name)::text END) IS NOT NULL`,
 
-	Renew: `UPDATE dblock_locks SET
-    expires_at = greatest(expires_at, now() + $4::bigint * interval '1 microsecond'),
+	// Renew and Proclaim lock the row before they check the expiry, by
+	// the clock after the lock (see pgLockedLease).
+	Renew: pgLockedLease + `UPDATE dblock_locks l SET
+    expires_at = greatest(l.expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond'),
     updated_at = now()
-WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()
+FROM cur WHERE l.name = cur.name AND cur.expires_at > clock_timestamp()
 RETURNING true`,
 
 	Holder: `SELECT coalesce(owner, ''), version, coalesce(mode, ''), coalesce(` + pgUs("expires_at") + `, 0), ` + pgUs("now()") + `, reentry,
@@ -136,7 +153,7 @@ SELECT (set_config('idle_in_transaction_session_timeout', least(
     greatest(1, ceil(extract(epoch FROM g.expires_at - clock_timestamp()) * 1000)),
     coalesce(nullif(ceil(extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000), 0), 2147483647)
 )::bigint::text, true) IS NOT NULL)::int
-FROM g`,
+FROM g WHERE g.expires_at > clock_timestamp()`,
 
 	// mode NULL marks the row freed by an administrator (the history's
 	// trigger reads it); a release keeps the mode.
@@ -146,8 +163,8 @@ RETURNING pg_notify('` + NotifyChannel + `', name)::text IS NOT NULL`,
 
 	Exists: `SELECT 1 FROM dblock_locks WHERE name = $1`,
 
-	Proclaim: `UPDATE dblock_locks SET metadata = $4, updated_at = now()
-WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()`,
+	Proclaim: pgLockedLease + `UPDATE dblock_locks l SET metadata = $4, updated_at = now()
+FROM cur WHERE l.name = cur.name AND cur.expires_at > clock_timestamp()`,
 }
 
 // pgLockCols are the columns every pessimistic lock statement returns: the

@@ -24,12 +24,13 @@ import (
 // as text, as before.
 
 // preparedSet is the statements prepared on MySQL and MariaDB: a lease's
-// acquisition, renewal, release and holder read, and the fair queue's
-// statements on the pool.
+// acquisition, release and holder read, and the fair queue's statements on
+// the pool (a renewal runs in a transaction: see lockedCAS); and a
+// pessimistic hold's NOWAIT lock statements, in its transaction.
 func preparedSet(d Dialect) []string {
 	l, q := d.Lease(), d.Queue()
 	r := d.Row()
-	return []string{l.Acquire, l.AcquireReturning, l.Release, l.Renew, l.Holder,
+	return []string{l.Acquire, l.AcquireReturning, l.Release, l.Holder,
 		q.Enqueue, q.Check, q.Peek, q.Take, q.Leave, q.Heartbeat,
 		r.LockNoWait, r.LockSharedNoWait}
 }

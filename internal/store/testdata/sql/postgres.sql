@@ -51,10 +51,15 @@ WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
 RETURNING (CASE WHEN l.reentry = 0 OR l.owner = '' THEN pg_notify('dblock', l.name)::text END) IS NOT NULL;
 
 -- LeaseSQL.Renew
-UPDATE dblock_locks SET
-    expires_at = greatest(expires_at, now() + $4::bigint * interval '1 microsecond'),
+WITH cur AS (
+    SELECT name, expires_at FROM dblock_locks
+    WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > clock_timestamp()
+    FOR NO KEY UPDATE
+)
+UPDATE dblock_locks l SET
+    expires_at = greatest(l.expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond'),
     updated_at = now()
-WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now()
+FROM cur WHERE l.name = cur.name AND cur.expires_at > clock_timestamp()
 RETURNING true;
 
 -- LeaseSQL.Holder
@@ -72,7 +77,7 @@ SELECT (set_config('idle_in_transaction_session_timeout', least(
     greatest(1, ceil(extract(epoch FROM g.expires_at - clock_timestamp()) * 1000)),
     coalesce(nullif(ceil(extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000), 0), 2147483647)
 )::bigint::text, true) IS NOT NULL)::int
-FROM g;
+FROM g WHERE g.expires_at > clock_timestamp();
 
 -- LeaseSQL.ForceRelease
 UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, updated_at = now()
@@ -80,8 +85,13 @@ WHERE name = $1 AND owner IS NOT NULL
 RETURNING pg_notify('dblock', name)::text IS NOT NULL;
 
 -- LeaseSQL.Proclaim
-UPDATE dblock_locks SET metadata = $4, updated_at = now()
-WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > now();
+WITH cur AS (
+    SELECT name, expires_at FROM dblock_locks
+    WHERE name = $1 AND owner = $2 AND version = $3 AND expires_at > clock_timestamp()
+    FOR NO KEY UPDATE
+)
+UPDATE dblock_locks l SET metadata = $4, updated_at = now()
+FROM cur WHERE l.name = cur.name AND cur.expires_at > clock_timestamp();
 
 -- LeaseSQL.Exists
 SELECT 1 FROM dblock_locks WHERE name = $1;
