@@ -85,21 +85,24 @@ func newPrepared(pool *sqlx.DB, queries ...string) *preparedStmts {
 	return p
 }
 
+// lookup finds query's entry and its prepared form: e nil when query is not
+// one of the set or the set is closed, st nil while it has none.
+func (p *preparedStmts) lookup(query string) (e *prepared, st *sql.Stmt) {
+	if p == nil || p.closed.Load() {
+		return nil, nil
+	}
+	if e = p.m[query]; e != nil {
+		st = e.st.Load()
+	}
+	return e, st
+}
+
 // stmt returns the prepared form of query, preparing it now if it has none
 // yet, or nil when query is not one of the set or cannot be prepared.
 func (p *preparedStmts) stmt(ctx context.Context, query string) *sql.Stmt {
-	if p == nil {
-		return nil
-	}
-	e := p.m[query]
-	if e == nil || p.closed.Load() {
-		return nil
-	}
-	if st := e.st.Load(); st != nil {
+	e, st := p.lookup(query)
+	if e == nil || st != nil || !e.retryDue() {
 		return st
-	}
-	if !e.retryDue() {
-		return nil
 	}
 	return p.prepare(ctx, query, e)
 }
@@ -110,18 +113,11 @@ func (p *preparedStmts) stmt(ctx context.Context, query string) *sql.Stmt {
 // preparation there would wait for a second connection of the pool while
 // the transaction holds one.
 func (p *preparedStmts) ready(query string) *sql.Stmt {
-	if p == nil {
-		return nil
+	e, st := p.lookup(query)
+	if e != nil && st == nil {
+		p.prepareLater(query, e)
 	}
-	e := p.m[query]
-	if e == nil || p.closed.Load() {
-		return nil
-	}
-	if st := e.st.Load(); st != nil {
-		return st
-	}
-	p.prepareLater(query, e)
-	return nil
+	return st
 }
 
 // prepareLater prepares query for e on a goroutine of its own, unless one
