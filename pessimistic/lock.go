@@ -95,16 +95,10 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 	if err := lk.lockInTx(ctx, h, add, try, wait); err != nil {
 		return fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
 	}
-	var err error
 	var tokens map[string]dblock.Token
 	if withTokens {
-		// The rows are locked now, whether or not ctx has ended since: their
-		// tokens are not cut short by it.
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		tokens, err = lk.bumpTokens(tctx, h, add)
-		cancel()
-		if err != nil {
-			lk.txTrouble(h, err)
+		var err error
+		if tokens, err = lk.moreTokens(ctx, h, add); err != nil {
 			return fmt.Errorf("pessimistic: %s %q: token: %w", op, label, err)
 		}
 	}
@@ -122,6 +116,19 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 	}
 	slices.Sort(h.names)
 	return nil
+}
+
+// moreTokens gives the names Lock has just locked in h their tokens. The
+// rows are locked, whether or not ctx has ended since: their tokens are not
+// cut short by it.
+func (l *Locker) moreTokens(ctx context.Context, h *hold, names []string) (map[string]dblock.Token, error) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	tokens, err := l.bumpTokens(tctx, h, names)
+	if err != nil {
+		l.txTrouble(h, err)
+	}
+	return tokens, err
 }
 
 // canLockMore refuses what Lock cannot take more of: no names, a bad one,
