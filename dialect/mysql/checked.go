@@ -30,7 +30,8 @@ func (c checkedConnector) Connect(ctx context.Context) (driver.Conn, error) {
 type checkedConn struct {
 	conn driver.Conn
 	// noProc: the schema lacks the checked commit's procedure (it predates
-	// MySQL migration 00018); this connection sends the block instead.
+	// MySQL migration 00018) or the account may not execute it; this
+	// connection sends the block instead.
 	noProc bool
 }
 
@@ -114,13 +115,15 @@ type checkedTx struct {
 }
 
 // Commit calls the checked commit's procedure, or sends its block where the
-// procedure is missing (error 1305, which leaves the transaction open).
+// procedure is missing (error 1305) or the account may not execute it (1370:
+// grants written before MySQL migration 00018); either refusal leaves the
+// transaction open.
 func (t *checkedTx) Commit() error {
 	ctx := context.Background()
 	if !t.conn.noProc {
 		_, err := t.conn.ExecContext(ctx, store.MariaDBCheckedCommitCall, nil)
 		var me *mysql.MySQLError
-		if !errors.As(err, &me) || me.Number != 1305 {
+		if !errors.As(err, &me) || me.Number != 1305 && me.Number != 1370 {
 			return err
 		}
 		t.conn.noProc = true

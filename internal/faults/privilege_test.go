@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,12 @@ var MySQLGrants = []string{
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_acquire_share TO %[2]s",
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_release_share TO %[2]s",
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_acquire_permits TO %[2]s",
+	mysqlCommitGrant,
 }
+
+// mysqlCommitGrant lets MariaDB's pessimistic holds commit with the
+// procedure of MySQL migration 00018; without it they send its block.
+const mysqlCommitGrant = "GRANT EXECUTE ON PROCEDURE %[1]s.dblock_commit_checked TO %[2]s"
 
 // The README's last grant: read access to the migrations' version table,
 // so the schema check (migrations.Check, the CLI's status) sees which
@@ -86,35 +92,51 @@ func TestFaultLeastPrivilege(t *testing.T) {
 		leastPrivilege(t, adm, openPG(t, dsn), strings.ReplaceAll(PostgresVersionGrant, "%s", role),
 			strings.ReplaceAll(PostgresHistoryGrant, "%s", role))
 	})
-	t.Run("mysql", func(t *testing.T) {
-		iso := dbtest.New(t, store.MySQL)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		dbName := dbNameOf(iso.DSN)
-		user := "dblock_app_" + randHex(4)
-		account := fmt.Sprintf("'%s'@'127.0.0.1'", user)
-		pass := randHex(8)
-		if _, err := iso.Store().ExecContext(ctx, fmt.Sprintf("CREATE USER %s IDENTIFIED BY '%s'", account, pass)); err != nil {
-			t.Fatalf("create user: %v", err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, _ = iso.Store().ExecContext(ctx, "DROP USER "+account)
-		})
-		for _, g := range MySQLGrants {
-			s := fmt.Sprintf(g, dbName, account)
-			if _, err := iso.Store().ExecContext(ctx, s); err != nil {
-				t.Fatalf("%s: %v", s, err)
-			}
-		}
-		dsn := strings.Replace(iso.DSN, "mysql://root@", fmt.Sprintf("mysql://%s:%s@", user, pass), 1)
-		if dsn == iso.DSN || !strings.Contains(iso.DSN, "@tcp(127.0.0.1:") {
-			ciRequired(t, "the MariaDB test server's DSN %s is not root over tcp(127.0.0.1:...): cannot log in as a restricted account", store.Redact(iso.DSN))
-		}
-		db := openPG(t, dsn) // openPG opens any dblock DSN
-		leastPrivilege(t, iso.DB, db, fmt.Sprintf(MySQLVersionGrant, dbName, account), fmt.Sprintf(MySQLHistoryGrant, dbName, account))
+	t.Run("mysql", func(t *testing.T) { mysqlLeastPrivilege(t, MySQLGrants) })
+	// Grants written before MySQL migration 00018: the commit's procedure
+	// may not be executed, and pessimistic holds still commit.
+	t.Run("mysql-grants-before-00018", func(t *testing.T) {
+		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlCommitGrant }))
 	})
+}
+
+// mysqlLeastPrivilege is TestFaultLeastPrivilege on MySQL/MariaDB, as an
+// account that has only grants.
+func mysqlLeastPrivilege(t *testing.T, grants []string) {
+	iso := dbtest.New(t, store.MySQL)
+	dbName := dbNameOf(iso.DSN)
+	account, dsn := mysqlAccount(t, iso, dbName, grants)
+	db := openPG(t, dsn) // openPG opens any dblock DSN
+	leastPrivilege(t, iso.DB, db, fmt.Sprintf(MySQLVersionGrant, dbName, account), fmt.Sprintf(MySQLHistoryGrant, dbName, account))
+}
+
+// mysqlAccount creates an account on iso's server with grants on database
+// dbName (dropped at cleanup), and returns it and a DSN that logs in as it.
+func mysqlAccount(t *testing.T, iso *dbtest.Isolated, dbName string, grants []string) (account, dsn string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	user := "dblock_app_" + randHex(4)
+	account = fmt.Sprintf("'%s'@'127.0.0.1'", user)
+	pass := randHex(8)
+	if _, err := iso.Store().ExecContext(ctx, fmt.Sprintf("CREATE USER %s IDENTIFIED BY '%s'", account, pass)); err != nil {
+		t.Fatalf("create user: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = iso.Store().ExecContext(ctx, "DROP USER "+account)
+	})
+	for _, g := range grants {
+		s := fmt.Sprintf(g, dbName, account)
+		if _, err := iso.Store().ExecContext(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	dsn = strings.Replace(iso.DSN, "mysql://root@", fmt.Sprintf("mysql://%s:%s@", user, pass), 1)
+	if dsn == iso.DSN || !strings.Contains(iso.DSN, "@tcp(127.0.0.1:") {
+		ciRequired(t, "the MariaDB test server's DSN %s is not root over tcp(127.0.0.1:...): cannot log in as a restricted account", store.Redact(iso.DSN))
+	}
+	return account, dsn
 }
 
 // dbNameOf returns the database of a mysql:// DSN.
