@@ -79,10 +79,30 @@ func (d mysqlDialect) proclaim(ctx context.Context, db *DB, q Querier, name, own
 // the lease ran out) and then pass on a clock read before the wait,
 // renewing the lease after the other holder's section. Locked first, the
 // update waits for nothing and reads the clock after the lock.
+//
+// On the pool, a deadlock (seen with a reaper's batch freeing expired rows
+// at the same time) rolls the transaction back, and it runs again, up to
+// casAttempts times.
 func lockedCAS(ctx context.Context, db *DB, q Querier, name, query string, args ...any) (bool, error) {
 	if q != Querier(db.DB) {
 		return casLocked(ctx, db, q, name, query, args)
 	}
+	for attempt := 1; ; attempt++ {
+		ok, err := casInTx(ctx, db, name, query, args)
+		if !errors.Is(err, dblock.ErrDeadlock) || attempt == casAttempts {
+			return ok, err
+		}
+		if err := sleepCtx(ctx, backoff.Jitter(time.Duration(attempt)*2*time.Millisecond)); err != nil {
+			return false, err
+		}
+	}
+}
+
+// casAttempts bounds lockedCAS's runs on the pool.
+const casAttempts = 5
+
+// casInTx is casLocked in a transaction of its own on the pool.
+func casInTx(ctx context.Context, db *DB, name, query string, args []any) (bool, error) {
 	tx, err := db.BeginTxx(ctx, nil)
 	if err != nil {
 		return false, db.Classify(err)
