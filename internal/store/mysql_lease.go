@@ -73,22 +73,24 @@ func (d mysqlDialect) proclaim(ctx context.Context, db *DB, q Querier, name, own
 }
 
 // lockedCAS runs a lease's CAS update (query, args) after locking name's
-// row, in a transaction of its own when q is the pool. The update's clock
-// (UTC_TIMESTAMP) is its statement's start: run alone, it could wait for
-// another transaction's lock (a pessimistic holder that took the name once
-// the lease ran out) and then pass on a clock read before the wait,
-// renewing the lease after the other holder's section. Locked first, the
-// update waits for nothing and reads the clock after the lock.
+// row, in q's transaction, or in a transaction of its own begun on q (the
+// pool or a connection). The update's clock (UTC_TIMESTAMP) is its
+// statement's start: run alone, it could wait for another transaction's
+// lock (a pessimistic holder that took the name once the lease ran out) and
+// then pass on a clock read before the wait, renewing the lease after the
+// other holder's section. Locked first, the update waits for nothing and
+// reads the clock after the lock.
 //
-// On the pool, a deadlock (seen with a reaper's batch freeing expired rows
-// at the same time) rolls the transaction back, and it runs again, up to
-// casAttempts times.
+// A transaction of its own that the server ends as a deadlock victim (seen
+// with a reaper's batch freeing expired rows at the same time) runs again,
+// up to casAttempts times.
 func lockedCAS(ctx context.Context, db *DB, q Querier, name, query string, args ...any) (bool, error) {
-	if q != Querier(db.DB) {
+	b, ok := q.(txBeginner)
+	if !ok {
 		return casLocked(ctx, db, q, name, query, args)
 	}
 	for attempt := 1; ; attempt++ {
-		ok, err := casInTx(ctx, db, name, query, args)
+		ok, err := casInTx(ctx, db, b, name, query, args)
 		if !errors.Is(err, dblock.ErrDeadlock) || attempt == casAttempts {
 			return ok, err
 		}
@@ -98,12 +100,18 @@ func lockedCAS(ctx context.Context, db *DB, q Querier, name, query string, args 
 	}
 }
 
-// casAttempts bounds lockedCAS's runs on the pool.
+// casAttempts bounds lockedCAS's runs in transactions of its own.
 const casAttempts = 5
 
-// casInTx is casLocked in a transaction of its own on the pool.
-func casInTx(ctx context.Context, db *DB, name, query string, args []any) (bool, error) {
-	tx, err := db.BeginTxx(ctx, nil)
+// txBeginner is a Querier that can begin a transaction: the pool or a
+// connection (a *sqlx.Tx cannot).
+type txBeginner interface {
+	BeginTxx(ctx context.Context, opts *sql.TxOptions) (*sqlx.Tx, error)
+}
+
+// casInTx is casLocked in a transaction of its own begun on b.
+func casInTx(ctx context.Context, db *DB, b txBeginner, name, query string, args []any) (bool, error) {
+	tx, err := b.BeginTxx(ctx, nil)
 	if err != nil {
 		return false, db.Classify(err)
 	}
@@ -118,7 +126,7 @@ func casInTx(ctx context.Context, db *DB, name, query string, args []any) (bool,
 // casLocked locks name's row in tx, then runs the CAS update.
 func casLocked(ctx context.Context, db *DB, tx Querier, name, query string, args []any) (bool, error) {
 	var one int
-	err := tx.QueryRowxContext(ctx, "SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE", name).Scan(&one)
+	err := tx.QueryRowxContext(ctx, mysqlLockName, name).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}

@@ -187,6 +187,10 @@ const mysqlGuard = `SELECT 1 FROM dblock_locks
 WHERE name = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
 LOCK IN SHARE MODE`
 
+// mysqlLockName locks a name's row for a lease's CAS update that follows in
+// the same transaction (see lockedCAS).
+const mysqlLockName = `SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE`
+
 // mysqlForceRelease: mode NULL marks the row freed by an administrator (the
 // history's trigger reads it); a release keeps the mode.
 const mysqlForceRelease = `UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, mode = NULL, shared_until = NULL, updated_at = UTC_TIMESTAMP(6)
