@@ -508,7 +508,8 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 	if end.finished() {
 		if err == nil {
 			// Granted as the wait ended: give it up, since the session was
-			// just told to cancel and the caller's wait is over.
+			// just ended (or its statement cancelled) and the caller's wait
+			// is over.
 			err = fmt.Errorf("%w: %w", dblock.ErrNotAcquired, context.Cause(qctx))
 		}
 	}
