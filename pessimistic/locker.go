@@ -262,6 +262,9 @@ func (l *Locker) Close() error {
 	l.wg.Wait()
 	l.dropSide()
 	waitBounded(&l.bg, cleanupTimeout)
+	// A hold's first lock statement on a pool may have started its
+	// preparation in the background (bounded by the pool's own timeout).
+	l.db.WaitPreparing()
 	return errjoin.Join(errs...)
 }
 

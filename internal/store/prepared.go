@@ -47,12 +47,13 @@ type preparedStmts struct {
 	mu     sync.Mutex
 	closed atomic.Bool
 	// bg bounds the preparations started in the background (ready); close
-	// cancels it and waits for them (wg). bgMu orders their start with
-	// close.
-	bg     context.Context
-	stopBg context.CancelFunc
-	bgMu   sync.Mutex
-	wg     sync.WaitGroup
+	// cancels it and waits for them. bgMu guards their count (running),
+	// their start against close, and idle, signalled when none runs.
+	bg      context.Context
+	stopBg  context.CancelFunc
+	bgMu    sync.Mutex
+	running int
+	idle    *sync.Cond
 }
 
 // prepared is one statement of the set: its prepared form once it has one.
@@ -77,6 +78,7 @@ const prepareRetry = 10 * time.Second
 func newPrepared(pool *sqlx.DB, queries ...string) *preparedStmts {
 	p := &preparedStmts{pool: pool, m: map[string]*prepared{}}
 	p.bg, p.stopBg = context.WithCancel(context.Background())
+	p.idle = sync.NewCond(&p.bgMu)
 	for _, q := range queries {
 		if q != "" {
 			p.m[q] = &prepared{}
@@ -131,15 +133,42 @@ func (p *preparedStmts) prepareLater(query string, e *prepared) {
 	if p.closed.Load() {
 		return
 	}
-	p.wg.Add(1)
+	p.running++
 	go func() {
-		defer p.wg.Done()
-		defer e.preparing.Store(false)
+		defer p.doneLater(e)
 		ctx, cancel := context.WithTimeout(p.bg, prepareRetry)
 		defer cancel()
 		p.prepare(ctx, query, e)
 	}()
 }
+
+// doneLater ends a background preparation of e.
+func (p *preparedStmts) doneLater(e *prepared) {
+	e.preparing.Store(false)
+	p.bgMu.Lock()
+	defer p.bgMu.Unlock()
+	if p.running--; p.running == 0 {
+		p.idle.Broadcast()
+	}
+}
+
+// waitIdle returns when no background preparation runs: none holds a
+// connection of the pool then.
+func (p *preparedStmts) waitIdle() {
+	if p == nil {
+		return
+	}
+	p.bgMu.Lock()
+	defer p.bgMu.Unlock()
+	for p.running > 0 {
+		p.idle.Wait()
+	}
+}
+
+// WaitPreparing returns when no statement is being prepared in the
+// background on db's pool (see prepared.go): a Locker's Close calls it, so
+// that no connection is in use for a preparation its holds started.
+func (db *DB) WaitPreparing() { db.prepared.waitIdle() }
 
 // prepare prepares query for e, unless another caller did meanwhile, it
 // failed too recently, or the set was closed.
@@ -167,7 +196,7 @@ func (p *preparedStmts) close() error {
 	p.closed.Store(true)
 	p.bgMu.Unlock()
 	p.stopBg()
-	p.wg.Wait()
+	p.waitIdle()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
