@@ -98,6 +98,30 @@ func TestFaultLeastPrivilege(t *testing.T) {
 	t.Run("mysql-grants-before-00018", func(t *testing.T) {
 		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlCommitGrant }))
 	})
+	// The README's alternative to the procedure grants: EXECUTE on the
+	// database outlives a migration that replaces a procedure (dropped and
+	// created again, which drops a grant on the procedure itself).
+	t.Run("mysql-database-execute", func(t *testing.T) {
+		grants := slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return strings.Contains(g, "ON PROCEDURE") })
+		grants = append(grants, "GRANT EXECUTE ON %[1]s.* TO %[2]s")
+		iso := dbtest.New(t, store.MySQL)
+		dbName := dbNameOf(iso.DSN)
+		account, dsn := mysqlAccount(t, iso, dbName, grants)
+		replaceProcedures(t, iso.DB)
+		leastPrivilege(t, iso.DB, openPG(t, dsn), fmt.Sprintf(MySQLVersionGrant, dbName, account), fmt.Sprintf(MySQLHistoryGrant, dbName, account))
+	})
+}
+
+// replaceProcedures runs the migrations that replace the read lock's
+// procedures (MySQL 00015 onwards) down and up again.
+func replaceProcedures(t *testing.T, db *dialect.DB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := migrations.DownTo(ctx, db, 14); err != nil {
+		t.Fatalf("migrate down to 14: %v", err)
+	}
+	migrate(t, db)
 }
 
 // mysqlLeastPrivilege is TestFaultLeastPrivilege on MySQL/MariaDB, as an
