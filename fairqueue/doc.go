@@ -22,8 +22,9 @@
 // auto-increment id as tie-break), and waits. A waiter may take the lock
 // only when it is the oldest live waiter of the name and the lock row is
 // free or expired; taking the lock (the lease statement) and deleting the
-// waiter row commit in one transaction, so nobody ever sees the row gone
-// while the lock is free, or the lock taken while the row is still first.
+// waiter row commit in one transaction (on PostgreSQL, one statement), so
+// nobody ever sees the row gone while the lock is free, or the lock taken
+// while the row is still first.
 //
 // Waiters are live while their heartbeat deadline (expires_at) is in the
 // future by the database clock. Each Locker refreshes all of its waiters in

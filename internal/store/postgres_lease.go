@@ -45,7 +45,6 @@ func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireP
 	}
 	r.args = [5]any{p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)}
 	err := db.queryRow(ctx, q, query, r.args[:], dest...)
-	res, owner, mode, version, expUs, nowUs, n := r.res, r.owner, r.mode, r.version, r.expUs, r.nowUs, r.n
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return AcquireResult{}, nil // Nothing taken and no row visible: a concurrent insert of the name won.
@@ -56,9 +55,16 @@ func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireP
 		}
 		return AcquireResult{}, err
 	}
+	return r.result(p, queued), nil
+}
+
+// result reads the row of an acquire statement (with queued, the queue's
+// direct one's, whose eleventh column counts the live waiters).
+func (r *pgAcquireRow) result(p AcquireParams, queued bool) AcquireResult {
+	res, owner, mode, version, expUs, nowUs, n := r.res, r.owner, r.mode, r.version, r.expUs, r.nowUs, r.n
 	if res.Acquired {
 		res.Token = dblock.Token(version)
-		return res, nil
+		return res
 	}
 	res.Waiters = int(n)
 	h := Holder{Exists: !queued || version != 0, Owner: owner, Version: version, Mode: mode, Now: Micros(nowUs)}
@@ -73,7 +79,21 @@ func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireP
 		h = Holder{Exists: true, Mode: dblock.ModePessimistic, Now: h.Now}
 	}
 	res.Holder = h
-	return res, nil
+	return res
+}
+
+// pgTakeHead runs QueueSQL.TakeHead and reads its answer.
+func (db *DB) pgTakeHead(ctx context.Context, p AcquireParams, id int64) (AcquireResult, bool, error) {
+	r := &pgAcquireRow{}
+	var live bool
+	r.dest = [11]any{&r.res.Acquired, &r.version, &r.owner, &r.mode, &r.expUs, &r.nowUs, &r.res.Reentry,
+		&r.next, &r.sinceUs, &r.untilUs, &live}
+	err := db.queryRow(ctx, db.DB, db.Dialect.Queue().TakeHead,
+		[]any{p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata), id}, r.dest[:]...)
+	if err != nil {
+		return AcquireResult{}, false, db.Classify(err)
+	}
+	return r.result(p, false), live, nil
 }
 
 func (postgres) renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {

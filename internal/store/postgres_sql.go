@@ -31,6 +31,26 @@ var (
 	pgNextCols      = `coalesce(next_owner, ''), coalesce(` + pgUs("next_since") + `, 0), coalesce(` + pgUs("next_until") + `, 0)`
 )
 
+// pgTakeUpd is the upd CTE of the lease acquisitions (pgLease.Acquire,
+// pgDirect, pgTakeHead): the row cur locked taken, or re-entered by $2 while
+// its lease lasts.
+var pgTakeUpd = `upd AS (
+    UPDATE dblock_locks l SET
+        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
+        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
+        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
+        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
+        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
+                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
+                           ELSE now() + $3::bigint * interval '1 microsecond' END,
+        ` + pgTakeReservation + `
+        owner       = $2,
+        updated_at  = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING l.version, l.reentry
+`
+
 // pgLockedLease locks the row of the lease ($1, $2, $3) if unexpired, as
 // the CTE cur, for an UPDATE that checks the expiry again on cur: a filter on
 // the CTE's rows runs once the lock is held, with the clock of then. A
@@ -58,22 +78,7 @@ var pgLease = LeaseSQL{
     SELECT name FROM dblock_locks
     WHERE name = $1 AND ` + pgTakeable + `
     FOR UPDATE SKIP LOCKED
-), upd AS (
-    UPDATE dblock_locks l SET
-        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
-        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
-        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
-        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
-        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
-        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
-                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
-                           ELSE now() + $3::bigint * interval '1 microsecond' END,
-        ` + pgTakeReservation + `
-        owner       = $2,
-        updated_at  = now()
-    FROM cur WHERE l.name = cur.name
-    RETURNING l.version, l.reentry
-), ins AS (
+), ` + pgTakeUpd + `), ins AS (
     INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
     SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
     WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
@@ -284,10 +289,56 @@ RETURNING pg_notify('dblock', name)::text IS NOT NULL`,
 
 	Direct: pgDirect,
 
+	TakeHead: pgTakeHead,
+
 	GatePeek: pgGatePeek, GateCheck: pgGateCheck,
 }
 
 var pgGatePeek, pgGateCheck = gateSQL("now()", postgres{}.Placeholder)
+
+// pgTakeHead is pgLease.Acquire for waiter $6 at the head of the queue,
+// with its row's delete. seen reads the waiter's row, live; row_ locks the
+// lock row only when it can be taken and the waiter is live; me then locks
+// the waiter's row (a reaper's delete of it waits, or has won and me is
+// empty), so an attempt while the lock is held locks and writes nothing.
+// The lock is taken only with me, and del deletes the waiter's row only
+// with a take: the take and the queue's change commit together, as in the
+// transaction of Acquire and Take. The eleventh column says whether the
+// waiter was live.
+var pgTakeHead = `WITH seen AS (
+    SELECT id FROM dblock_waiters WHERE id = $6 AND name = $1 AND expires_at > now()
+), row_ AS (
+    SELECT name FROM dblock_locks
+    WHERE name = $1 AND ` + pgTakeable + ` AND EXISTS (SELECT 1 FROM seen)
+    FOR UPDATE SKIP LOCKED
+), me AS (
+    SELECT id FROM dblock_waiters
+    WHERE id = $6 AND name = $1 AND expires_at > now()
+      AND (EXISTS (SELECT 1 FROM row_) OR NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1))
+    FOR UPDATE
+), cur AS (
+    SELECT name FROM row_ WHERE EXISTS (SELECT 1 FROM me)
+), ` + pgTakeUpd + `), ins AS (
+    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND EXISTS (SELECT 1 FROM me)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING version, reentry
+), del AS (
+    DELETE FROM dblock_waiters w USING me
+    WHERE w.id = me.id AND (EXISTS (SELECT 1 FROM upd) OR EXISTS (SELECT 1 FROM ins))
+)
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint, true FROM upd
+UNION ALL
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint, true FROM ins
+UNION ALL
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce(` + pgUs("h.expires_at") + `, 0), ` + pgUs("now()") + `, 0, ` + pgNextCols + `,
+       EXISTS (SELECT 1 FROM seen)
+FROM dblock_locks h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
+UNION ALL
+SELECT false, 0::bigint, '', '', 0::bigint, ` + pgUs("now()") + `, 0, '', 0::bigint, 0::bigint, EXISTS (SELECT 1 FROM seen)
+WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM ins)
+LIMIT 1`
 
 // pgDirect is pgLease.Acquire guarded by the queue: the row is taken, or
 // inserted, only while no live waiter queues for the name (or the owner
@@ -299,22 +350,7 @@ var pgDirect = `WITH cur AS (
     WHERE name = $1 AND ` + pgTakeable + `
       AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'))
     FOR UPDATE SKIP LOCKED
-), upd AS (
-    UPDATE dblock_locks l SET
-        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
-        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
-        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
-        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
-        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
-        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
-                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
-                           ELSE now() + $3::bigint * interval '1 microsecond' END,
-        ` + pgTakeReservation + `
-        owner       = $2,
-        updated_at  = now()
-    FROM cur WHERE l.name = cur.name
-    RETURNING l.version, l.reentry
-), ins AS (
+), ` + pgTakeUpd + `), ins AS (
     INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
     SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
     WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore')

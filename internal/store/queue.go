@@ -42,6 +42,13 @@ type QueueSQL struct {
 	// Take (id) deletes a live waiter; it runs in the transaction that takes
 	// the lock, so taking and leaving the queue commit together.
 	Take string
+	// TakeHead, where not empty (PostgreSQL), is the take in one
+	// statement: LeaseSQL.Acquire's (name, owner, TTL µs, mode, metadata)
+	// for a waiter at the head, taking the lock only while waiter $6 is
+	// live and deleting its row with the take. It returns Acquire's columns
+	// and an eleventh, whether the waiter was live. Empty: the take is a
+	// transaction of Acquire and Take.
+	TakeHead string
 	// Leave (id) deletes a waiter that gives up. On PostgreSQL it notifies
 	// the name, since the waiters behind it moved up.
 	Leave string
@@ -220,6 +227,18 @@ func holderFrom(exists bool, owner []byte, version int64, mode []byte, expUs, no
 // means the waiter died meanwhile and the transaction must be rolled back.
 func (db *DB) TakeWaiter(ctx context.Context, tx Querier, id int64) (bool, error) {
 	return db.execOne(ctx, db.q(tx), db.Dialect.Queue().Take, id)
+}
+
+// TakesHeadInOne reports whether TakeHead is one statement here; where it
+// is not, a waiter takes the lock with AcquireLease and TakeWaiter in one
+// transaction.
+func (db *DB) TakesHeadInOne() bool { return db.Dialect.Queue().TakeHead != "" }
+
+// TakeHead takes the lock for waiter id at the head of the queue and
+// deletes its row, in one statement (see QueueSQL.TakeHead): live is false
+// when the waiter was dead or gone, and then nothing was taken.
+func (db *DB) TakeHead(ctx context.Context, p AcquireParams, id int64) (res AcquireResult, live bool, err error) {
+	return db.pgTakeHead(ctx, p, id)
 }
 
 // LeaveQueue deletes waiter id, live or dead, and reports whether it was

@@ -215,6 +215,60 @@ LEFT JOIN dblock_locks l ON l.name = $2;
 -- QueueSQL.Take
 DELETE FROM dblock_waiters WHERE id = $1 AND expires_at > now();
 
+-- QueueSQL.TakeHead
+WITH seen AS (
+    SELECT id FROM dblock_waiters WHERE id = $6 AND name = $1 AND expires_at > now()
+), row_ AS (
+    SELECT name FROM dblock_locks
+    WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
+      AND (owner = $2 AND expires_at > now() OR next_until IS NULL OR next_until <= now() OR next_owner = $2) AND EXISTS (SELECT 1 FROM seen)
+    FOR UPDATE SKIP LOCKED
+), me AS (
+    SELECT id FROM dblock_waiters
+    WHERE id = $6 AND name = $1 AND expires_at > now()
+      AND (EXISTS (SELECT 1 FROM row_) OR NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1))
+    FOR UPDATE
+), cur AS (
+    SELECT name FROM row_ WHERE EXISTS (SELECT 1 FROM me)
+), upd AS (
+    UPDATE dblock_locks l SET
+        reentry     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.reentry + 1 ELSE 1 END,
+        version     = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.version ELSE nextval('dblock_token_seq') END,
+        mode        = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.mode ELSE $4 END,
+        acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+        metadata    = CASE WHEN l.owner = $2 AND l.expires_at > now() THEN l.metadata ELSE $5 END,
+        expires_at  = CASE WHEN l.owner = $2 AND l.expires_at > now()
+                           THEN greatest(l.expires_at, now() + $3::bigint * interval '1 microsecond')
+                           ELSE now() + $3::bigint * interval '1 microsecond' END,
+        next_owner  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_owner END,
+        next_since  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_since END,
+        next_until  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_until END,
+        owner       = $2,
+        updated_at  = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING l.version, l.reentry
+), ins AS (
+    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND EXISTS (SELECT 1 FROM me)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING version, reentry
+), del AS (
+    DELETE FROM dblock_waiters w USING me
+    WHERE w.id = me.id AND (EXISTS (SELECT 1 FROM upd) OR EXISTS (SELECT 1 FROM ins))
+)
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint, true FROM upd
+UNION ALL
+SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint, true FROM ins
+UNION ALL
+SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0, coalesce(next_owner, ''), coalesce((extract(epoch FROM next_since) * 1000000)::bigint, 0), coalesce((extract(epoch FROM next_until) * 1000000)::bigint, 0),
+       EXISTS (SELECT 1 FROM seen)
+FROM dblock_locks h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
+UNION ALL
+SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, '', 0::bigint, 0::bigint, EXISTS (SELECT 1 FROM seen)
+WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM ins)
+LIMIT 1;
+
 -- QueueSQL.Leave
 DELETE FROM dblock_waiters WHERE id = $1
 RETURNING pg_notify('dblock', name)::text IS NOT NULL;

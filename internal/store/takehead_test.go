@@ -1,0 +1,92 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// TestTakeHead: where a waiter's take is one statement (PostgreSQL), it
+// takes the lock and deletes the waiter's row together; it takes nothing for
+// a dead or missing waiter, and while the lock is held it refuses, naming
+// the holder, and leaves the waiter queued.
+func TestTakeHead(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		db := iso.Store()
+		if !db.TakesHeadInOne() {
+			t.Skipf("%s takes in a transaction of AcquireLease and TakeWaiter", iso.Kind)
+		}
+		ctx := context.Background()
+		const name = "take-head"
+		p := func(owner string) store.AcquireParams {
+			return store.AcquireParams{Name: name, Owner: owner, Mode: dblock.ModeFair, TTL: time.Minute}
+		}
+		enqueue := func(owner string, timeout time.Duration) int64 {
+			t.Helper()
+			w, err := db.Enqueue(ctx, nil, name, owner, store.WaitExclusive, timeout)
+			if err != nil {
+				t.Fatalf("enqueue %s: %v", owner, err)
+			}
+			return w.ID
+		}
+		live := func(id int64) bool {
+			t.Helper()
+			s, err := db.CheckWaiter(ctx, nil, name, id)
+			if err != nil {
+				t.Fatalf("check %d: %v", id, err)
+			}
+			return s.Live
+		}
+
+		// A dead waiter (its heartbeat deadline passed) takes nothing, on a
+		// free name whose row does not exist yet too.
+		dead := enqueue("dead", time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+		if res, ok, err := db.TakeHead(ctx, p("dead"), dead); err != nil || ok || res.Acquired {
+			t.Fatalf("take by a dead waiter: %+v live=%v %v", res, ok, err)
+		}
+		if h, err := db.LeaseHolder(ctx, nil, name); err != nil || h.Held() {
+			t.Fatalf("the name after a dead waiter's take: %+v %v", h, err)
+		}
+
+		// A live waiter takes the free name, and its row goes with the take.
+		a := enqueue("a", time.Minute)
+		res, ok, err := db.TakeHead(ctx, p("a"), a)
+		if err != nil || !ok || !res.Acquired || res.Token == 0 {
+			t.Fatalf("take by a: %+v live=%v %v", res, ok, err)
+		}
+		if live(a) {
+			t.Fatal("a's row is still queued after its take")
+		}
+
+		// While a holds, b is refused with a as the holder and stays queued.
+		b := enqueue("b", time.Minute)
+		refused, ok, err := db.TakeHead(ctx, p("b"), b)
+		if err != nil || !ok || refused.Acquired || refused.Holder.Owner != "a" || refused.Holder.Version != int64(res.Token) {
+			t.Fatalf("take by b while a holds: %+v live=%v %v", refused, ok, err)
+		}
+		if !live(b) {
+			t.Fatal("b's row left the queue on a refused take")
+		}
+		if ok, err := db.ReleaseLease(ctx, nil, name, "a", res.Token); err != nil || !ok {
+			t.Fatalf("release a: %v %v", ok, err)
+		}
+		next, ok, err := db.TakeHead(ctx, p("b"), b)
+		if err != nil || !ok || !next.Acquired || next.Token <= res.Token || live(b) {
+			t.Fatalf("take by b after a's release: %+v live=%v %v (b queued: %v)", next, ok, err, live(b))
+		}
+
+		// A missing waiter takes nothing.
+		if ok, err := db.ReleaseLease(ctx, nil, name, "b", next.Token); err != nil || !ok {
+			t.Fatalf("release b: %v %v", ok, err)
+		}
+		if res, ok, err := db.TakeHead(ctx, p("c"), b+1000); err != nil || ok || res.Acquired {
+			t.Fatalf("take by a missing waiter: %+v live=%v %v", res, ok, err)
+		}
+	})
+}
