@@ -10,7 +10,6 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/backoff"
-	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -333,121 +332,6 @@ func (a *attempt) leave(w *waiter) {
 			slog.Int64("waiter", w.id), slog.String("error", err.Error()))...)
 	}
 	l.local.notify(a.name, eventLeave)
-}
-
-// take takes the lock and deletes the waiter's row in one transaction. It
-// runs on a context that outlives the caller's, so a wait that ends during
-// the take never leaves its outcome unknown. errDead: the row died first.
-// An error wrapping dblock.ErrNotAcquired: someone else holds the lock.
-func (a *attempt) take(w *waiter) (lease *dblock.Lease, err error) {
-	l := a.l
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
-	defer cancel()
-	if l.db.TakesHeadInOne() {
-		return a.takeInOne(ctx, w)
-	}
-	unlock, err := a.lockWrites(true)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { unlock() }()
-	reqStart := time.Now()
-	l.count()
-	tx, end, err := l.db.BeginWriteTx(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer end()
-	rollback := func() {
-		l.count()
-		_ = tx.Rollback()
-	}
-	l.count()
-	res, err := l.db.AcquireLease(ctx, tx, a.params)
-	if err != nil {
-		rollback()
-		return nil, err
-	}
-	if !res.Acquired {
-		rollback()
-		return nil, res.Holder.HeldError(a.name, nil)
-	}
-	l.count()
-	ok, err := l.db.TakeWaiter(ctx, tx, w.id)
-	if err != nil {
-		rollback()
-		return nil, err
-	}
-	if !ok {
-		rollback()
-		return nil, errDead
-	}
-	l.count()
-	err = tx.Commit()
-	unlock()
-	unlock = func() {}
-	l.beats.remove(w.id)
-	if err != nil {
-		// The outcome is unknown: read it back.
-		l.count()
-		h, herr := l.db.LeaseHolder(ctx, nil, a.name)
-		if herr != nil || !h.Held() || h.Owner != a.o.Owner || h.Version != int64(res.Token) {
-			return nil, l.db.Classify(err)
-		}
-	}
-	return a.started(res, reqStart)
-}
-
-// takeInOne is take where one statement takes the lock and deletes the
-// waiter's row (PostgreSQL): one round trip instead of the transaction's
-// four. A statement whose outcome is unknown (its connection broke) is
-// read back.
-func (a *attempt) takeInOne(ctx context.Context, w *waiter) (*dblock.Lease, error) {
-	l := a.l
-	unlock, err := a.lockWrites(true)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	reqStart := time.Now()
-	l.count()
-	res, live, err := l.db.TakeHead(ctx, a.params, w.id)
-	switch {
-	case err != nil && leasekeeper.OutcomeUnknown(err):
-		return a.takenAnyway(ctx, w, reqStart, err)
-	case err != nil:
-		return nil, err
-	case !live:
-		return nil, errDead
-	case !res.Acquired:
-		return nil, res.Holder.HeldError(a.name, nil)
-	}
-	l.beats.remove(w.id)
-	return a.started(res, reqStart)
-}
-
-// takenAnyway reads back a take whose outcome is unknown, as the
-// optimistic mode's settle does: the take happened if the waiter's row is
-// gone and the lock row names the owner with one more entry than this
-// Locker's leases of it hold. Otherwise (or unreadable) the cause stands.
-func (a *attempt) takenAnyway(ctx context.Context, w *waiter, reqStart time.Time, cause error) (*dblock.Lease, error) {
-	l := a.l
-	l.count()
-	s, err := l.db.CheckWaiter(ctx, nil, a.name, w.id)
-	if err != nil || s.Live {
-		return nil, cause
-	}
-	l.count()
-	h, err := l.db.LeaseHolder(ctx, nil, a.name)
-	if err != nil {
-		return nil, cause
-	}
-	token := dblock.Token(h.Version)
-	if !h.Held() || h.Owner != a.o.Owner || h.Reentry <= l.keeper.Handles(a.name, a.o.Owner, token) {
-		return nil, cause
-	}
-	l.beats.remove(w.id)
-	return a.started(store.AcquireResult{Acquired: true, Token: token, Reentry: h.Reentry}, reqStart)
 }
 
 // signals are this Locker's own queue events per name (a release of the

@@ -51,6 +51,18 @@ var pgTakeUpd = `upd AS (
     RETURNING l.version, l.reentry
 `
 
+// pgTakeIns is the ins CTE of the lease acquisitions: the row inserted,
+// taken, when the name has none and cond (SQL appended to the WHERE) holds.
+func pgTakeIns(cond string) string {
+	return `ins AS (
+    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
+    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)` + cond + `
+    ON CONFLICT (name) DO NOTHING
+    RETURNING version, reentry
+`
+}
+
 // pgLockedLease locks the row of the lease ($1, $2, $3) if unexpired, as
 // the CTE cur, for an UPDATE that checks the expiry again on cur: a filter on
 // the CTE's rows runs once the lock is held, with the clock of then. A
@@ -78,13 +90,7 @@ var pgLease = LeaseSQL{
     SELECT name FROM dblock_locks
     WHERE name = $1 AND ` + pgTakeable + `
     FOR UPDATE SKIP LOCKED
-), ` + pgTakeUpd + `), ins AS (
-    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
-    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
-    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)
-    ON CONFLICT (name) DO NOTHING
-    RETURNING version, reentry
-)
+), ` + pgTakeUpd + `), ` + pgTakeIns("") + `)
 SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint FROM upd
 UNION ALL
 SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint FROM ins
@@ -318,13 +324,7 @@ var pgTakeHead = `WITH seen AS (
     FOR UPDATE
 ), cur AS (
     SELECT name FROM row_ WHERE EXISTS (SELECT 1 FROM me)
-), ` + pgTakeUpd + `), ins AS (
-    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
-    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
-    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND EXISTS (SELECT 1 FROM me)
-    ON CONFLICT (name) DO NOTHING
-    RETURNING version, reentry
-), del AS (
+), ` + pgTakeUpd + `), ` + pgTakeIns(` AND EXISTS (SELECT 1 FROM me)`) + `), del AS (
     DELETE FROM dblock_waiters w USING me
     WHERE w.id = me.id AND (EXISTS (SELECT 1 FROM upd) OR EXISTS (SELECT 1 FROM ins))
 )
@@ -350,13 +350,7 @@ var pgDirect = `WITH cur AS (
     WHERE name = $1 AND ` + pgTakeable + `
       AND (owner = $2 AND expires_at > now() OR NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'))
     FOR UPDATE SKIP LOCKED
-), ` + pgTakeUpd + `), ins AS (
-    INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
-    SELECT $1, $2, 1, nextval('dblock_token_seq'), $4, now(), now() + $3::bigint * interval '1 microsecond', now(), $5
-    WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore')
-    ON CONFLICT (name) DO NOTHING
-    RETURNING version, reentry
-), q AS (
+), ` + pgTakeUpd + `), ` + pgTakeIns(` AND NOT EXISTS (SELECT 1 FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore')`) + `), q AS (
     SELECT count(*) AS n FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'
 )
 SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint, 0::bigint FROM upd
