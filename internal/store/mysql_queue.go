@@ -20,3 +20,8 @@ func (d mysqlDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owne
 	}
 	return WaiterTicket{ID: id}, nil
 }
+
+// takeHead: the take is a transaction of AcquireLease and TakeWaiter here.
+func (mysqlDialect) takeHead(context.Context, *DB, AcquireParams, int64) (AcquireResult, bool, error) {
+	return AcquireResult{}, false, errTakeInTx
+}

@@ -32,19 +32,16 @@ type pgAcquireRow struct {
 	version, expUs, nowUs, n int64
 	sinceUs, untilUs         int64
 	dest                     [11]any
-	args                     [5]any
+	args                     [6]any
 }
 
 func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireParams, queued bool) (AcquireResult, error) {
 	r := &pgAcquireRow{}
-	r.dest = [11]any{&r.res.Acquired, &r.version, &r.owner, &r.mode, &r.expUs, &r.nowUs, &r.res.Reentry,
-		&r.next, &r.sinceUs, &r.untilUs, &r.n}
-	dest := r.dest[:10]
-	if queued {
-		dest = r.dest[:11]
+	dest := r.fields(&r.n)
+	if !queued {
+		dest = dest[:10]
 	}
-	r.args = [5]any{p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)}
-	err := db.queryRow(ctx, q, query, r.args[:], dest...)
+	err := db.queryRow(ctx, q, query, r.bind(p), dest...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return AcquireResult{}, nil // Nothing taken and no row visible: a concurrent insert of the name won.
@@ -56,6 +53,21 @@ func (db *DB) pgAcquire(ctx context.Context, q Querier, query string, p AcquireP
 		return AcquireResult{}, err
 	}
 	return r.result(p, queued), nil
+}
+
+// fields are the destinations of an acquire statement's columns, the
+// eleventh last (the queue's direct acquire: the live waiters; the take of
+// the queue's head: whether the waiter was live).
+func (r *pgAcquireRow) fields(last any) []any {
+	r.dest = [11]any{&r.res.Acquired, &r.version, &r.owner, &r.mode, &r.expUs, &r.nowUs, &r.res.Reentry,
+		&r.next, &r.sinceUs, &r.untilUs, last}
+	return r.dest[:]
+}
+
+// bind is the acquire statements' arguments ($1 to $5) and extra after them.
+func (r *pgAcquireRow) bind(p AcquireParams, extra ...any) []any {
+	r.args = [6]any{p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)}
+	return append(r.args[:5], extra...)
 }
 
 // result reads the row of an acquire statement (with queued, the queue's
@@ -80,20 +92,6 @@ func (r *pgAcquireRow) result(p AcquireParams, queued bool) AcquireResult {
 	}
 	res.Holder = h
 	return res
-}
-
-// pgTakeHead runs QueueSQL.TakeHead and reads its answer.
-func (db *DB) pgTakeHead(ctx context.Context, p AcquireParams, id int64) (AcquireResult, bool, error) {
-	r := &pgAcquireRow{}
-	var live bool
-	r.dest = [11]any{&r.res.Acquired, &r.version, &r.owner, &r.mode, &r.expUs, &r.nowUs, &r.res.Reentry,
-		&r.next, &r.sinceUs, &r.untilUs, &live}
-	err := db.queryRow(ctx, db.DB, db.Dialect.Queue().TakeHead,
-		[]any{p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata), id}, r.dest[:]...)
-	if err != nil {
-		return AcquireResult{}, false, db.Classify(err)
-	}
-	return r.result(p, false), live, nil
 }
 
 func (postgres) renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,7 +12,14 @@ import (
 type queueEngine interface {
 	// enqueue is Enqueue on q (not nil).
 	enqueue(ctx context.Context, db *DB, q Querier, name, owner string, kind WaitKind, timeout time.Duration) (WaiterTicket, error)
+	// takeHead is TakeHead where QueueSQL.TakeHead is not empty; elsewhere
+	// it refuses (errTakeInTx).
+	takeHead(ctx context.Context, db *DB, p AcquireParams, id int64) (AcquireResult, bool, error)
 }
+
+// errTakeInTx is TakeHead's refusal where a waiter takes the lock in a
+// transaction of AcquireLease and TakeWaiter (TakesHeadInOne is false).
+var errTakeInTx = errors.New("store: this database takes a waiter's lock in a transaction (AcquireLease, TakeWaiter), not with TakeHead")
 
 // QueueSQL holds the statements of the fair wait queue (dblock_waiters).
 //
@@ -238,7 +246,7 @@ func (db *DB) TakesHeadInOne() bool { return db.Dialect.Queue().TakeHead != "" }
 // deletes its row, in one statement (see QueueSQL.TakeHead): live is false
 // when the waiter was dead or gone, and then nothing was taken.
 func (db *DB) TakeHead(ctx context.Context, p AcquireParams, id int64) (res AcquireResult, live bool, err error) {
-	return db.pgTakeHead(ctx, p, id)
+	return db.Dialect.takeHead(ctx, db, p, id)
 }
 
 // LeaveQueue deletes waiter id, live or dead, and reports whether it was

@@ -10,3 +10,8 @@ import (
 func (sqliteDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owner string, kind WaitKind, timeout time.Duration) (WaiterTicket, error) {
 	return db.enqueueReturning(ctx, q, name, owner, kind, timeout)
 }
+
+// takeHead: the take is a transaction of AcquireLease and TakeWaiter here.
+func (sqliteDialect) takeHead(context.Context, *DB, AcquireParams, int64) (AcquireResult, bool, error) {
+	return AcquireResult{}, false, errTakeInTx
+}
