@@ -344,6 +344,9 @@ func (a *attemptRun) begin() error {
 	if a.l.checkedCommit {
 		txCtx = store.WithCheckedCommit(txCtx)
 	}
+	if a.l.deferBegin {
+		txCtx = store.WithDeferredBegin(txCtx)
+	}
 	tx, err := a.h.conn.BeginTxx(txCtx, nil)
 	if err != nil {
 		a.h.txCancel()

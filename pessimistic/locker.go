@@ -151,7 +151,10 @@ type Locker struct {
 	// checkedCommit: a hold's COMMIT checks, in the same statement, that
 	// the server still has the transaction open (store.ChecksCommit).
 	checkedCommit bool
-	exclusive     atomic.Bool // The database's row locks were found to exclude every client.
+	// deferBegin: a hold's BEGIN goes with its lock statement, in one round
+	// trip (store.DefersBegin).
+	deferBegin bool
+	exclusive  atomic.Bool // The database's row locks were found to exclude every client.
 
 	hooks4test testHooks
 }
@@ -192,6 +195,7 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 
 		allowMultiPrimary: cfg.AllowMultiPrimary,
 		checkedCommit:     db.ChecksCommit(),
+		deferBegin:        db.DefersBegin(),
 	}
 	rec, err := obs.New(cfg.Telemetry, string(db.Dialect.Kind()), dblock.ModePessimistic)
 	if err != nil {

@@ -35,9 +35,21 @@ func native(pool *sql.DB) *store.Native {
 
 // queryRowOn and execOn run one statement on a pinned connection (in the
 // transaction it may be in), through pgx.
+// The first statement of a transaction whose BEGIN was deferred carries
+// it (see lazyConn).
 func queryRowOn(ctx context.Context, conn *sql.Conn, query string, args []any, dest ...any) error {
 	return conn.Raw(func(dc any) error {
-		return bounded(ctx, dc.(*stdlib.Conn), func(ctx context.Context, c *pgx.Conn) error {
+		if lc, ok := dc.(*lazyConn); ok && lc.pending() {
+			return bounded(ctx, lc.Conn, func(ctx context.Context, _ *pgx.Conn) error {
+				_, err := lc.beginWith(ctx, query, args, dest)
+				return err
+			})
+		}
+		sc, err := stdlibConn(dc)
+		if err != nil {
+			return err
+		}
+		return bounded(ctx, sc, func(ctx context.Context, c *pgx.Conn) error {
 			return c.QueryRow(ctx, query, args...).Scan(dest...)
 		})
 	})
@@ -46,7 +58,18 @@ func queryRowOn(ctx context.Context, conn *sql.Conn, query string, args []any, d
 func execOn(ctx context.Context, conn *sql.Conn, query string, args ...any) (int64, error) {
 	var affected int64
 	err := conn.Raw(func(dc any) error {
-		return bounded(ctx, dc.(*stdlib.Conn), func(ctx context.Context, c *pgx.Conn) error {
+		if lc, ok := dc.(*lazyConn); ok && lc.pending() {
+			return bounded(ctx, lc.Conn, func(ctx context.Context, _ *pgx.Conn) error {
+				var err error
+				affected, err = lc.beginWith(ctx, query, args, nil)
+				return err
+			})
+		}
+		sc, err := stdlibConn(dc)
+		if err != nil {
+			return err
+		}
+		return bounded(ctx, sc, func(ctx context.Context, c *pgx.Conn) error {
 			tag, err := c.Exec(ctx, query, args...)
 			affected = tag.RowsAffected()
 			return err
@@ -84,7 +107,11 @@ func (n pgNative) onConn(ctx context.Context, fn func(context.Context, *pgx.Conn
 		}
 		retry := false
 		err = c.Raw(func(dc any) error {
-			ferr := bounded(ctx, dc.(*stdlib.Conn), fn)
+			sc, ferr := stdlibConn(dc)
+			if ferr != nil {
+				return ferr
+			}
+			ferr = bounded(ctx, sc, fn)
 			if ferr != nil && pgconn.SafeToRetry(ferr) {
 				retry = true
 				return driver.ErrBadConn // database/sql drops the connection

@@ -28,6 +28,7 @@ func init() {
 		Listen:           listen,
 		Wait:             wait,
 		Native:           native,
+		DeferredBegin:    true,
 	})
 }
 
@@ -72,7 +73,7 @@ func open(dsn string) (*sql.DB, error) {
 			cfg.RuntimeParams[k] = v
 		}
 	}
-	db := stdlib.OpenDB(*cfg)
+	db := sql.OpenDB(lazyConnector{stdlib.GetConnector(*cfg)})
 	db.SetMaxIdleConns(32)
 	return db, nil
 }
@@ -97,11 +98,11 @@ func notSent(err error) bool {
 // listen runs LISTEN channel on conn, which must be pgx's.
 func listen(ctx context.Context, conn *sql.Conn, channel string) error {
 	return conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
+		sc, err := stdlibConn(dc)
+		if err != nil {
 			return fmt.Errorf("%w: LISTEN needs the pgx driver, have %T", dblock.ErrInvalidOption, dc)
 		}
-		_, err := sc.Conn().Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+		_, err = sc.Conn().Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
 		return err
 	})
 }
@@ -110,7 +111,11 @@ func listen(ctx context.Context, conn *sql.Conn, channel string) error {
 func wait(ctx context.Context, conn *sql.Conn) (string, error) {
 	var payload string
 	err := conn.Raw(func(dc any) error {
-		n, err := dc.(*stdlib.Conn).Conn().WaitForNotification(ctx)
+		sc, err := stdlibConn(dc)
+		if err != nil {
+			return err
+		}
+		n, err := sc.Conn().WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
@@ -140,7 +139,10 @@ func deadlineCleared(t *testing.T, iso *dbtest.Isolated) {
 		return err
 	}
 	err = conn.Raw(func(dc any) error {
-		sc := dc.(*stdlib.Conn)
+		sc, err := postgres.StdlibConn(dc)
+		if err != nil {
+			return err
+		}
 		short, stop := iso.Store().StatementContext(ctx, 50*time.Millisecond)
 		defer stop()
 		if _, _, ok := store.DeadlineOnly(short); !ok {

@@ -36,6 +36,10 @@ type Driver struct {
 	// place of COMMIT for a transaction begun with a context from
 	// WithCheckedCommit (see DB.ChecksCommit).
 	CheckedCommit bool
+	// DeferredBegin: the pools Open opens send the BEGIN of a transaction
+	// begun with a context from WithDeferredBegin with its first statement
+	// (see DB.DefersBegin).
+	DeferredBegin bool
 	// Listen runs LISTEN channel on conn; Wait waits there for the next
 	// notification's payload. Both only where the database has
 	// notifications.

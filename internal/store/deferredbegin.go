@@ -1,0 +1,32 @@
+package store
+
+import "context"
+
+// A transaction begun with a context from WithDeferredBegin on a pool Open
+// opened with a driver that supports it (PostgreSQL's, see
+// Driver.DeferredBegin) sends no BEGIN at BeginTx: the driver sends it with
+// the transaction's first statement, in the same round trip when that
+// statement goes through Native.QueryRowOn or ExecOn (a pessimistic hold's
+// lock statement), and before it otherwise. A transaction that ends before
+// any statement sends nothing at all.
+
+type deferredBeginKey struct{}
+
+// WithDeferredBegin returns ctx marked for BeginTx: the transaction's BEGIN
+// goes with its first statement (see DefersBegin).
+func WithDeferredBegin(ctx context.Context) context.Context {
+	return context.WithValue(ctx, deferredBeginKey{}, true)
+}
+
+// DeferredBegin reports whether ctx was marked by WithDeferredBegin.
+func DeferredBegin(ctx context.Context) bool {
+	v, _ := ctx.Value(deferredBeginKey{}).(bool)
+	return v
+}
+
+// DefersBegin reports whether a transaction begun on db with a context from
+// WithDeferredBegin sends its BEGIN with its first statement.
+func (db *DB) DefersBegin() bool {
+	d, ok := drivers[db.Dialect.Kind()]
+	return db.owned && ok && d.DeferredBegin
+}
