@@ -19,7 +19,7 @@ func (l *Locker) enterGate(ctx context.Context, key string, try bool) error {
 	l.mu.Lock()
 	g := l.gates[key]
 	if g == nil {
-		g = &gate{ch: make(chan struct{}, 1)}
+		g = l.newGate()
 		l.gates[key] = g
 	}
 	g.refs++
@@ -56,8 +56,27 @@ func (l *Locker) unrefGate(key string, g *gate) {
 	l.mu.Lock()
 	if g.refs--; g.refs == 0 {
 		delete(l.gates, key)
+		if len(l.freeGates) < maxFreeGates {
+			// Unreferenced, so empty: every goroutine that entered left.
+			l.freeGates = append(l.freeGates, g)
+		}
 	}
 	l.mu.Unlock()
+}
+
+// maxFreeGates bounds the gates kept for reuse: a gate lives only while a
+// goroutine holds or wants its name, so an uncontended acquisition would
+// otherwise make one (and its channel) each time.
+const maxFreeGates = 64
+
+// newGate returns a free gate; l.mu is held.
+func (l *Locker) newGate() *gate {
+	if n := len(l.freeGates); n > 0 {
+		g := l.freeGates[n-1]
+		l.freeGates = l.freeGates[:n-1]
+		return g
+	}
+	return &gate{ch: make(chan struct{}, 1)}
 }
 
 // openGates lets the next goroutine of this process in, once, when h ends or

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -164,7 +165,9 @@ func (l *Locker) newHandle(h *hold, label string) *Lease {
 
 func (l *Locker) acquired(lease *Lease, start time.Time) {
 	waited := time.Since(start)
-	l.log.Debug("pessimistic: acquired", "lock_key", lease.Name(), "owner", lease.Owner(), "token", int64(lease.Token()))
+	if l.debug() {
+		l.log.Debug("pessimistic: acquired", "lock_key", lease.Name(), "owner", lease.Owner(), "token", int64(lease.Token()))
+	}
 	l.events.Acquired(lease.Name(), lease.Owner(), lease.Token(), waited)
 }
 
@@ -295,6 +298,15 @@ func (l *Locker) forget(h *hold) {
 }
 
 func (l *Locker) released(lease *Lease, h *hold) {
-	l.log.Debug("pessimistic: released", "lock_key", lease.Name(), "owner", lease.Owner(), "token", int64(lease.Token()))
+	if l.debug() {
+		l.log.Debug("pessimistic: released", "lock_key", lease.Name(), "owner", lease.Owner(), "token", int64(lease.Token()))
+	}
 	l.events.Released(lease.Name(), lease.Owner(), lease.Token(), time.Since(h.start))
+}
+
+// debug reports whether the Locker's logger writes debug lines: the lines
+// of every acquisition and release are built only then (their arguments
+// cost allocations even when the handler drops them).
+func (l *Locker) debug() bool {
+	return l.log.Enabled(context.Background(), slog.LevelDebug)
 }

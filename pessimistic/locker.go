@@ -140,6 +140,7 @@ type Locker struct {
 	holds     map[holdKey]*hold
 	all       map[*hold]struct{}
 	gates     map[string]*gate
+	freeGates []*gate // Unused gates kept for reuse (see newGate).
 	closed    bool
 	watching  bool
 	acquiring int // Acquisitions under way (they keep the side connection).
