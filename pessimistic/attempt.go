@@ -265,6 +265,9 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, r *request) (*ho
 	if err := a.seal(); err != nil {
 		return nil, nil, a.fail(err)
 	}
+	if l.caps.RowLocks && !l.caps.TxEndCancellable {
+		a.h.interruptConn = store.InterruptOf(a.h.conn.Conn)
+	}
 	return a.h, nil, nil
 }
 

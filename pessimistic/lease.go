@@ -41,6 +41,14 @@ type hold struct {
 	// statement with sql.ErrTxDone, and pgx gives up a COMMIT or ROLLBACK
 	// waiting on the network. It poisons a lost hold.
 	txCancel context.CancelFunc
+	// interruptConn, when not nil, makes the statement under way on conn
+	// fail at once (MariaDB and MySQL on a pool dialect.Open opened:
+	// store.InterruptOf), so that a COMMIT past its bound is ended without
+	// a goroutine of its own. Set before the hold is used; connGone
+	// (guarded by interruptMu) stops it once conn went back to the pool.
+	interruptConn func()
+	interruptMu   sync.Mutex
+	connGone      bool
 
 	// spMu serializes the savepoint statements of re-entrant handles and
 	// Lock; stack and spSeq are guarded by it.
@@ -309,4 +317,24 @@ func (l *Locker) released(lease *Lease, h *hold) {
 // cost allocations even when the handler drops them).
 func (l *Locker) debug() bool {
 	return l.log.Enabled(context.Background(), slog.LevelDebug)
+}
+
+// interruptStatement makes the statement under way on the hold's
+// connection fail (see interruptConn), unless the connection was given
+// back: it may be someone else's by then.
+func (h *hold) interruptStatement() {
+	h.interruptMu.Lock()
+	defer h.interruptMu.Unlock()
+	if h.interruptConn != nil && !h.connGone {
+		h.interruptConn()
+	}
+}
+
+// giveConn returns the hold's connection to the pool, or destroys it (see
+// closeConn); interruptStatement leaves it alone from then on.
+func (h *hold) giveConn(destroy bool) {
+	h.interruptMu.Lock()
+	h.connGone = true
+	h.interruptMu.Unlock()
+	closeConn(h.conn, destroy)
 }

@@ -318,7 +318,7 @@ func (l *Locker) loseUnreachable(h *hold, reason error) {
 	l.bg.Add(1)
 	go func() {
 		defer l.bg.Done()
-		closeConn(h.conn, true) // Waits for database/sql to end the transaction.
+		h.giveConn(true) // Waits for database/sql to end the transaction.
 	}()
 }
 

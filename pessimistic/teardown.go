@@ -77,10 +77,11 @@ func (l *Locker) endBounded(ctx context.Context, h *hold, rollback bool) error {
 	if ctx.Done() == nil {
 		return h.end(ctx, rollback)
 	}
-	if l.caps.TxEndCancellable {
+	if l.caps.TxEndCancellable || h.interruptConn != nil {
 		// pgx ends a COMMIT or ROLLBACK whose context (the transaction's)
-		// is cancelled at once, network or not: no goroutine is needed to
-		// give up on it.
+		// is cancelled at once, network or not, and a connection with
+		// interruptConn fails as its socket is closed: no goroutine is
+		// needed to give up on it.
 		interrupted := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
 			close(interrupted)
@@ -91,10 +92,11 @@ func (l *Locker) endBounded(ctx context.Context, h *hold, rollback bool) error {
 			return err
 		}
 		<-interrupted
-		if err == nil {
-			return nil
+		if err == nil || errors.Is(err, dblock.ErrUnavailable) {
+			return err
 		}
-		return fmt.Errorf("%w: %w", err, context.Cause(ctx))
+		return fmt.Errorf("%w: %s interrupted as ctx ended: outcome unknown: %w (%w)",
+			dblock.ErrUnavailable, endVerb(rollback), err, context.Cause(ctx))
 	}
 	done := make(chan error, 1)
 	l.bg.Add(1)
@@ -117,13 +119,16 @@ func (l *Locker) endBounded(ctx context.Context, h *hold, rollback bool) error {
 		}
 		return fmt.Errorf("%w: %w", err, context.Cause(ctx))
 	case <-t.C:
-		verb := "commit"
-		if rollback {
-			verb = "rollback"
-		}
 		return fmt.Errorf("%w: %s did not finish before ctx ended (the connection is being closed): outcome unknown: %w",
-			dblock.ErrUnavailable, verb, context.Cause(ctx))
+			dblock.ErrUnavailable, endVerb(rollback), context.Cause(ctx))
 	}
+}
+
+func endVerb(rollback bool) string {
+	if rollback {
+		return "rollback"
+	}
+	return "commit"
 }
 
 // interruptGrace is how long endBounded waits, after interrupting, for the
@@ -133,11 +138,13 @@ const interruptGrace = 100 * time.Millisecond
 // interrupt makes the statements under way on h's connection fail: the
 // transaction's context is cancelled (pgx closes the connection of a COMMIT
 // or ROLLBACK in flight; database/sql rolls back), and on MySQL, whose
-// driver cannot be interrupted so, the session is killed from the Locker's
-// own connection, unless the server restarted since the lock was taken (a
-// session under that id would be someone else's).
+// driver cannot be interrupted so, the connection's socket is closed where
+// dblock dialed it (interruptConn) and the session is killed from the
+// Locker's own connection, unless the server restarted since the lock was
+// taken (a session under that id would be someone else's).
 func (l *Locker) interrupt(h *hold) {
 	h.txCancel()
+	h.interruptStatement()
 	if !l.caps.LockWaitInSeconds || h.session.ID == 0 {
 		return
 	}
@@ -167,10 +174,7 @@ func (l *Locker) interrupt(h *hold) {
 func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 	db := h.l.db
 	defer h.txCancel()
-	verb := "commit"
-	if rollback {
-		verb = "rollback"
-	}
+	verb := endVerb(rollback)
 	h.l.mu.Lock()
 	lost := h.lost
 	h.l.mu.Unlock()
@@ -185,7 +189,7 @@ func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 		open, eerr := db.EndHold(context.WithoutCancel(ctx), h.tx, !rollback)
 		if eerr != nil || !open {
 			_ = h.tx.Rollback()
-			closeConn(h.conn, true)
+			h.giveConn(true)
 			if eerr != nil {
 				return fmt.Errorf("%s: %w", verb, eerr)
 			}
@@ -201,7 +205,7 @@ func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 		err = h.tx.Commit()
 	}
 	if checked && store.TxEndedAtCommit(err) {
-		closeConn(h.conn, true)
+		h.giveConn(true)
 		return fmt.Errorf("%s (not sent): %w: statements run on Tx after that ran outside it, each committed on its own", verb, ErrTxEnded)
 	}
 	if lost != nil && errors.Is(err, sql.ErrTxDone) {
@@ -211,7 +215,7 @@ func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 		// PostgreSQL rolled back a transaction that a failed statement
 		// had aborted; the connection is fine.
 		err = fmt.Errorf("%w: a statement had failed and aborted the transaction: %w", ErrRolledBack, err)
-		closeConn(h.conn, !h.restoreBusy(ctx))
+		h.giveConn(!h.restoreBusy(ctx))
 		return fmt.Errorf("%s: %w", verb, err)
 	}
 	err = db.Classify(err)
@@ -219,7 +223,7 @@ func (h *hold) end(ctx context.Context, rollback bool) (err error) {
 	if !destroy {
 		destroy = !h.restoreBusy(ctx)
 	}
-	closeConn(h.conn, destroy)
+	h.giveConn(destroy)
 	if err != nil {
 		return fmt.Errorf("%s: %w", verb, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"net"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -15,20 +16,42 @@ import (
 // with store.MariaDBCheckedCommit: the COMMIT of a pessimistic hold checks
 // in the same round trip that the server still has the transaction open.
 // Every other statement and transaction goes to the driver unchanged.
+//
+// Where open dials itself (dialRecorded), each connection also keeps its
+// socket, so that a statement in flight can be ended from another goroutine
+// (Interrupt).
 type checkedConnector struct{ driver.Connector }
 
 func (c checkedConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
+	slot := &netSlot{}
+	conn, err := c.Connector.Connect(context.WithValue(ctx, netSlotKey{}, slot))
 	if err != nil {
 		return nil, err
 	}
-	return &checkedConn{conn: conn}, nil
+	return &checkedConn{conn: conn, net: slot.conn}, nil
+}
+
+// netSlot receives the socket dialRecorded dials for one Connect.
+type netSlot struct{ conn net.Conn }
+
+type netSlotKey struct{}
+
+// dialRecorded dials as the driver does by default (its connector then
+// turns TCP keepalives on) and hands the socket to the Connect under way.
+func dialRecorded(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, addr)
+	if slot, ok := ctx.Value(netSlotKey{}).(*netSlot); ok && err == nil {
+		slot.conn = conn
+	}
+	return conn, err
 }
 
 // checkedConn forwards every interface of the driver's connection
 // (database/sql asks for each), and wraps checked transactions.
 type checkedConn struct {
 	conn driver.Conn
+	net  net.Conn // The socket, where dialRecorded dialed it.
 	// noProc: the schema lacks the checked commit's procedure (it predates
 	// MySQL migration 00018) or the account may not execute it; this
 	// connection sends the block instead.
@@ -38,6 +61,17 @@ type checkedConn struct {
 // errNoInterface is returned if the driver's connection lacks an interface
 // it always had; database/sql then falls back where it can.
 var errNoInterface = errors.New("dblock: the mysql driver's connection lacks an expected interface")
+
+// Interrupt makes the statement under way on the connection fail at once,
+// and every later one: it closes the socket (store.Interrupter).
+func (c *checkedConn) Interrupt() {
+	if c.net != nil {
+		_ = c.net.Close()
+	}
+}
+
+// Interruptible reports whether Interrupt can end a statement.
+func (c *checkedConn) Interruptible() bool { return c.net != nil }
 
 func (c *checkedConn) Prepare(query string) (driver.Stmt, error) { return c.conn.Prepare(query) }
 func (c *checkedConn) Close() error                              { return c.conn.Close() }

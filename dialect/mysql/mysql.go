@@ -55,6 +55,11 @@ func open(dsn string) (*sql.DB, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}
+	if cfg.DialFunc == nil && (cfg.Net == "tcp" || cfg.Net == "tcp4" || cfg.Net == "tcp6" || cfg.Net == "unix") {
+		// The driver's own dial, recorded: a pessimistic hold's commit can
+		// then be ended at its bound by closing the socket.
+		cfg.DialFunc = dialRecorded
+	}
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}

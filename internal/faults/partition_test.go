@@ -72,3 +72,51 @@ func TestFaultPartitionedPessimisticHolder(t *testing.T) {
 		})
 	}
 }
+
+// TestFaultCommitIntoPartition: a pessimistic hold's COMMIT sent into a
+// blackholed network (toxiproxy) returns when Release's context ends, saying
+// that the outcome is unknown (ErrUnavailable), instead of waiting for the
+// network: pgx gives up a COMMIT whose context ends, and on MariaDB and
+// MySQL the socket dblock dialed is closed under the driver. The holder's
+// Close then returns too.
+func TestFaultCommitIntoPartition(t *testing.T) {
+	for _, kind := range serverKinds() {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			px := newProxy(t, iso)
+			holder, err := pessimistic.New(px.open(t), &pessimistic.Config{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			lease, err := holder.Acquire(ctx, "commit-partitioned", dblock.WithTTL(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			heal := px.partition(t)
+			defer heal()
+			const bound = 500 * time.Millisecond
+			rctx, rcancel := context.WithTimeout(ctx, bound)
+			defer rcancel()
+			start := time.Now()
+			err = lease.Release(rctx)
+			took := time.Since(start)
+			if !errors.Is(err, dblock.ErrUnavailable) {
+				t.Errorf("Release into a partition = %v, want an error wrapping ErrUnavailable", err)
+			}
+			if took > bound+2*time.Second {
+				t.Errorf("Release into a partition returned after %v, its context ended after %v", took, bound)
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- holder.Close() }()
+			select {
+			case <-closed:
+			case <-time.After(15 * time.Second):
+				t.Fatal("holder.Close hangs after a commit into a partition")
+			}
+			t.Logf("Release returned after %v: %v", took.Round(time.Millisecond), err)
+		})
+	}
+}
