@@ -12,7 +12,8 @@ import (
 	"github.com/dblock-go/dblock/internal/store"
 )
 
-// lazyConnector opens pgx's connections wrapped so that a transaction begun
+// lazyConnector (the pools open opens, and FromPool's) opens pgx's
+// connections wrapped so that a transaction begun
 // with a context from store.WithDeferredBegin sends its BEGIN with its first
 // statement: in the same round trip when that statement goes through
 // queryRowOn or execOn (a pessimistic hold's lock statement, see

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
@@ -26,12 +27,15 @@ type lazyFixture struct {
 
 func newLazyFixture(t *testing.T) *lazyFixture {
 	iso := dbtest.New(t, store.Postgres)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	db := iso.Store()
-	if !db.DefersBegin() {
+	if !iso.Store().DefersBegin() {
 		t.Fatal("a pool dialect.Open opened does not defer BEGIN")
 	}
+	return newLazyFixtureOn(t, iso.Store())
+}
+
+func newLazyFixtureOn(t *testing.T, db *store.DB) *lazyFixture {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
 	conn, err := db.Connx(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -193,4 +197,40 @@ func TestDeferredBegin(t *testing.T) {
 			t.Fatalf("rollback of a transaction that never began: %v", err)
 		}
 	})
+}
+
+// TestDeferredBeginFromPool: a handle over the caller's *pgxpool.Pool
+// defers a hold's BEGIN too.
+func TestDeferredBeginFromPool(t *testing.T) {
+	iso := dbtest.New(t, store.Postgres)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, iso.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close) // After the fixture's connection is back (cleanups run last first).
+	h, err := postgres.FromPool(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	db := store.Of(h)
+	if !db.DefersBegin() {
+		t.Fatal("a handle over a pgxpool.Pool does not defer BEGIN")
+	}
+	f := newLazyFixtureOn(t, db)
+	tx := f.begin()
+	if f.inTx() {
+		t.Fatal("a transaction is open on the server before its first statement")
+	}
+	if _, err := db.LockRow(f.ctx, tx, "lazy", store.RowLockParams{NoWait: true, Conn: f.Conn.Conn}); err != nil {
+		t.Fatal(err)
+	}
+	if !f.inTx() || !f.lockedElsewhere() {
+		t.Fatal("the first statement did not run in an open transaction holding the row")
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -43,13 +43,17 @@ func FromPool(ctx context.Context, pool *pgxpool.Pool) (*dialect.DB, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil *pgxpool.Pool", dblock.ErrInvalidOption)
 	}
-	sdb := stdlib.OpenDBFromPool(pool)
+	// stdlib.OpenDBFromPool's pool, with a pessimistic hold's BEGIN
+	// deferred to its lock statement as on the pools open opens.
+	sdb := sql.OpenDB(lazyConnector{stdlib.GetPoolConnector(pool)})
+	sdb.SetMaxIdleConns(0)
 	s, err := store.New(ctx, sdb, store.Postgres)
 	if err != nil {
 		_ = sdb.Close()
 		return nil, err
 	}
 	s.CloseWith(sdb.Close)
+	s.DeferBegins()
 	return store.Front(s).(*dialect.DB), nil
 }
 

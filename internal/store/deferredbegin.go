@@ -26,7 +26,10 @@ func DeferredBegin(ctx context.Context) bool {
 
 // DefersBegin reports whether a transaction begun on db with a context from
 // WithDeferredBegin sends its BEGIN with its first statement.
-func (db *DB) DefersBegin() bool {
-	d, ok := drivers[db.Dialect.Kind()]
-	return db.owned && ok && d.DeferredBegin
-}
+func (db *DB) DefersBegin() bool { return db.defersBegin }
+
+// DeferBegins marks db's pool as one whose driver connections defer BEGIN
+// where asked (see WithDeferredBegin). Open marks its pools where the
+// driver says so (Driver.DeferredBegin); a driver's package calls it for a
+// pool of its own making over the caller's (postgres.FromPool).
+func (db *DB) DeferBegins() { db.defersBegin = true }

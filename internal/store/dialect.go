@@ -127,6 +127,9 @@ type DB struct {
 
 	owned  bool
 	closer func() error
+	// defersBegin: the pool's driver defers BEGIN where asked (see
+	// DefersBegin).
+	defersBegin bool
 	// native runs the pool's single statements through the driver's own
 	// interface where it has one (nil: database/sql).
 	native *Native
@@ -173,7 +176,8 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		_ = sdb.Close()
 		return nil, err
 	}
-	db := &DB{DB: sqlx.NewDb(sdb, drv.Name), Dialect: d, owned: true, closer: sdb.Close, native: nativeOf(drv, sdb)}
+	db := &DB{DB: sqlx.NewDb(sdb, drv.Name), Dialect: d, owned: true, closer: sdb.Close, native: nativeOf(drv, sdb),
+		defersBegin: drv.DeferredBegin}
 	if kind == MySQL {
 		db.prepared = newPrepared(db.DB, preparedSet(d)...)
 	}
