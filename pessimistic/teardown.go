@@ -92,11 +92,15 @@ func (l *Locker) endBounded(ctx context.Context, h *hold, rollback bool) error {
 			return err
 		}
 		<-interrupted
-		if err == nil || errors.Is(err, dblock.ErrUnavailable) {
+		switch {
+		case err == nil || errors.Is(err, dblock.ErrUnavailable):
 			return err
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || isConnErr(err):
+			// Given up as ctx ended: the server may or may not have done it.
+			return fmt.Errorf("%w: %s interrupted as ctx ended: outcome unknown: %w (%w)",
+				dblock.ErrUnavailable, endVerb(rollback), err, context.Cause(ctx))
 		}
-		return fmt.Errorf("%w: %s interrupted as ctx ended: outcome unknown: %w (%w)",
-			dblock.ErrUnavailable, endVerb(rollback), err, context.Cause(ctx))
+		return fmt.Errorf("%w: %w", err, context.Cause(ctx)) // An answer (a rollback, say) came first.
 	}
 	done := make(chan error, 1)
 	l.bg.Add(1)
