@@ -8,6 +8,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
 	"github.com/dblock-go/dblock/pessimistic"
 )
@@ -23,12 +24,7 @@ func TestFaultPartitionedPessimisticHolder(t *testing.T) {
 	for _, kind := range serverKinds() {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
-			iso := dbtest.New(t, kind)
-			px := newProxy(t, iso)
-			holder, err := pessimistic.New(px.open(t), &pessimistic.Config{Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
+			iso, px, holder := proxiedHolder(t, kind)
 			rival, err := optimistic.New(iso.DB, &optimistic.Config{Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
@@ -83,12 +79,7 @@ func TestFaultCommitIntoPartition(t *testing.T) {
 	for _, kind := range serverKinds() {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
-			iso := dbtest.New(t, kind)
-			px := newProxy(t, iso)
-			holder, err := pessimistic.New(px.open(t), &pessimistic.Config{Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, px, holder := proxiedHolder(t, kind)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			lease, err := holder.Acquire(ctx, "commit-partitioned", dblock.WithTTL(30*time.Second))
@@ -119,4 +110,17 @@ func TestFaultCommitIntoPartition(t *testing.T) {
 			t.Logf("Release returned after %v: %v", took.Round(time.Millisecond), err)
 		})
 	}
+}
+
+// proxiedHolder is a pessimistic Locker whose pool reaches kind's server
+// through a toxiproxy, over a database of its own.
+func proxiedHolder(t *testing.T, kind store.Kind) (*dbtest.Isolated, *netProxy, *pessimistic.Locker) {
+	t.Helper()
+	iso := dbtest.New(t, kind)
+	px := newProxy(t, iso)
+	holder, err := pessimistic.New(px.open(t), &pessimistic.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return iso, px, holder
 }
