@@ -2,9 +2,10 @@ package store
 
 import "context"
 
-// A transaction begun with a context from WithDeferredBegin on a pool Open
-// opened with a driver that supports it (PostgreSQL's, see
-// Driver.DeferredBegin) sends no BEGIN at BeginTx: the driver sends it with
+// A transaction begun with a context from WithDeferredBegin on a pool whose
+// driver connections support it (PostgreSQL's on the pools Open and
+// postgres.FromPool make: see DeferBegins) sends no BEGIN at BeginTx: the
+// driver sends it with
 // the transaction's first statement, in the same round trip when that
 // statement goes through Native.QueryRowOn or ExecOn (a pessimistic hold's
 // lock statement), and before it otherwise. A transaction that ends before
