@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jmoiron/sqlx"
 
@@ -231,6 +232,23 @@ func TestDeferredBeginFromPool(t *testing.T) {
 		t.Fatal("the first statement did not run in an open transaction holding the row")
 	}
 	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRawConn: a Raw caller on a pool dialect.Open opened reaches pgx's
+// connection through the method Conn, as the package doc says.
+func TestRawConn(t *testing.T) {
+	f := newLazyFixture(t)
+	err := f.Raw(func(dc any) error {
+		c, ok := dc.(interface{ Conn() *pgx.Conn })
+		if !ok {
+			t.Fatalf("the driver connection %T has no Conn() *pgx.Conn", dc)
+		}
+		var one int
+		return c.Conn().QueryRow(f.ctx, "SELECT 1").Scan(&one)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
