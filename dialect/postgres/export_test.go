@@ -11,5 +11,5 @@ var StdlibConn = stdlibConn
 // CloseUnder closes pgx's connection under dc, a connection of a pool open
 // opened, leaving a deferred BEGIN unsent.
 func CloseUnder(ctx context.Context, dc any) error {
-	return dc.(*lazyConn).Conn.Conn().Close(ctx)
+	return dc.(*lazyConn).stdConn.Conn().Close(ctx)
 }

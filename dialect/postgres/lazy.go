@@ -31,13 +31,19 @@ func (c lazyConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		_ = conn.Close()
 		return nil, errors.New("dblock: pgx's connector returned a connection of another type")
 	}
-	return &lazyConn{Conn: sc}, nil
+	return &lazyConn{stdConn: sc}, nil
 }
 
+// stdConn is pgx's stdlib connection under a name of its own, so that the
+// embedding field is not called Conn and stdlib.Conn's method Conn (pgx's
+// connection) is promoted to lazyConn.
+type stdConn = stdlib.Conn
+
 // lazyConn is pgx's connection (every interface database/sql asks for is
-// its, by embedding) with the transaction begun lazily on it, if any.
+// its, by embedding, and its method Conn) with the transaction begun lazily
+// on it, if any.
 type lazyConn struct {
-	*stdlib.Conn
+	*stdConn
 	tx *lazyTx // Until the transaction's end.
 }
 
@@ -56,9 +62,9 @@ func (c *lazyConn) Begin() (driver.Tx, error) {
 
 func (c *lazyConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	if !store.DeferredBegin(ctx) || opts.Isolation != driver.IsolationLevel(0) || opts.ReadOnly {
-		return c.Conn.BeginTx(ctx, opts)
+		return c.stdConn.BeginTx(ctx, opts)
 	}
-	if c.Conn.Conn().IsClosed() {
+	if c.stdConn.Conn().IsClosed() {
 		return nil, driver.ErrBadConn
 	}
 	c.tx = &lazyTx{c: c, ctx: ctx}
@@ -76,7 +82,7 @@ func (c *lazyConn) begun() error {
 		return nil
 	}
 	if c.pending() {
-		c.tx.tx, c.tx.err = c.Conn.Conn().BeginTx(c.tx.ctx, pgx.TxOptions{})
+		c.tx.tx, c.tx.err = c.stdConn.Conn().BeginTx(c.tx.ctx, pgx.TxOptions{})
 	}
 	return c.tx.err
 }
@@ -96,7 +102,7 @@ func (c *lazyConn) beginWith(ctx context.Context, query string, args, dest []any
 	} else {
 		q.Exec(func(tag pgconn.CommandTag) error { affected = tag.RowsAffected(); return nil })
 	}
-	br := c.Conn.Conn().SendBatch(ctx, b)
+	br := c.stdConn.Conn().SendBatch(ctx, b)
 	tx := br.Tx()
 	err := br.Close()
 	if !begun {
@@ -122,21 +128,21 @@ func (c *lazyConn) PrepareContext(ctx context.Context, query string) (driver.Stm
 	if err := c.begun(); err != nil {
 		return nil, err
 	}
-	return c.Conn.PrepareContext(ctx, query)
+	return c.stdConn.PrepareContext(ctx, query)
 }
 
 func (c *lazyConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	if err := c.begun(); err != nil {
 		return nil, err
 	}
-	return c.Conn.ExecContext(ctx, query, args)
+	return c.stdConn.ExecContext(ctx, query, args)
 }
 
 func (c *lazyConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	if err := c.begun(); err != nil {
 		return nil, err
 	}
-	return c.Conn.QueryContext(ctx, query, args)
+	return c.stdConn.QueryContext(ctx, query, args)
 }
 
 // Commit and Rollback end pgx's transaction under BeginTx's context, or
@@ -165,7 +171,7 @@ func (t *lazyTx) Rollback() error {
 func stdlibConn(dc any) (*stdlib.Conn, error) {
 	switch c := dc.(type) {
 	case *lazyConn:
-		return c.Conn, c.begun()
+		return c.stdConn, c.begun()
 	case *stdlib.Conn:
 		return c, nil
 	}

@@ -40,7 +40,7 @@ func native(pool *sql.DB) *store.Native {
 func queryRowOn(ctx context.Context, conn *sql.Conn, query string, args []any, dest ...any) error {
 	return conn.Raw(func(dc any) error {
 		if lc, ok := dc.(*lazyConn); ok && lc.pending() {
-			return bounded(ctx, lc.Conn, func(ctx context.Context, _ *pgx.Conn) error {
+			return bounded(ctx, lc.stdConn, func(ctx context.Context, _ *pgx.Conn) error {
 				_, err := lc.beginWith(ctx, query, args, dest)
 				return err
 			})
@@ -59,7 +59,7 @@ func execOn(ctx context.Context, conn *sql.Conn, query string, args ...any) (int
 	var affected int64
 	err := conn.Raw(func(dc any) error {
 		if lc, ok := dc.(*lazyConn); ok && lc.pending() {
-			return bounded(ctx, lc.Conn, func(ctx context.Context, _ *pgx.Conn) error {
+			return bounded(ctx, lc.stdConn, func(ctx context.Context, _ *pgx.Conn) error {
 				var err error
 				affected, err = lc.beginWith(ctx, query, args, nil)
 				return err
