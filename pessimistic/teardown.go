@@ -84,8 +84,11 @@ func (l *Locker) endBounded(ctx context.Context, h *hold, rollback bool) error {
 		// needed to give up on it.
 		interrupted := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
-			close(interrupted)
+			// interrupt first: on MySQL it starts the session's kill,
+			// counted in l.bg, which must be counted before this call
+			// returns and a Close can wait for l.bg.
 			l.interrupt(h)
+			close(interrupted)
 		})
 		err := h.end(ctx, rollback)
 		if stop() {
