@@ -172,8 +172,10 @@ func processDeath(t *testing.T, iso *dbtest.Isolated, mode string) {
 	}
 	// Progress, not speed: each holder killed costs its lease's TTL (1 s),
 	// so twelve rounds grant ten to twenty; a machine busy elsewhere was
-	// seen granting nine, with the old code as with the new.
-	if sum.Granted < 2*workers {
+	// seen granting nine, and seven on a 2-core machine running the other
+	// fault tests alongside (MariaDB, 14 of 16 kills while waiting). At
+	// least one grant per worker says the line moves.
+	if sum.Granted < workers {
 		t.Fatalf("only %d acquisitions granted: the workers did not make progress", sum.Granted)
 	}
 	checkHistory(t, ops, "merged history")
