@@ -34,34 +34,29 @@ func native(pool *sql.DB) *store.Native {
 }
 
 // queryRowOn and execOn run one statement on a pinned connection (in the
-// transaction it may be in), through pgx.
-// The first statement of a transaction whose BEGIN was deferred carries
-// it (see lazyConn).
+// transaction it may be in), through pgx (runOn).
 func queryRowOn(ctx context.Context, conn *sql.Conn, query string, args []any, dest ...any) error {
-	return conn.Raw(func(dc any) error {
-		if lc, ok := dc.(*lazyConn); ok && lc.pending() {
-			return bounded(ctx, lc.stdConn, func(ctx context.Context, _ *pgx.Conn) error {
-				_, err := lc.beginWith(ctx, query, args, dest)
-				return err
-			})
-		}
-		sc, err := stdlibConn(dc)
-		if err != nil {
-			return err
-		}
-		return bounded(ctx, sc, func(ctx context.Context, c *pgx.Conn) error {
-			return c.QueryRow(ctx, query, args...).Scan(dest...)
-		})
-	})
+	if dest == nil {
+		dest = []any{} // A row is still read (sql.ErrNoRows without one).
+	}
+	_, err := runOn(ctx, conn, query, args, dest)
+	return err
 }
 
 func execOn(ctx context.Context, conn *sql.Conn, query string, args ...any) (int64, error) {
+	return runOn(ctx, conn, query, args, nil)
+}
+
+// runOn runs query on conn, scanning its first row into dest, or, with dest
+// nil, returning the rows it affected. The first statement of a
+// transaction whose BEGIN was deferred carries it (see lazyConn).
+func runOn(ctx context.Context, conn *sql.Conn, query string, args, dest []any) (int64, error) {
 	var affected int64
 	err := conn.Raw(func(dc any) error {
 		if lc, ok := dc.(*lazyConn); ok && lc.pending() {
 			return bounded(ctx, lc.stdConn, func(ctx context.Context, _ *pgx.Conn) error {
 				var err error
-				affected, err = lc.beginWith(ctx, query, args, nil)
+				affected, err = lc.beginWith(ctx, query, args, dest)
 				return err
 			})
 		}
@@ -70,6 +65,9 @@ func execOn(ctx context.Context, conn *sql.Conn, query string, args ...any) (int
 			return err
 		}
 		return bounded(ctx, sc, func(ctx context.Context, c *pgx.Conn) error {
+			if dest != nil {
+				return c.QueryRow(ctx, query, args...).Scan(dest...)
+			}
 			tag, err := c.Exec(ctx, query, args...)
 			affected = tag.RowsAffected()
 			return err
