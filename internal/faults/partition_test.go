@@ -57,13 +57,7 @@ func TestFaultPartitionedPessimisticHolder(t *testing.T) {
 			if err := got.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			closed := make(chan error, 1)
-			go func() { closed <- holder.Close() }()
-			select {
-			case <-closed:
-			case <-time.After(15 * time.Second):
-				t.Fatal("holder.Close hangs after the partition")
-			}
+			closeWithin(t, holder, 15*time.Second, "after the partition")
 			t.Logf("the server freed the name %v after the partition began (TTL %v)", freedAfter.Round(time.Millisecond), ttl)
 		})
 	}
@@ -100,13 +94,7 @@ func TestFaultCommitIntoPartition(t *testing.T) {
 			if took > bound+2*time.Second {
 				t.Errorf("Release into a partition returned after %v, its context ended after %v", took, bound)
 			}
-			closed := make(chan error, 1)
-			go func() { closed <- holder.Close() }()
-			select {
-			case <-closed:
-			case <-time.After(15 * time.Second):
-				t.Fatal("holder.Close hangs after a commit into a partition")
-			}
+			closeWithin(t, holder, 15*time.Second, "after a commit into a partition")
 			t.Logf("Release returned after %v: %v", took.Round(time.Millisecond), err)
 		})
 	}
@@ -123,4 +111,17 @@ func proxiedHolder(t *testing.T, kind store.Kind) (*dbtest.Isolated, *netProxy, 
 		t.Fatal(err)
 	}
 	return iso, px, holder
+}
+
+// closeWithin closes holder, failing t if Close has not returned within d
+// (after what happened to it).
+func closeWithin(t *testing.T, holder *pessimistic.Locker, d time.Duration, after string) {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- holder.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(d):
+		t.Fatalf("holder.Close hangs %s", after)
+	}
 }
