@@ -24,7 +24,8 @@ import (
 // fenced_writes in a transaction guarded by optimistic.Guard, printing
 // "held TOKEN", then "lost ERR" when the lease reports its loss and
 // "rejected ERR" when a write is refused (after which it waits up to 10 s
-// for the loss report, if there was none yet, and stops).
+// for the loss report, if there was none yet, and stops). A guard that finds
+// its transaction's session gone (ErrUnavailable) is retried on a new one.
 func stopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.Duration) int {
 	l, err := optimistic.New(db, &optimistic.Config{Logger: quiet})
 	if err != nil {
@@ -55,7 +56,17 @@ func stopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.Durat
 		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 		tx, err := store.Of(db).BeginTxx(wctx, nil)
 		if err == nil {
-			if gerr := l.Guard(wctx, tx, lease); gerr != nil {
+			gerr := l.Guard(wctx, tx, lease)
+			if errors.Is(gerr, dblock.ErrUnavailable) {
+				// The freeze landed inside this transaction and the
+				// server ended its session: the write is refused, and
+				// an application retries on a new one, as here.
+				_ = tx.Rollback()
+				wcancel()
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			if gerr != nil {
 				_ = tx.Rollback()
 				wcancel()
 				fmt.Printf("rejected %v\n", strings.ReplaceAll(gerr.Error(), "\n", " "))
