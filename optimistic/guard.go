@@ -50,7 +50,11 @@ type Tx interface {
 // When the lease no longer holds, Guard returns an error wrapping
 // dblock.ErrNotHeld and the *dblock.LostError saying why (ErrLost with
 // ErrExpired, ErrTakenOver or ErrForceReleased, or ErrReleased after
-// Release), and marks the lease lost. Roll tx back then.
+// Release), and marks the lease lost. Roll tx back then. When tx's session
+// is gone (the server ended it, for instance after its
+// idle_transaction_timeout while the process was frozen), Guard cannot tell
+// and returns an error wrapping dblock.ErrUnavailable: nothing in tx can
+// commit, so roll it back and guard a new transaction, which answers.
 func (l *Locker) Guard(ctx context.Context, tx Tx, lease *dblock.Lease) error {
 	if tx == nil || lease == nil {
 		return fmt.Errorf("optimistic: guard: %w: nil transaction or lease", dblock.ErrInvalidOption)
