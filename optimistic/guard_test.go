@@ -205,3 +205,72 @@ func TestGuardAfterWait(t *testing.T) {
 		}
 	})
 }
+
+// TestGuardSessionGone: the server ended the session of the transaction
+// Guard runs in (as after an idle timeout while the holder was frozen).
+// Guard cannot read the row: it says the database is unavailable, not that
+// the lease is lost, and leaves the lease held; a new transaction's guard
+// passes.
+func TestGuardSessionGone(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l := newOptimistic(t, iso.DB)
+			lease, err := l.Acquire(ctx, locktest.RandomName("guard-gone"))
+			if err != nil {
+				t.Fatalf("acquire: %v", err)
+			}
+			tx, err := iso.Store().BeginTxx(ctx, nil)
+			if err != nil {
+				t.Fatalf("begin: %v", err)
+			}
+			defer func() { _ = tx.Rollback() }()
+			session, kill, alive := "SELECT pg_backend_pid()", "SELECT pg_terminate_backend($1)",
+				"SELECT count(*) FROM pg_stat_activity WHERE pid = $1"
+			if kind == store.MySQL {
+				session, kill, alive = "SELECT CONNECTION_ID()", "KILL ?",
+					"SELECT count(*) FROM information_schema.processlist WHERE id = ?"
+			}
+			var id int64
+			if err := tx.GetContext(ctx, &id, session); err != nil {
+				t.Fatalf("session id: %v", err)
+			}
+			if _, err := iso.Store().ExecContext(ctx, kill, id); err != nil {
+				t.Fatalf("end the session: %v", err)
+			}
+			for n := 1; n > 0; time.Sleep(10 * time.Millisecond) {
+				// Until the server has ended it (ctx bounds the loop).
+				if err := iso.Store().GetContext(ctx, &n, alive, id); err != nil {
+					t.Fatalf("session gone yet: %v", err)
+				}
+			}
+			err = l.Guard(ctx, tx, lease)
+			if !errors.Is(err, dblock.ErrUnavailable) || errors.Is(err, dblock.ErrNotHeld) {
+				t.Fatalf("guard in an ended session: %v, want ErrUnavailable and not ErrNotHeld", err)
+			}
+			select {
+			case <-lease.Done():
+				t.Fatalf("lease ended by a guard that could not read: %v", lease.Err())
+			default:
+			}
+			tx2, err := iso.Store().BeginTxx(ctx, nil)
+			if err != nil {
+				t.Fatalf("begin: %v", err)
+			}
+			defer func() { _ = tx2.Rollback() }()
+			if err := l.Guard(ctx, tx2, lease); err != nil {
+				t.Fatalf("guard in a new transaction: %v", err)
+			}
+			if err := tx2.Commit(); err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+		})
+	}
+}
