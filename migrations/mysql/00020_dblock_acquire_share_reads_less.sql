@@ -1,10 +1,9 @@
 -- dblock: a reader's acquire reads less on its common path (dblock_acquire_share of 00019,
 -- replaced; same results). It counted the caller's own share of the period on every call, where only
 -- a joiner kept out by a waiting writer needs it; and it read its share's expiry back after writing
--- it, where a fresh period's token is new (the row's version only grows, and a row the reaper deleted
--- comes back above the fence's floor), so the write set the expiry the procedure already holds.
--- Each is an indexed read inside the procedure; the two made about 5-10 % of an uncontended read
--- pair on MariaDB.
+-- it, where a share the insert created (one row affected: every update of an existing share changes
+-- its entry count or its token, so it reports two, even with CLIENT_FOUND_ROWS) holds the expiry the
+-- procedure already has. Each is an indexed read inside the procedure.
 
 -- +goose Up
 DROP PROCEDURE IF EXISTS dblock_acquire_share;
@@ -112,8 +111,9 @@ proc: BEGIN
         acquired_at = IF(token = VALUES(token), acquired_at, VALUES(acquired_at)),
         metadata    = IF(token = VALUES(token), metadata, VALUES(metadata)),
         token       = VALUES(token);
-    IF NOT v_fresh THEN
-        -- A fresh period's token is new, so the insert wrote v_exp; otherwise it may have re-entered.
+    IF ROW_COUNT() <> 1 THEN
+        -- The share existed (re-entered, or a share of an earlier period replaced): read what the
+        -- update wrote. A new share (1 row affected) holds v_exp.
         SELECT s.expires_at INTO v_exp FROM dblock_shares s WHERE s.name = p_name AND s.owner = p_owner;
     END IF;
     IF v_join THEN
