@@ -138,6 +138,8 @@ type DB struct {
 	// prepared holds the hottest statements prepared (MySQL, a pool Open
 	// opened; nil elsewhere: see prepared.go).
 	prepared *preparedStmts
+	// free holds the names released lately (MariaDB: see takefree.go).
+	free freeNames
 }
 
 // nativeOf is drv's native interface to pool, if it has one.

@@ -22,3 +22,6 @@ func PrepareAgain(db *DB) {
 		e.failed.Store(0)
 	}
 }
+
+// NoteReleased records name as released lately by db (see takefree.go).
+func (db *DB) NoteReleased(name string) { db.noteReleased(name) }

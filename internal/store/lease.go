@@ -64,6 +64,17 @@ type LeaseSQL struct {
 	// hides. They run while a trigger was seen lately (see
 	// DB.returningAcquire); the OK packet is cheaper to read otherwise.
 	AcquireReturning, AcquireInTxReturning string
+	// TakeFree (MariaDB), where not empty, takes a name's existing row in
+	// autocommit mode when it is free (no live lease, no other owner's live
+	// reservation), as a plain conditional update: cheaper than Acquire's
+	// upsert, which reads the fencing floor and tries an insert first. A
+	// row that exists keeps its version growing, so the floor (which only
+	// carries versions across a deletion) is not needed. It does not
+	// re-enter (an owner's live lease is not free) and reports through the
+	// OK packet: one affected row, the token as insert id. Acquire runs
+	// after it when it took nothing, and instead of it for a name this DB
+	// did not take or free lately (see DB.free).
+	TakeFree string
 	// OwnedToken (MySQL/MariaDB) reads the version and reentry count of a
 	// name's row held by an owner: the token of an acquisition whose insert
 	// id a trigger hid.
@@ -262,7 +273,11 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // ReleaseLease runs the release CAS; it reports whether the row named (owner,
 // token) and was released (or its reentry count decremented).
 func (db *DB) ReleaseLease(ctx context.Context, q Querier, name, owner string, token dblock.Token) (bool, error) {
-	return db.execOne(ctx, db.q(q), db.Dialect.Lease().Release, name, owner, int64(token))
+	released, err := db.execOne(ctx, db.q(q), db.Dialect.Lease().Release, name, owner, int64(token))
+	if released {
+		db.noteReleased(name)
+	}
+	return released, err
 }
 
 // RenewLease extends an unexpired lease by ttl from the database's now; it

@@ -213,11 +213,33 @@ var mysqlLease = LeaseSQL{
 	Reserve: mysql8NoLongWait(mysqlReserve), Unreserve: mysql8NoLongWait(mysqlUnreserve),
 }
 
+// mariadbTakeFree takes a name's existing row when no live lease holds it
+// and no other owner's live reservation keeps it (see LeaseSQL.TakeFree):
+// the fresh-take branch of mariadbAcquire's update, as a plain update. The
+// assignments run in order, each on the values the earlier ones left, as
+// the upsert's do; owner comes last. Arguments: mode, metadata, TTL (µs),
+// owner three times, name, owner.
+const mariadbTakeFree = `UPDATE dblock_locks SET
+    reentry     = 1,
+    version     = LAST_INSERT_ID(version + 1),
+    mode        = ?,
+    acquired_at = UTC_TIMESTAMP(6),
+    metadata    = ?,
+    expires_at  = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+    next_since  = IF(next_owner = ? OR next_until <= UTC_TIMESTAMP(6), NULL, next_since),
+    next_until  = IF(next_owner = ? OR next_until <= UTC_TIMESTAMP(6), NULL, next_until),
+    next_owner  = IF(next_until IS NULL, NULL, next_owner),
+    updated_at  = UTC_TIMESTAMP(6),
+    owner       = ?
+WHERE name = ? AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))
+  AND (next_until IS NULL OR next_until <= UTC_TIMESTAMP(6) OR next_owner <=> ?)`
+
 // Only the acquire refuses to wait: release and renew are CAS statements on a
 // row held by us, which other statements lock for one autocommit statement at
 // most, and failing them at once would leave the lease to expire.
 var mariadbLease = LeaseSQL{
 	Acquire: mariadbNoWait + mariadbAcquire, Release: mysqlRelease, Renew: mysqlRenew, Proclaim: mysqlProclaim,
+	TakeFree:  mariadbNoWait + mariadbTakeFree,
 	FloorInTx: mysqlFloorText + mariadbShareSkipLocked, AcquireInTx: mariadbNoWait + mysqlAcquireValues,
 	AcquireReturning:     mariadbNoWait + mariadbAcquire + mariadbReturning,
 	AcquireInTxReturning: mariadbNoWait + mysqlAcquireValues + mariadbReturning,

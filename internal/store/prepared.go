@@ -30,7 +30,7 @@ import (
 func preparedSet(d Dialect) []string {
 	l, q := d.Lease(), d.Queue()
 	r := d.Row()
-	return []string{l.Acquire, l.AcquireReturning, l.Release, l.Holder,
+	return []string{l.Acquire, l.AcquireReturning, l.TakeFree, l.Release, l.Holder,
 		q.Enqueue, q.Check, q.Peek, q.Take, q.Leave, q.Heartbeat,
 		r.LockNoWait, r.LockSharedNoWait}
 }

@@ -34,8 +34,15 @@ func TestPreparedStatements(t *testing.T) {
 	}
 	store.PrepareAgain(db)
 	leasePairs(t, db, p)
-	if n := store.PreparedCount(db); n != 2 {
-		t.Fatalf("%d statements prepared after acquisitions, renewals and releases, want 2 (a renewal runs in a transaction of its own)", n)
+	// The acquire and the release; on MariaDB also the take of a name
+	// released lately (the second and third acquisitions). A renewal runs
+	// in a transaction of its own.
+	want := 2
+	if db.Dialect.Lease().TakeFree != "" {
+		want = 3
+	}
+	if n := store.PreparedCount(db); n != want {
+		t.Fatalf("%d statements prepared after acquisitions, renewals and releases, want %d", n, want)
 	}
 
 	raw, err := store.New(ctx, db.DB.DB, store.MySQL)

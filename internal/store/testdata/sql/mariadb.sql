@@ -118,6 +118,22 @@ ON DUPLICATE KEY UPDATE
 RETURNING IFNULL(owner, ''), version, reentry, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
     IFNULL(next_owner, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_since), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_until), 0);
 
+-- LeaseSQL.TakeFree
+SET STATEMENT innodb_lock_wait_timeout=0 FOR UPDATE dblock_locks SET
+    reentry     = 1,
+    version     = LAST_INSERT_ID(version + 1),
+    mode        = ?,
+    acquired_at = UTC_TIMESTAMP(6),
+    metadata    = ?,
+    expires_at  = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+    next_since  = IF(next_owner = ? OR next_until <= UTC_TIMESTAMP(6), NULL, next_since),
+    next_until  = IF(next_owner = ? OR next_until <= UTC_TIMESTAMP(6), NULL, next_until),
+    next_owner  = IF(next_until IS NULL, NULL, next_owner),
+    updated_at  = UTC_TIMESTAMP(6),
+    owner       = ?
+WHERE name = ? AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))
+  AND (next_until IS NULL OR next_until <= UTC_TIMESTAMP(6) OR next_owner <=> ?);
+
 -- LeaseSQL.OwnedToken
 SELECT version, reentry FROM dblock_locks WHERE name = ? AND owner = ?;
 

@@ -1,0 +1,104 @@
+package store
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dblock-go/dblock"
+)
+
+// MariaDB's cheaper acquisition of a free name (LeaseSQL.TakeFree): tried
+// first for a name this DB released lately, where the name is most likely
+// free and its row there (an application that takes and gives back the same
+// name, a Locker's waiters handing a name on); Acquire follows when it took
+// nothing.
+
+// freeFor is how long after this DB released a name its next acquisition
+// tries TakeFree first.
+const freeFor = 5 * time.Second
+
+// freeMax bounds the names remembered; past it the memory starts over.
+const freeMax = 4096
+
+// freeNames remembers when this DB last released each name. A name that
+// TakeFree did not take is forgotten at once, so a name held by others
+// (or gone) costs the extra statement once.
+type freeNames struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// released records that name was released now.
+func (f *freeNames) released(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at == nil || len(f.at) >= freeMax {
+		f.at = make(map[string]time.Time, 64)
+	}
+	f.at[name] = time.Now()
+}
+
+// recent reports whether name was released in the last freeFor.
+func (f *freeNames) recent(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok := f.at[name]
+	return ok && time.Since(at) < freeFor
+}
+
+// forget drops name: it was not free after all.
+func (f *freeNames) forget(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.at, name)
+}
+
+// noteReleased records a lease's release where TakeFree is in use.
+func (db *DB) noteReleased(name string) {
+	if db.Dialect.Lease().TakeFree != "" {
+		db.free.released(name)
+	}
+}
+
+// takesFree reports whether a tries TakeFree before Acquire: on the pool
+// (autocommit), with no trigger seen lately (one zeroes the insert id on an
+// update: the upsert's RETURNING form reads the row instead), for a name
+// released lately.
+func (a *mysqlAcquisition) takesFree() bool {
+	return a.db.Dialect.Lease().TakeFree != "" && a.q == Querier(a.db.DB) &&
+		!a.db.returningAcquire() && a.db.free.recent(a.p.Name)
+}
+
+// takeFree runs TakeFree once: taken reports a lease (or, when a trigger
+// hid its token, a take to read back, as ownedToken does); not taken, the
+// name is forgotten and Acquire decides. Only errors that are not a busy
+// row end the acquisition.
+func (a *mysqlAcquisition) takeFree() (res AcquireResult, taken bool, err error) {
+	p := a.p
+	r, err := a.db.exec(a.ctx, a.q, a.db.Dialect.Lease().TakeFree,
+		p.Mode, nullString(p.Metadata), p.TTL.Microseconds(), p.Owner, p.Owner, p.Owner, p.Name, p.Owner)
+	if err == nil {
+		a.affected, err = r.RowsAffected()
+	}
+	if err == nil && a.affected == 1 {
+		a.id, err = r.LastInsertId()
+	}
+	switch {
+	case err != nil:
+		err = a.db.Classify(err)
+		if errors.Is(err, dblock.ErrNotAcquired) || errors.Is(err, dblock.ErrDeadlock) {
+			// A transaction holds the row: Acquire tells who.
+			a.db.free.forget(p.Name)
+			return AcquireResult{}, false, nil
+		}
+		return AcquireResult{}, false, err
+	case a.affected != 1:
+		a.db.free.forget(p.Name)
+		return AcquireResult{}, false, nil
+	case a.id == 0:
+		res, err = a.ownedToken()
+		return res, true, err
+	}
+	return AcquireResult{Acquired: true, Token: dblock.Token(a.id), Reentry: 1, Statements: 1}, true, nil
+}
