@@ -25,3 +25,10 @@ func PrepareAgain(db *DB) {
 
 // NoteReleased records name as released lately by db (see takefree.go).
 func (db *DB) NoteReleased(name string) { db.noteReleased(name) }
+
+// TakesFree reports whether db's next acquisition of name tries TakeFree
+// first (on the pool).
+func TakesFree(db *DB, name string) bool {
+	a := &mysqlAcquisition{db: db, q: db.DB, p: AcquireParams{Name: name}}
+	return a.takesFree()
+}
