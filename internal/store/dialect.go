@@ -138,7 +138,7 @@ type DB struct {
 	// prepared holds the hottest statements prepared (MySQL, a pool Open
 	// opened; nil elsewhere: see prepared.go).
 	prepared *preparedStmts
-	// free holds the names released lately (MariaDB: see takefree.go).
+	// free holds the names released lately (MariaDB: see mysql_takefree.go).
 	free freeNames
 }
 

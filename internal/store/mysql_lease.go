@@ -147,7 +147,7 @@ func casLocked(ctx context.Context, db *DB, tx Querier, name, query string, args
 // deleting idle neighbours, a gap lock of a locking read), so the statement
 // is run again, with the fence retries' pauses, for up to keyLockedMax; only
 // then is it refused, with ErrKeyLocked as the reason. On MariaDB a name
-// this DB released lately is first tried with TakeFree (see takefree.go).
+// this DB released lately is first tried with TakeFree (see mysql_takefree.go).
 func (db *DB) acquireMySQL(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
 	a := &mysqlAcquisition{ctx: ctx, db: db, q: q, p: p}
 	tried := 0
