@@ -76,8 +76,9 @@ func (a *mysqlAcquisition) takesFree() bool {
 // row end the acquisition.
 func (a *mysqlAcquisition) takeFree() (res AcquireResult, taken bool, err error) {
 	p := a.p
+	owner := any(p.Owner) // Boxed once for its four places.
 	r, err := a.db.exec(a.ctx, a.q, a.db.Dialect.Lease().TakeFree,
-		p.Mode, nullString(p.Metadata), p.TTL.Microseconds(), p.Owner, p.Owner, p.Owner, p.Name, p.Owner)
+		p.Mode, nullString(p.Metadata), p.TTL.Microseconds(), owner, owner, owner, p.Name, owner)
 	if err == nil {
 		a.affected, err = r.RowsAffected()
 	}
