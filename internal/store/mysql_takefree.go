@@ -79,11 +79,12 @@ func (a *mysqlAcquisition) takeFree() (res AcquireResult, taken bool, err error)
 	owner := any(p.Owner) // Boxed once for its four places.
 	r, err := a.db.exec(a.ctx, a.q, a.db.Dialect.Lease().TakeFree,
 		p.Mode, nullString(p.Metadata), p.TTL.Microseconds(), owner, owner, owner, p.Name, owner)
+	var affected, id int64
 	if err == nil {
-		a.affected, err = r.RowsAffected()
+		affected, err = r.RowsAffected()
 	}
-	if err == nil && a.affected == 1 {
-		a.id, err = r.LastInsertId()
+	if err == nil && affected == 1 {
+		id, err = r.LastInsertId()
 	}
 	switch {
 	case err != nil:
@@ -94,12 +95,12 @@ func (a *mysqlAcquisition) takeFree() (res AcquireResult, taken bool, err error)
 			return AcquireResult{}, false, nil
 		}
 		return AcquireResult{}, false, err
-	case a.affected != 1:
+	case affected != 1:
 		a.db.free.forget(p.Name)
 		return AcquireResult{}, false, nil
-	case a.id == 0:
+	case id == 0:
 		res, err = a.ownedToken()
 		return res, true, err
 	}
-	return AcquireResult{Acquired: true, Token: dblock.Token(a.id), Reentry: 1, Statements: 1}, true, nil
+	return AcquireResult{Acquired: true, Token: dblock.Token(id), Reentry: 1, Statements: 1}, true, nil
 }
