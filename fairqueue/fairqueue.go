@@ -15,6 +15,7 @@ import (
 	"github.com/dblock-go/dblock/internal/leasemode"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/obs"
+	"github.com/dblock-go/dblock/internal/recent"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/internal/wake"
 	"github.com/dblock-go/dblock/telemetry"
@@ -126,17 +127,17 @@ func (c *Config) validate() error {
 // Locker acquires fair (FIFO) lease locks. It is safe for concurrent use;
 // create one per database and share it.
 type Locker struct {
-	db     *store.DB
-	cfg    Config
-	logger *slog.Logger
-	events obs.Events
-	rec    *obs.Recorder
-	hub    *wake.Hub // nil when notifications are off or unsupported.
-	keeper *leasekeeper.Keeper
-	local  signals
-	quiet  quietNames // Names whose direct acquisitions need not look at the queue first.
-	beats  beats
-	bg     sync.WaitGroup // The heartbeat goroutine.
+	db        *store.DB
+	cfg       Config
+	logger    *slog.Logger
+	events    obs.Events
+	rec       *obs.Recorder
+	hub       *wake.Hub // nil when notifications are off or unsupported.
+	keeper    *leasekeeper.Keeper
+	local     signals
+	contended recent.Names // When each name last met a holder or a queue (see quiet.go).
+	beats     beats
+	bg        sync.WaitGroup // The heartbeat goroutine.
 	// writeMu serialises this Locker's writes on SQLite (one writer per
 	// database): waiting on a mutex hands over at once, where colliding on
 	// the database lock backs off in sleeps of up to 100 ms.
@@ -357,7 +358,7 @@ func (a *attempt) direct(wait bool) (*dblock.Lease, error) {
 	backoff := l.cfg.PollMin
 	p := a.params
 	p.QueueGuard = true
-	p.QueueQuiet = l.quiet.quiet(a.name)
+	p.QueueQuiet = l.quiet(a.name)
 	for try := 1; ; try++ {
 		// The take runs on a context that outlives the caller's: a
 		// statement cancelled in flight may still commit, and a lease
@@ -377,7 +378,7 @@ func (a *attempt) direct(wait bool) (*dblock.Lease, error) {
 			return a.started(res, reqStart)
 		}
 		if err == nil {
-			l.quiet.contended(a.name)
+			l.contended.Mark(a.name)
 			if !wait {
 				return nil, a.notAcquired(store.QueueState{Ahead: res.Waiters, Holder: res.Holder})
 			}

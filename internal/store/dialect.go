@@ -16,6 +16,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/recent"
 )
 
 // Kind names a database family.
@@ -138,8 +139,9 @@ type DB struct {
 	// prepared holds the hottest statements prepared (MySQL, a pool Open
 	// opened; nil elsewhere: see prepared.go).
 	prepared *preparedStmts
-	// free holds the names released lately (MariaDB: see mysql_takefree.go).
-	free freeNames
+	// free holds when this DB last released each name (MariaDB: see
+	// mysql_takefree.go); a name TakeFree did not take is forgotten.
+	free recent.Names
 }
 
 // nativeOf is drv's native interface to pool, if it has one.

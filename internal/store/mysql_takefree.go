@@ -2,7 +2,6 @@ package store
 
 import (
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/dblock-go/dblock"
@@ -18,46 +17,10 @@ import (
 // tries TakeFree first.
 const freeFor = 5 * time.Second
 
-// freeMax bounds the names remembered; past it the memory starts over.
-const freeMax = 4096
-
-// freeNames remembers when this DB last released each name. A name that
-// TakeFree did not take is forgotten at once, so a name held by others
-// (or gone) costs the extra statement once.
-type freeNames struct {
-	mu sync.Mutex
-	at map[string]time.Time
-}
-
-// released records that name was released now.
-func (f *freeNames) released(name string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.at == nil || len(f.at) >= freeMax {
-		f.at = make(map[string]time.Time, 64)
-	}
-	f.at[name] = time.Now()
-}
-
-// recent reports whether name was released in the last freeFor.
-func (f *freeNames) recent(name string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	at, ok := f.at[name]
-	return ok && time.Since(at) < freeFor
-}
-
-// forget drops name: it was not free after all.
-func (f *freeNames) forget(name string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.at, name)
-}
-
 // noteReleased records a lease's release where TakeFree is in use.
 func (db *DB) noteReleased(name string) {
 	if db.Dialect.Lease().TakeFree != "" {
-		db.free.released(name)
+		db.free.Mark(name)
 	}
 }
 
@@ -67,7 +30,7 @@ func (db *DB) noteReleased(name string) {
 // released lately.
 func (a *mysqlAcquisition) takesFree() bool {
 	return a.db.Dialect.Lease().TakeFree != "" && a.q == Querier(a.db.DB) &&
-		!a.db.returningAcquire() && a.db.free.recent(a.p.Name)
+		!a.db.returningAcquire() && a.db.free.Within(a.p.Name, freeFor)
 }
 
 // takeFree runs TakeFree once: taken reports a lease (or, when a trigger
@@ -91,12 +54,12 @@ func (a *mysqlAcquisition) takeFree() (res AcquireResult, taken bool, err error)
 		err = a.db.Classify(err)
 		if errors.Is(err, dblock.ErrNotAcquired) || errors.Is(err, dblock.ErrDeadlock) {
 			// A transaction holds the row: Acquire tells who.
-			a.db.free.forget(p.Name)
+			a.db.free.Forget(p.Name)
 			return AcquireResult{}, false, nil
 		}
 		return AcquireResult{}, false, err
 	case affected != 1:
-		a.db.free.forget(p.Name)
+		a.db.free.Forget(p.Name)
 		return AcquireResult{}, false, nil
 	case id == 0:
 		res, err = a.ownedToken()
