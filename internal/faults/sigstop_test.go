@@ -56,17 +56,13 @@ func stopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.Durat
 		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 		tx, err := store.Of(db).BeginTxx(wctx, nil)
 		if err == nil {
-			gerr := l.Guard(wctx, tx, lease)
-			if errors.Is(gerr, dblock.ErrUnavailable) {
+			switch gerr := l.Guard(wctx, tx, lease); {
+			case errors.Is(gerr, dblock.ErrUnavailable):
 				// The freeze landed inside this transaction and the
 				// server ended its session: the write is refused, and
 				// an application retries on a new one, as here.
 				_ = tx.Rollback()
-				wcancel()
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			if gerr != nil {
+			case gerr != nil:
 				_ = tx.Rollback()
 				wcancel()
 				fmt.Printf("rejected %v\n", strings.ReplaceAll(gerr.Error(), "\n", " "))
@@ -79,11 +75,12 @@ func stopHolder(ctx context.Context, db *dialect.DB, name string, ttl time.Durat
 					}
 				}
 				return 0
-			}
-			if _, err = tx.ExecContext(wctx, q, int64(lease.Token())); err == nil {
-				err = tx.Commit()
-			} else {
-				_ = tx.Rollback()
+			default:
+				if _, err = tx.ExecContext(wctx, q, int64(lease.Token())); err == nil {
+					err = tx.Commit()
+				} else {
+					_ = tx.Rollback()
+				}
 			}
 		}
 		wcancel()
