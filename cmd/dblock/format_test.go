@@ -116,7 +116,7 @@ func TestStatusUnchecked(t *testing.T) {
 	waiters := []store.WaiterRow{{Name: "queued", Owner: "w", Position: 1, CreatedAt: now, Now: now}}
 	st := statusData{now: now, locks: mergeTxHolds(now, rows, store.TxHolds{}), waiters: waiters, unchecked: uncheckedDenied}
 	st.unknown = uncheckedNames(names, rows)
-	st.free = freeNames(names, st.locks, waiters, st.unknown, sharedHolds{})
+	st.free = freeNames(names, st)
 	if got := strings.Join(st.unknown, ","); got != "expired,none,queued" {
 		t.Errorf("unknown = %q, want the names no live lease holds", got)
 	}
@@ -178,5 +178,35 @@ func TestStatusReservation(t *testing.T) {
 	if out := b.String(); !strings.Contains(out, "kept: next for w (waiting 5s; reservation lapses in 1s unless renewed)") ||
 		strings.Contains(out, "next for x") {
 		t.Errorf("table of reserved names:\n%s", out)
+	}
+}
+
+// TestStatusReservedFree: a free name that a waiter keeps is listed under
+// "reserved" with its waiter, never under "free", in the JSON and in the
+// table.
+func TestStatusReservedFree(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	st := statusData{now: now, reserved: []store.LockRow{{Name: "kept", Now: now,
+		Next: store.Reservation{Owner: "w", Since: now.Add(-5 * time.Second), Until: now.Add(time.Second)}}}}
+	st.free = freeNames([]string{"kept", "open"}, st)
+	if strings.Join(st.free, ",") != "open" {
+		t.Errorf("free = %q, want only the name nobody keeps", st.free)
+	}
+	doc := buildStatus(st)
+	want := reservedJSON{Name: "kept", ReservedFor: "w", WaitingSince: "2001-02-03T04:05:01.000000Z", ReservedUntil: "2001-02-03T04:05:07.000000Z"}
+	if len(doc.Reserved) != 1 || doc.Reserved[0] != want || len(doc.Locks) != 0 {
+		t.Errorf("JSON of a reserved free name: %+v", doc)
+	}
+	if doc := buildStatus(statusData{now: now}); doc.Reserved == nil {
+		t.Errorf("JSON without reserved names: %+v, want an empty list", doc)
+	}
+	var b strings.Builder
+	if err := (&app{stdout: &b}).printStatus(st); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "kept: free, kept for w (waiting 5s; reservation lapses in 1s unless renewed)") ||
+		!strings.Contains(out, "free: open") {
+		t.Errorf("table of a reserved free name:\n%s", out)
 	}
 }

@@ -80,12 +80,18 @@ seconds as numbers, null when there is no value):
     "readers": [{"name": "...", "owner": "...", "token": 9, "reentry": 1,
                  "acquired_at": "...", "expires_at": "..."}],
     "permits": [{"name": "...", "owner": "...", "token": 4, "permits": 2,
-                 "acquired_at": "...", "expires_at": "..."}]
+                 "acquired_at": "...", "expires_at": "..."}],
+    "reserved": [{"name": "...", "reserved_for": "...",
+                  "reserved_waiting_since": "...", "reserved_until": "..."}]
   }
 A name held for reading (rwlock, dblock exec --read) is listed under "locks"
 with "owner": "" and "mode": "read", until the last reader's lease ends; each
 reader is listed under "readers". "permits" lists the grants of semaphores'
 permits (dblock exec --semaphore), whose token is the grant's id.
+"reserved" lists the names nobody holds that a waiting process keeps: until
+"reserved_until" (about a second past the waiter's last look) only
+"reserved_for" may take them, and they are never listed under "free"; a
+held name's reservation is in its "locks" entry ("reserved_for", ...).
 A transaction (pessimistic) hold has "mode": "pessimistic", "owner": "",
 "token": null, "reentry": 0 and null times; "write_locked" is true when an
 SQLite database is write-locked by a transaction ("now" is the database
@@ -137,6 +143,8 @@ type statusJSON struct {
 	// semaphore's permits.
 	Readers []readerJSON `json:"readers"`
 	Permits []permitJSON `json:"permits"`
+	// Reserved lists the free names a waiter keeps (never under Free).
+	Reserved []reservedJSON `json:"reserved"`
 }
 
 // unknownJSON is a name asked for that status could not check.
@@ -211,6 +219,10 @@ func (a *app) status(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("status: %w", a.schemaError(err))
 	}
+	reserved, err := store.Of(db).ListReserved(ctx, names)
+	if err != nil {
+		return fmt.Errorf("status: %w", a.schemaError(err))
+	}
 	var now time.Time
 	switch {
 	case len(rows) > 0:
@@ -224,12 +236,12 @@ func (a *app) status(ctx context.Context, args []string) error {
 	}
 	st := statusData{
 		now: now, locks: mergeTxHolds(now, rows, tx), waiters: waiters,
-		writeLocked: tx.WriteLocked, unchecked: unchecked, shared: shared,
+		writeLocked: tx.WriteLocked, unchecked: unchecked, shared: shared, reserved: reserved,
 	}
 	if unchecked != "" {
 		st.unknown = uncheckedNames(names, rows)
 	}
-	st.free = freeNames(names, st.locks, waiters, st.unknown, shared)
+	st.free = freeNames(names, st)
 	if *asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -290,6 +302,8 @@ type statusData struct {
 	// the unchecked* values), or is empty.
 	unchecked string
 	shared    sharedHolds // Readers' leases and semaphore grants.
+	// reserved are the free names kept for a waiter (status_reserved.go).
+	reserved []store.LockRow
 }
 
 // lockEntry is a held lock: a lease row, or a transaction hold (tx), which
@@ -342,23 +356,23 @@ func uncheckedNames(names []string, rows []store.LockRow) []string {
 	return out
 }
 
-// freeNames returns the asked-for names that nobody holds or waits for and
-// that were checked (not in unknown), in the order given, without
-// duplicates.
-func freeNames(names []string, locks []lockEntry, waiters []store.WaiterRow, unknown []string, shared sharedHolds) []string {
+// freeNames returns the asked-for names that nobody holds, waits for or
+// keeps (a reservation), and that were checked (not in st.unknown), in the
+// order given, without duplicates.
+func freeNames(names []string, st statusData) []string {
 	busy := map[string]bool{}
-	for _, l := range locks {
+	for _, l := range st.locks {
 		busy[l.Name] = true
 	}
-	for _, w := range waiters {
+	for _, w := range st.waiters {
 		busy[w.Name] = true
 	}
-	for _, n := range unknown {
+	for _, n := range st.unknown {
 		busy[n] = true
 	}
 	free := []string{}
 	for _, n := range names {
-		if !busy[n] && !shared.busy(n) {
+		if !busy[n] && !st.shared.busy(n) && !isReserved(st.reserved, n) {
 			free = append(free, n)
 			busy[n] = true
 		}
@@ -376,6 +390,7 @@ func buildStatus(st statusData) statusJSON {
 		Waiters:       []waiterJSON{},
 		Free:          st.free,
 		Unknown:       []unknownJSON{},
+		Reserved:      reservedJSONOf(st.reserved),
 	}
 	doc.Readers, doc.Permits = st.shared.json()
 	if st.unchecked != "" {
@@ -461,6 +476,7 @@ func (a *app) printStatus(st statusData) error {
 		}
 	}
 	printReservations(tw, st.locks)
+	printReservedFree(tw, st.reserved)
 	switch st.unchecked {
 	case "", uncheckedWriteLocked: // The first line said it.
 	case uncheckedLimit:

@@ -10,10 +10,11 @@ import (
 
 // adminEngine is the binding of the administrators' listings on one database (see engine).
 type adminEngine interface {
-	// listLocksSQL is ListLocks' statement, with filter (an AND on the
-	// column name, or "") after its WHERE: the held rows, their times in µs
-	// since the epoch (0 for NULL) and the database clock, by name.
-	listLocksSQL(filter string) string
+	// listLocksSQL is ListLocks' statement (or, reserved, ListReserved's),
+	// with filter (an AND on the column name, or "") after its WHERE (see
+	// lockRowsWhere): the rows, their times in µs since the epoch (0 for
+	// NULL) and the database clock, by name.
+	listLocksSQL(reserved bool, filter string) string
 	// listWaitersSQL is ListWaiters' statement, with filter (an AND on the
 	// column w.name, or "") after its WHERE: the live waiters, each with its
 	// position in its name's queue, their times in µs and the database clock.
@@ -69,10 +70,33 @@ type WaiterRow struct {
 // simply absent; a bad name is refused (dblock.ErrInvalidName). Errors are
 // classified (a missing table is ErrSchemaMissing).
 func (db *DB) ListLocks(ctx context.Context, names []string) ([]LockRow, error) {
+	return db.listLocks(ctx, false, names)
+}
+
+// ListReserved returns the free names that a live reservation keeps for
+// one waiter (see reserve.go: only Next.Owner may take such a name until
+// the reservation lapses), ordered by name, as rows with an empty Owner and
+// Mode. With names, only those are considered (a bad one is refused).
+func (db *DB) ListReserved(ctx context.Context, names []string) ([]LockRow, error) {
+	return db.listLocks(ctx, true, names)
+}
+
+// lockRowsWhere is the condition of listLocksSQL's rows: those naming an
+// owner, or, reserved, the free ones whose reservation lasts past now (the
+// database clock as the dialect writes it).
+func lockRowsWhere(reserved bool, now string) string {
+	if reserved {
+		return "owner IS NULL AND next_owner IS NOT NULL AND next_until > " + now
+	}
+	return "owner IS NOT NULL"
+}
+
+// listLocks reads ListLocks' rows, or ListReserved's.
+func (db *DB) listLocks(ctx context.Context, reserved bool, names []string) ([]LockRow, error) {
 	if err := validateNames(names); err != nil {
 		return nil, err
 	}
-	query := db.Dialect.listLocksSQL(db.nameFilter("name", names, 1, " AND "))
+	query := db.Dialect.listLocksSQL(reserved, db.nameFilter("name", names, 1, " AND "))
 	rows, err := db.QueryContext(ctx, query, nameArgs(names)...)
 	if err != nil {
 		return nil, db.Classify(err)

@@ -4,12 +4,12 @@ package store
 // both): times read as µs since the epoch (myUs), and the clock as
 // UTC_TIMESTAMP(6).
 
-func (mysqlDialect) listLocksSQL(filter string) string {
+func (mysqlDialect) listLocksSQL(reserved bool, filter string) string {
 	return `SELECT name, owner, version, reentry, IFNULL(mode, ''),
     IFNULL(` + myUs("acquired_at") + `, 0), IFNULL(` + myUs("expires_at") + `, 0),
     ` + myUs("updated_at") + `, IFNULL(metadata, ''), ` + myUs("UTC_TIMESTAMP(6)") + `,
     ` + mysqlNextCols + `
-FROM dblock_locks WHERE owner IS NOT NULL` + filter + `
+FROM dblock_locks WHERE ` + lockRowsWhere(reserved, "UTC_TIMESTAMP(6)") + filter + `
 ORDER BY name`
 }
 

@@ -3,12 +3,12 @@ package store
 // PostgreSQL's listings for `dblock status`: times read as µs since the
 // epoch (pgUs), and the clock as now().
 
-func (postgres) listLocksSQL(filter string) string {
+func (postgres) listLocksSQL(reserved bool, filter string) string {
 	return `SELECT name, owner, version, reentry, coalesce(mode, ''),
     coalesce(` + pgUs("acquired_at") + `, 0), coalesce(` + pgUs("expires_at") + `, 0),
     ` + pgUs("updated_at") + `, coalesce(metadata, ''), ` + pgUs("now()") + `,
     ` + pgNextCols + `
-FROM dblock_locks WHERE owner IS NOT NULL` + filter + `
+FROM dblock_locks WHERE ` + lockRowsWhere(reserved, "now()") + filter + `
 ORDER BY name`
 }
 

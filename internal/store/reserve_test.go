@@ -122,6 +122,7 @@ func reservationRules(r reservations) {
 	}
 	r.release("o1", first.Token)
 	r.release("o1", first.Token)
+	r.listed("o4")
 
 	r.refused("o3", "o4")
 	if _, blocked, err := r.db.AcquireLeases(r.ctx, []store.AcquireParams{{Name: r.name, Owner: "o3", Mode: dblock.ModeOptimistic, TTL: time.Minute}}); err != nil || blocked != 0 {
@@ -135,6 +136,7 @@ func reservationRules(r reservations) {
 		t.Fatalf("the reservation outlived the reserver's take: %+v", h)
 	}
 	r.release("o4", taken.Token)
+	r.listed("")
 
 	r.reserve("o2", since, 300*time.Millisecond, true)
 	r.refused("o3", "o2")
@@ -211,5 +213,25 @@ func readersKept(r reservations, since time.Time) {
 	}
 	if h := r.holder(); h.Held() {
 		t.Fatalf("the name after its only reader left: %+v", h)
+	}
+}
+
+// listed checks the status listings of the name: never among the held
+// locks (it is free here), and among the reserved names for next, or not
+// at all when next is empty.
+func (r reservations) listed(next string) {
+	r.t.Helper()
+	held, err := r.db.ListLocks(r.ctx, []string{r.name})
+	if err != nil || len(held) != 0 {
+		r.t.Fatalf("held locks listed for a free name: %+v, %v", held, err)
+	}
+	kept, err := r.db.ListReserved(r.ctx, []string{r.name})
+	switch {
+	case err != nil:
+		r.t.Fatalf("ListReserved: %v", err)
+	case next == "" && len(kept) != 0:
+		r.t.Fatalf("reserved names listed with no live reservation: %+v", kept)
+	case next != "" && (len(kept) != 1 || kept[0].Name != r.name || kept[0].Owner != "" || kept[0].Next.Owner != next || !kept[0].Reserved()):
+		r.t.Fatalf("reserved names: %+v, want %s kept for %s", kept, r.name, next)
 	}
 }

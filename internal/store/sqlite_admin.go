@@ -3,11 +3,11 @@ package store
 // SQLite's listings for `dblock status`: times are stored as µs since the
 // epoch already, and the clock is sqliteNow.
 
-func (sqliteDialect) listLocksSQL(filter string) string {
+func (sqliteDialect) listLocksSQL(reserved bool, filter string) string {
 	return `SELECT name, owner, version, reentry, IFNULL(mode, ''),
     IFNULL(acquired_at, 0), IFNULL(expires_at, 0), updated_at, IFNULL(metadata, ''), ` + sqliteNow + `,
     ` + sqliteNextCols + `
-FROM dblock_locks WHERE owner IS NOT NULL` + filter + `
+FROM dblock_locks WHERE ` + lockRowsWhere(reserved, sqliteNow) + filter + `
 ORDER BY name`
 }
 
