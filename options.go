@@ -114,10 +114,16 @@ func init() {
 // Every error wraps ErrInvalidOption.
 func resolveOptions(ctx context.Context, opts []Option) (options, error) {
 	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+	if len(opts) > 0 {
+		// Applied to a copy on the heap (an Option may keep its pointer),
+		// so that o stays on the stack of a call without options.
+		p := new(options)
+		for _, opt := range opts {
+			if opt != nil {
+				opt(p)
+			}
 		}
+		o = *p
 	}
 	if o.Owner == "" {
 		if ctxOwner, ok := OwnerFromContext(ctx); ok {

@@ -127,17 +127,20 @@ func (c *Config) validate() error {
 // Locker acquires fair (FIFO) lease locks. It is safe for concurrent use;
 // create one per database and share it.
 type Locker struct {
-	db        *store.DB
-	cfg       Config
-	logger    *slog.Logger
-	events    obs.Events
-	rec       *obs.Recorder
-	hub       *wake.Hub // nil when notifications are off or unsupported.
-	keeper    *leasekeeper.Keeper
-	local     signals
-	contended recent.Names // When each name last met a holder or a queue (see quiet.go).
-	beats     beats
-	bg        sync.WaitGroup // The heartbeat goroutine.
+	db     *store.DB
+	cfg    Config
+	logger *slog.Logger
+	events obs.Events
+	rec    *obs.Recorder
+	hub    *wake.Hub // nil when notifications are off or unsupported.
+	keeper *leasekeeper.Keeper
+	local  signals
+	// onReleased tells this Locker's waiters of a release here (local),
+	// for every lease's OnReleased.
+	onReleased func(name string)
+	contended  recent.Names // When each name last met a holder or a queue (see quiet.go).
+	beats      beats
+	bg         sync.WaitGroup // The heartbeat goroutine.
 	// writeMu serialises this Locker's writes on SQLite (one writer per
 	// database): waiting on a mutex hands over at once, where colliding on
 	// the database lock backs off in sleeps of up to 100 ms.
@@ -168,6 +171,7 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 	}
 	l := &Locker{db: db, cfg: c}
 	l.local.subs = map[string]map[*signal]struct{}{}
+	l.onReleased = func(name string) { l.local.notify(name, eventRelease) }
 	l.beats.ids = map[int64]struct{}{}
 	if !db.Dialect.Caps().RowLocks {
 		l.writeMu = make(writeLock, 1)
@@ -420,7 +424,7 @@ func (a *attempt) started(res store.AcquireResult, reqStart time.Time) (*dblock.
 	token := res.Token
 	lease, err := l.keeper.Start(leasekeeper.Params{
 		Name: a.name, Owner: a.o.Owner, Mode: dblock.ModeFair, Token: token, TTL: a.o.TTL, MaxHold: a.o.MaxHold, MinHold: a.o.MinHold,
-		ReqStart: reqStart, Reentry: res.Reentry, OnReleased: func() { l.local.notify(a.name, eventRelease) },
+		ReqStart: reqStart, Reentry: res.Reentry, OnReleased: l.onReleased,
 	})
 	if err != nil {
 		l.local.notify(a.name, eventRelease)
@@ -428,7 +432,9 @@ func (a *attempt) started(res store.AcquireResult, reqStart time.Time) (*dblock.
 	}
 	l.stats.acquired.Add(1)
 	waited := time.Since(a.start)
-	l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: acquired", a.attrs(slog.Int64("token", int64(token)))...)
+	if l.logger.Enabled(a.ctx, slog.LevelDebug) { // Attributes are built only when wanted.
+		l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: acquired", a.attrs(slog.Int64("token", int64(token)))...)
+	}
 	l.events.Acquired(a.name, a.o.Owner, token, waited)
 	return lease, nil
 }

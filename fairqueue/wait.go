@@ -304,7 +304,9 @@ func (a *attempt) enqueue() (*waiter, error) {
 	}
 	l.stats.enqueued.Add(1)
 	l.beats.add(t.ID)
-	l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: enqueued", a.attrs(slog.Int64("waiter", t.ID))...)
+	if l.logger.Enabled(a.ctx, slog.LevelDebug) {
+		l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: enqueued", a.attrs(slog.Int64("waiter", t.ID))...)
+	}
 	return &waiter{id: t.ID}, nil
 }
 

@@ -73,8 +73,9 @@ type Locker struct {
 	logger *slog.Logger
 	events obs.Events
 	rec    *obs.Recorder
-	hub    *wake.Hub // nil when notifications are off or unsupported.
-	gates  *gates    // This Locker's waiters, in line per name.
+	hub    *wake.Hub         // nil when notifications are off or unsupported.
+	gates  *gates            // This Locker's waiters, in line per name.
+	kick   func(name string) // gates.kick, for every lease's OnReleased.
 	keeper *leasekeeper.Keeper
 	parts  leasemode.Parts
 	life   *leasemode.Life // Closed by Close.
@@ -119,6 +120,7 @@ func newLocker(handle *dialect.DB, cfg *Config, prefix, modeName string) (*Locke
 	}
 	l := &Locker{parts: p, db: db, cfg: c, logger: p.Logger, events: p.Events, rec: p.Events.Recorder(),
 		keeper: p.Keeper, hub: p.Hub, life: p.Life, gates: newGates(), mode: modeName, prefix: prefix}
+	l.kick = l.gates.kick
 	return l, nil
 }
 
@@ -286,13 +288,15 @@ func (l *Locker) newLease(name string, o mode.Options, res store.AcquireResult, 
 		ReqStart: reqStart, Reentry: res.Reentry,
 		// The next in this Locker's line asks at once, without waiting for
 		// the notification (or, without one, its backoff).
-		OnReleased: func() { l.gates.kick(name) },
+		OnReleased: l.kick,
 	})
 	if err != nil {
 		return nil, fmt.Errorf(l.prefix+": acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
-	l.logger.LogAttrs(context.Background(), slog.LevelDebug, l.prefix+": acquired",
-		slog.String("lock_key", name), slog.String("owner", o.Owner), slog.Int64("token", int64(res.Token)))
+	if l.logger.Enabled(context.Background(), slog.LevelDebug) { // Attributes are built only when wanted.
+		l.logger.LogAttrs(context.Background(), slog.LevelDebug, l.prefix+": acquired",
+			slog.String("lock_key", name), slog.String("owner", o.Owner), slog.Int64("token", int64(res.Token)))
+	}
 	l.events.Acquired(name, o.Owner, res.Token, waited)
 	return lease, nil
 }

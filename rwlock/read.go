@@ -175,8 +175,10 @@ func (r *readCall) newLease(token dblock.Token, granted time.Duration, reqStart 
 	if err != nil {
 		return nil, fmt.Errorf("rwlock: acquire read %q: %w: %w", r.name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
-	l.parts.Logger.LogAttrs(r.ctx, slog.LevelDebug, "rwlock: read acquired",
-		slog.String("lock_key", r.name), slog.String("owner", r.o.Owner), slog.Int64("token", int64(token)))
+	if l.parts.Logger.Enabled(r.ctx, slog.LevelDebug) { // Attributes are built only when wanted.
+		l.parts.Logger.LogAttrs(r.ctx, slog.LevelDebug, "rwlock: read acquired",
+			slog.String("lock_key", r.name), slog.String("owner", r.o.Owner), slog.Int64("token", int64(token)))
+	}
 	l.parts.Events.Acquired(r.name, r.o.Owner, token, time.Since(r.start))
 	return lease, nil
 }

@@ -120,8 +120,10 @@ func (g *grantCall) newLease(token dblock.Token, reqStart time.Time) (*dblock.Le
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: acquire %q: %w: %w", g.p.Name, dblock.ErrNotAcquired, dblock.ErrClosed)
 	}
-	l.parts.Logger.LogAttrs(g.ctx, slog.LevelDebug, "semaphore: permits granted", slog.String("lock_key", g.p.Name),
-		slog.String("owner", g.o.Owner), slog.Int("permits", g.p.Permits), slog.Int64("token", int64(token)))
+	if l.parts.Logger.Enabled(g.ctx, slog.LevelDebug) { // Attributes are built only when wanted.
+		l.parts.Logger.LogAttrs(g.ctx, slog.LevelDebug, "semaphore: permits granted", slog.String("lock_key", g.p.Name),
+			slog.String("owner", g.o.Owner), slog.Int("permits", g.p.Permits), slog.Int64("token", int64(token)))
+	}
 	l.parts.Events.Acquired(g.p.Name, g.o.Owner, token, time.Since(g.start))
 	return lease, nil
 }

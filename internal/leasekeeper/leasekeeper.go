@@ -48,6 +48,7 @@ type Keeper struct {
 	mu      sync.Mutex
 	held    map[*dblock.Lease]*held
 	reentry map[nameOwner]map[dblock.Token]int // Live handles per hold, for Lease.Reentry.
+	spare   []map[dblock.Token]int             // Emptied maps of reentry, for reuse (tokenMap).
 	closed  bool
 	wg      sync.WaitGroup // Watchdogs.
 }
@@ -85,8 +86,10 @@ type Params struct {
 	// Reentry is the owner's acquisition count the database reported, or 0
 	// to count the handles live in this Keeper instead.
 	Reentry int
-	// OnReleased, when set, runs after a release statement succeeded.
-	OnReleased func()
+	// OnReleased, when set, runs with Name after a release statement
+	// succeeded. A mode passes the same func for every lease (a closure per
+	// lease would cost an allocation per acquisition).
+	OnReleased func(name string)
 	// Rows are the lease's statements; nil: an exclusive lease of
 	// dblock_locks.
 	Rows Rows
@@ -129,11 +132,13 @@ func (k *Keeper) Start(p Params) (*dblock.Lease, error) {
 		return nil, dblock.ErrClosed
 	}
 	no := nameOwner{p.Name, p.Owner}
-	if k.reentry[no] == nil {
-		k.reentry[no] = map[dblock.Token]int{}
+	tokens := k.reentry[no]
+	if tokens == nil {
+		tokens = k.tokenMap()
+		k.reentry[no] = tokens
 	}
-	k.reentry[no][p.Token]++
-	reentry := k.reentry[no][p.Token]
+	tokens[p.Token]++
+	reentry := tokens[p.Token]
 	if p.Reentry > 0 {
 		reentry = p.Reentry
 	}
@@ -260,14 +265,39 @@ func (k *Keeper) forget(h *held) {
 	if _, ok := k.held[h.lease]; ok {
 		delete(k.held, h.lease)
 		no := nameOwner{h.key.name, h.key.owner}
-		if k.reentry[no][h.key.token]--; k.reentry[no][h.key.token] <= 0 {
-			delete(k.reentry[no], h.key.token)
-			if len(k.reentry[no]) == 0 {
+		tokens := k.reentry[no]
+		if tokens[h.key.token]--; tokens[h.key.token] <= 0 {
+			delete(tokens, h.key.token)
+			if len(tokens) == 0 {
 				delete(k.reentry, no)
+				k.spareTokens(tokens)
 			}
 		}
 	}
 	k.mu.Unlock()
+}
+
+// maxSpareTokenMaps bounds the emptied token maps a Keeper keeps for reuse.
+const maxSpareTokenMaps = 64
+
+// tokenMap returns an empty map for k.reentry: an emptied one kept by
+// spareTokens (a name taken and given back over and over allocates none),
+// or a new one. k.mu is held.
+func (k *Keeper) tokenMap() map[dblock.Token]int {
+	if n := len(k.spare); n > 0 {
+		m := k.spare[n-1]
+		k.spare = k.spare[:n-1]
+		return m
+	}
+	return map[dblock.Token]int{}
+}
+
+// spareTokens keeps an emptied token map for tokenMap, up to
+// maxSpareTokenMaps. k.mu is held.
+func (k *Keeper) spareTokens(m map[dblock.Token]int) {
+	if len(k.spare) < maxSpareTokenMaps {
+		k.spare = append(k.spare, m)
+	}
 }
 
 // held is the state of one lease: its watchdog and its release.
@@ -459,26 +489,33 @@ func (h *held) release(ctx context.Context) (err error) {
 	<-h.watchDone
 	defer h.k.forget(h)
 	ok, err := h.releaseRow(ctx)
-	var expired *pastDeadline
-	if errors.As(err, &expired) {
+	switch {
+	case err == nil && ok:
+		h.released(ctx)
+		return nil
+	case err == nil:
+		h.lose(h.classify(ctx))
+		return nil // The Lease reports the loss.
+	}
+	if expired := (*pastDeadline)(nil); errors.As(err, &expired) {
 		// The lease ran out before the release could be confirmed: it
 		// ended by expiry, and the Lease reports that loss.
 		h.lose(fmt.Errorf("%w before its release was confirmed (last attempt: %v)", dblock.ErrExpired, expired.last))
 		return nil
 	}
-	if err != nil {
-		return err
+	return err
+}
+
+// released is the end of a confirmed release: logged, the mode told
+// (OnReleased), the event recorded.
+func (h *held) released(ctx context.Context) {
+	if h.k.logger.Enabled(ctx, slog.LevelDebug) { // Attributes are built only when wanted.
+		h.k.logger.LogAttrs(ctx, slog.LevelDebug, h.k.cfg.Prefix+": released", h.attrs()...)
 	}
-	if !ok {
-		h.lose(h.classify(ctx))
-		return nil // The Lease reports the loss.
-	}
-	h.k.logger.LogAttrs(ctx, slog.LevelDebug, h.k.cfg.Prefix+": released", h.attrs()...)
 	if h.p.OnReleased != nil {
-		h.p.OnReleased()
+		h.p.OnReleased(h.p.Name)
 	}
 	h.k.cfg.Events.Released(h.p.Name, h.p.Owner, h.p.Token, time.Since(h.acquired))
-	return nil
 }
 
 // releaseRow runs the release CAS, retrying transient failures until ctx

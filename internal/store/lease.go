@@ -205,8 +205,6 @@ func (db *DB) q(q Querier) Querier {
 	return q
 }
 
-func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
-
 // queryRow scans the first row of query on q into dest: on the pool,
 // through the driver's native interface where it has one, else prepared
 // when query is one of the prepared set (see prepared.go). Errors are

@@ -234,14 +234,14 @@ type rowLease struct {
 // floor's row is locked.
 func (a *mysqlAcquisition) statement() (query string, args []any, skipped bool, err error) {
 	s := a.db.Dialect.Lease()
-	ttl, md := a.p.TTL.Microseconds(), nullString(a.p.Metadata)
+	ttl, md, mode := ttlArg(a.p.TTL), nullString(a.p.Metadata), modeArg(a.p.Mode)
 	a.returning = a.db.MariaDB() && a.db.returningAcquire()
 	if _, inTx := a.q.(*sqlx.Tx); !inTx {
 		query = s.Acquire
 		if a.returning {
 			query = s.AcquireReturning
 		}
-		return query, []any{a.p.Name, a.p.Owner, a.p.Mode, ttl, md}, false, nil
+		return query, []any{a.p.Name, a.p.Owner, mode, ttl, md}, false, nil
 	}
 	var floor int64
 	if err := a.q.QueryRowxContext(a.ctx, s.FloorInTx).Scan(&floor); err != nil {
@@ -251,7 +251,7 @@ func (a *mysqlAcquisition) statement() (query string, args []any, skipped bool, 
 	if a.returning {
 		query = s.AcquireInTxReturning
 	}
-	return query, []any{a.p.Name, a.p.Owner, floor, a.p.Mode, ttl, md}, false, nil
+	return query, []any{a.p.Name, a.p.Owner, floor, mode, ttl, md}, false, nil
 }
 
 // try runs the statement once; ran is false when it skipped the floor's row

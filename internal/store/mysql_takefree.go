@@ -41,7 +41,7 @@ func (a *mysqlAcquisition) takeFree() (res AcquireResult, taken bool, err error)
 	p := a.p
 	owner := any(p.Owner) // Boxed once for its four places.
 	r, err := a.db.exec(a.ctx, a.q, a.db.Dialect.Lease().TakeFree,
-		p.Mode, nullString(p.Metadata), p.TTL.Microseconds(), owner, owner, owner, p.Name, owner)
+		modeArg(p.Mode), nullString(p.Metadata), ttlArg(p.TTL), owner, owner, owner, p.Name, owner)
 	var affected, id int64
 	if err == nil {
 		affected, err = r.RowsAffected()

@@ -66,7 +66,7 @@ func (r *pgAcquireRow) fields(last any) []any {
 
 // bind is the acquire statements' arguments ($1 to $5) and extra after them.
 func (r *pgAcquireRow) bind(p AcquireParams, extra ...any) []any {
-	r.args = [6]any{p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)}
+	r.args = [6]any{p.Name, p.Owner, ttlArg(p.TTL), modeArg(p.Mode), nullString(p.Metadata)}
 	return append(r.args[:5], extra...)
 }
 

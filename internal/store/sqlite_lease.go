@@ -38,7 +38,7 @@ func (db *DB) sqliteAcquire(ctx context.Context, q Querier, query string, p Acqu
 		res     AcquireResult
 		version int64
 	)
-	args := []any{p.Name, p.Owner, p.TTL.Microseconds(), p.Mode, nullString(p.Metadata)}
+	args := []any{p.Name, p.Owner, ttlArg(p.TTL), modeArg(p.Mode), nullString(p.Metadata)}
 	var err error
 	if pool, ok := q.(*sqlx.DB); ok && pool == db.DB {
 		err = db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error {
