@@ -181,28 +181,40 @@ func (db *DB) rowExists(ctx context.Context, q Querier, name string) (bool, erro
 // sets the session's innodb_lock_wait_timeout for the statement and restores
 // it. On SQLite the transaction's write lock is the lock: this only reads.
 func (db *DB) LockRow(ctx context.Context, tx Querier, name string, p RowLockParams) (RowLock, error) {
-	var (
-		rl           RowLock
-		expUs, nowUs int64
-		id, extra    int64
-		bound        int64
-	)
-	dest := []any{&rl.Holder.Owner, &rl.Holder.Mode, &expUs, &nowUs, &id, &extra, &bound}
-	err := db.Dialect.lockRow(ctx, db, tx, name, p, dest)
+	// One value holds every column scanned (one allocation, where a
+	// variable each would escape on its own).
+	r := new(lockedRow)
+	err := db.Dialect.lockRow(ctx, db, tx, name, p, r.fields())
 	if errors.Is(err, sql.ErrNoRows) {
 		return RowLock{}, nil
 	}
 	if err != nil {
 		return RowLock{}, db.Classify(err)
 	}
+	rl := r.rl
 	rl.Found = true
 	rl.Holder.Exists = true
-	if expUs != 0 {
-		rl.Holder.ExpiresAt = Micros(expUs)
+	if r.expUs != 0 {
+		rl.Holder.ExpiresAt = Micros(r.expUs)
 	}
-	rl.Holder.Now = Micros(nowUs)
-	rl.Session = db.Dialect.sessionRef(id, extra, nowUs, bound)
+	rl.Holder.Now = Micros(r.nowUs)
+	rl.Session = db.Dialect.sessionRef(r.id, r.extra, r.nowUs, r.bound)
 	return rl, nil
+}
+
+// lockedRow is what LockRow's statement reads, in the engines' column order
+// (fields).
+type lockedRow struct {
+	rl           RowLock
+	expUs, nowUs int64
+	id, extra    int64
+	bound        int64
+	dest         [7]any
+}
+
+func (r *lockedRow) fields() []any {
+	r.dest = [7]any{&r.rl.Holder.Owner, &r.rl.Holder.Mode, &r.expUs, &r.nowUs, &r.id, &r.extra, &r.bound}
+	return r.dest[:]
 }
 
 // lockText is the lock statement p asks for: exclusive or shared, waiting
