@@ -139,8 +139,8 @@ type DB struct {
 	// prepared holds the hottest statements prepared (MySQL, a pool Open
 	// opened; nil elsewhere: see prepared.go).
 	prepared *preparedStmts
-	// free holds when this DB last released each name (MariaDB: see
-	// mysql_takefree.go); a name TakeFree did not take is forgotten.
+	// free holds when this DB last released each name (see takefree.go);
+	// a name TakeFree did not take is forgotten.
 	free recent.Names
 }
 

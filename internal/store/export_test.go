@@ -23,7 +23,7 @@ func PrepareAgain(db *DB) {
 	}
 }
 
-// NoteReleased records name as released lately by db (see mysql_takefree.go).
+// NoteReleased records name as released lately by db (see takefree.go).
 func (db *DB) NoteReleased(name string) { db.noteReleased(name) }
 
 // TakesFree reports whether db's next acquisition of name tries TakeFree

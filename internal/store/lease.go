@@ -64,16 +64,21 @@ type LeaseSQL struct {
 	// hides. They run while a trigger was seen lately (see
 	// DB.returningAcquire); the OK packet is cheaper to read otherwise.
 	AcquireReturning, AcquireInTxReturning string
-	// TakeFree (MariaDB), where not empty, takes a name's existing row in
-	// autocommit mode when it is free (no live lease, no other owner's live
-	// reservation), as a plain conditional update: cheaper than Acquire's
-	// upsert, which reads the fencing floor and tries an insert first. A
-	// row that exists keeps its version growing, so the floor (which only
-	// carries versions across a deletion) is not needed. It does not
-	// re-enter (an owner's live lease is not free) and reports through the
-	// OK packet: one affected row, the token as insert id. Acquire runs
-	// after it when it took nothing, and instead of it for a name this DB
-	// did not take or free lately (see DB.free).
+	// TakeFree (PostgreSQL, MariaDB), where not empty, takes a name's
+	// existing row in autocommit mode when it is free (no live lease, no
+	// other owner's live reservation), as a conditional update: cheaper than
+	// Acquire, which also covers a missing row, a re-entry and a refusal's
+	// holder. It does not re-enter (an owner's live lease is not free) and
+	// never waits for a row another transaction holds. On MariaDB it is a
+	// plain UPDATE, where Acquire's upsert reads the fencing floor and tries
+	// an insert first (a row that exists keeps its version growing, so the
+	// floor, which only carries versions across a deletion, is not needed),
+	// and reports through the OK packet: one affected row, the token as
+	// insert id. On PostgreSQL it locks the row FOR UPDATE SKIP LOCKED and
+	// updates it, returning the token, where Acquire adds the insert of a
+	// missing row and the holder's read. Acquire runs after it when it took
+	// nothing, and instead of it for a name this DB did not free lately (see
+	// takefree.go).
 	TakeFree string
 	// OwnedToken (MySQL/MariaDB) reads the version and reentry count of a
 	// name's row held by an owner: the token of an acquisition whose insert

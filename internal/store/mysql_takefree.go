@@ -2,35 +2,17 @@ package store
 
 import (
 	"errors"
-	"time"
 
 	"github.com/dblock-go/dblock"
 )
 
-// MariaDB's cheaper acquisition of a free name (LeaseSQL.TakeFree): tried
-// first for a name this DB released lately, where the name is most likely
-// free and its row there (an application that takes and gives back the same
-// name, a Locker's waiters handing a name on); Acquire follows when it took
-// nothing.
+// MariaDB's take of a free name (LeaseSQL.TakeFree, see takefree.go).
 
-// freeFor is how long after this DB released a name its next acquisition
-// tries TakeFree first.
-const freeFor = 5 * time.Second
-
-// noteReleased records a lease's release where TakeFree is in use.
-func (db *DB) noteReleased(name string) {
-	if db.Dialect.Lease().TakeFree != "" {
-		db.free.Mark(name)
-	}
-}
-
-// takesFree reports whether a tries TakeFree before Acquire: on the pool
-// (autocommit), with no trigger seen lately (one zeroes the insert id on an
-// update: the upsert's RETURNING form reads the row instead), for a name
-// released lately.
+// takesFree reports whether a tries TakeFree before Acquire: where
+// DB.takesFree says so, with no trigger seen lately (one zeroes the insert
+// id on an update: the upsert's RETURNING form reads the row instead).
 func (a *mysqlAcquisition) takesFree() bool {
-	return a.db.Dialect.Lease().TakeFree != "" && a.q == Querier(a.db.DB) &&
-		!a.db.returningAcquire() && a.db.free.Within(a.p.Name, freeFor)
+	return a.db.takesFree(a.q, a.p.Name) && !a.db.returningAcquire()
 }
 
 // takeFree runs TakeFree once: taken reports a lease (or, when a trigger

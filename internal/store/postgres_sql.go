@@ -99,6 +99,29 @@ SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce(`
 FROM dblock_locks h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
 LIMIT 1`,
 
+	// TakeFree is Acquire's fresh take alone (see LeaseSQL.TakeFree): the
+	// row locked when free (no live lease, no other owner's live
+	// reservation) and not locked by another transaction, then taken; no
+	// row returned when nothing was taken.
+	TakeFree: `WITH cur AS (
+    SELECT name FROM dblock_locks
+    WHERE name = $1 AND (owner IS NULL OR expires_at <= now())
+      AND (next_until IS NULL OR next_until <= now() OR next_owner = $2)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE dblock_locks l SET
+    reentry     = 1,
+    version     = nextval('dblock_token_seq'),
+    mode        = $4,
+    acquired_at = now(),
+    metadata    = $5,
+    expires_at  = now() + $3::bigint * interval '1 microsecond',
+    ` + pgTakeReservation + `
+    owner       = $2,
+    updated_at  = now()
+FROM cur WHERE l.name = cur.name
+RETURNING l.version`,
+
 	// A release lost in a crash only delays the next owner until the lease
 	// expires, so it commits without waiting for the WAL flush.
 	//

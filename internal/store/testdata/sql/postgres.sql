@@ -96,6 +96,28 @@ FROM cur WHERE l.name = cur.name AND cur.expires_at > clock_timestamp();
 -- LeaseSQL.Exists
 SELECT 1 FROM dblock_locks WHERE name = $1;
 
+-- LeaseSQL.TakeFree
+WITH cur AS (
+    SELECT name FROM dblock_locks
+    WHERE name = $1 AND (owner IS NULL OR expires_at <= now())
+      AND (next_until IS NULL OR next_until <= now() OR next_owner = $2)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE dblock_locks l SET
+    reentry     = 1,
+    version     = nextval('dblock_token_seq'),
+    mode        = $4,
+    acquired_at = now(),
+    metadata    = $5,
+    expires_at  = now() + $3::bigint * interval '1 microsecond',
+    next_owner  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_owner END,
+        next_since  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_since END,
+        next_until  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_until END,
+    owner       = $2,
+    updated_at  = now()
+FROM cur WHERE l.name = cur.name
+RETURNING l.version;
+
 -- LeaseSQL.Reserve
 UPDATE dblock_locks SET
     next_owner = $2,
