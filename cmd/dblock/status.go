@@ -203,36 +203,45 @@ func (a *app) status(ctx context.Context, args []string) error {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	rows, err := store.Of(db).ListLocks(ctx, names)
-	if err != nil {
-		return fmt.Errorf("status: %w", a.schemaError(err))
-	}
-	waiters, err := store.Of(db).ListWaiters(ctx, names)
-	if err != nil {
-		return fmt.Errorf("status: %w", a.schemaError(err))
-	}
-	tx, unchecked, err := a.probeTxHolds(ctx, db, names)
+	st, err := a.readStatus(ctx, db, names)
 	if err != nil {
 		return err
 	}
+	if *asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(buildStatus(st))
+	}
+	return a.printStatus(st)
+}
+
+// readStatus reads what status shows of names (everything without names):
+// the locks, with the transaction holds a probe found, the waiters, the
+// shared holds, the reserved free names, and the database clock.
+func (a *app) readStatus(ctx context.Context, db *dialect.DB, names []string) (statusData, error) {
+	rows, err := store.Of(db).ListLocks(ctx, names)
+	if err != nil {
+		return statusData{}, fmt.Errorf("status: %w", a.schemaError(err))
+	}
+	waiters, err := store.Of(db).ListWaiters(ctx, names)
+	if err != nil {
+		return statusData{}, fmt.Errorf("status: %w", a.schemaError(err))
+	}
+	tx, unchecked, err := a.probeTxHolds(ctx, db, names)
+	if err != nil {
+		return statusData{}, err
+	}
 	shared, err := readShared(ctx, store.Of(db), names)
 	if err != nil {
-		return fmt.Errorf("status: %w", a.schemaError(err))
+		return statusData{}, fmt.Errorf("status: %w", a.schemaError(err))
 	}
 	reserved, err := store.Of(db).ListReserved(ctx, names)
 	if err != nil {
-		return fmt.Errorf("status: %w", a.schemaError(err))
+		return statusData{}, fmt.Errorf("status: %w", a.schemaError(err))
 	}
-	var now time.Time
-	switch {
-	case len(rows) > 0:
-		now = rows[0].Now
-	case len(waiters) > 0:
-		now = waiters[0].Now
-	default:
-		if now, err = store.Of(db).ClockNow(ctx); err != nil {
-			return fmt.Errorf("status: read the database clock: %w", err)
-		}
+	now, err := statusClock(ctx, db, rows, waiters)
+	if err != nil {
+		return statusData{}, err
 	}
 	st := statusData{
 		now: now, locks: mergeTxHolds(now, rows, tx), waiters: waiters,
@@ -242,12 +251,23 @@ func (a *app) status(ctx context.Context, args []string) error {
 		st.unknown = uncheckedNames(names, rows)
 	}
 	st.free = freeNames(names, st)
-	if *asJSON {
-		enc := json.NewEncoder(a.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(buildStatus(st))
+	return st, nil
+}
+
+// statusClock is the database clock as the rows read it, or read apart
+// when none came back.
+func statusClock(ctx context.Context, db *dialect.DB, rows []store.LockRow, waiters []store.WaiterRow) (time.Time, error) {
+	switch {
+	case len(rows) > 0:
+		return rows[0].Now, nil
+	case len(waiters) > 0:
+		return waiters[0].Now, nil
 	}
-	return a.printStatus(st)
+	now, err := store.Of(db).ClockNow(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("status: read the database clock: %w", err)
+	}
+	return now, nil
 }
 
 // Why status could not check every name for a transaction hold: the
