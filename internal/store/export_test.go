@@ -27,8 +27,8 @@ func PrepareAgain(db *DB) {
 func (db *DB) NoteReleased(name string) { db.noteReleased(name) }
 
 // TakesFree reports whether db's next acquisition of name tries TakeFree
-// first (on the pool).
+// first (on the pool; on MariaDB, no trigger seen lately: see
+// mysqlDialect.takeFree).
 func TakesFree(db *DB, name string) bool {
-	a := &mysqlAcquisition{db: db, q: db.DB, p: AcquireParams{Name: name}}
-	return a.takesFree()
+	return db.takesFree(db.DB, name) && !(db.MariaDB() && db.returningAcquire())
 }

@@ -244,13 +244,20 @@ func (db *DB) acquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 	if p.QueueGuard {
 		return db.Dialect.acquireGuarded(ctx, db, p)
 	}
-	return db.Dialect.acquireLease(ctx, db, db.q(q), p)
+	q = db.q(q)
+	if !db.takesFree(q, p.Name) {
+		return db.Dialect.acquireLease(ctx, db, q, p)
+	}
+	return db.acquireFreeFirst(ctx, q, p)
 }
 
 // leaseEngine is the lease statements' binding on one database.
 type leaseEngine interface {
 	// acquireLease is AcquireLease without QueueGuard; q is not nil.
 	acquireLease(ctx context.Context, db *DB, q Querier, p AcquireParams) (AcquireResult, error)
+	// takeFree runs LeaseSQL.TakeFree once for p on the pool (see
+	// takefree.go), or nothing (takeSkipped).
+	takeFree(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, freeTake, error)
 	// acquireGuarded is AcquireLease with QueueGuard (autocommit).
 	acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error)
 	renewLease(ctx context.Context, db *DB, q Querier, name, owner string, token dblock.Token, ttl time.Duration) (bool, error)

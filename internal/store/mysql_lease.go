@@ -146,21 +146,10 @@ func casLocked(ctx context.Context, db *DB, tx Querier, name, query string, args
 // brief one (another acquisition inserting the same name, a reaper batch
 // deleting idle neighbours, a gap lock of a locking read), so the statement
 // is run again, with the fence retries' pauses, for up to keyLockedMax; only
-// then is it refused, with ErrKeyLocked as the reason. On MariaDB a name
-// this DB released lately is first tried with TakeFree (see mysql_takefree.go).
+// then is it refused, with ErrKeyLocked as the reason.
 func (db *DB) acquireMySQL(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
 	a := &mysqlAcquisition{ctx: ctx, db: db, q: q, p: p}
-	tried := 0
-	if a.takesFree() {
-		res, taken, err := a.takeFree()
-		if taken || err != nil {
-			return res, err
-		}
-		tried = 1
-	}
-	res, err := a.acquire()
-	res.Statements = max(res.Statements, 1) + tried
-	return res, err
+	return a.acquire()
 }
 
 // acquire runs the upsert (Acquire, or AcquireInTx in a transaction) until

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 
 	"github.com/dblock-go/dblock"
@@ -8,18 +9,23 @@ import (
 
 // MariaDB's take of a free name (LeaseSQL.TakeFree, see takefree.go).
 
-// takesFree reports whether a tries TakeFree before Acquire: where
-// DB.takesFree says so, with no trigger seen lately (one zeroes the insert
-// id on an update: the upsert's RETURNING form reads the row instead).
-func (a *mysqlAcquisition) takesFree() bool {
-	return a.db.takesFree(a.q, a.p.Name) && !a.db.returningAcquire()
+// takeFree runs TakeFree on the pool, except while a trigger was seen
+// lately (one zeroes the insert id on an update: the upsert's RETURNING
+// form reads the row in one statement, where the take would need a second).
+// MySQL 8 has no TakeFree and never gets here (DB.takesFree).
+func (mysqlDialect) takeFree(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, freeTake, error) {
+	if db.returningAcquire() {
+		return AcquireResult{}, takeSkipped, nil
+	}
+	a := &mysqlAcquisition{ctx: ctx, db: db, q: db.DB, p: p}
+	return a.takeFree()
 }
 
-// takeFree runs TakeFree once: taken reports a lease (or, when a trigger
-// hid its token, a take to read back, as ownedToken does); not taken, the
-// name is forgotten and Acquire decides. Only errors that are not a busy
-// row end the acquisition.
-func (a *mysqlAcquisition) takeFree() (res AcquireResult, taken bool, err error) {
+// takeFree runs TakeFree once: a lease (or, when a trigger hid its token,
+// a take to read back, as ownedToken does), or nothing taken (held,
+// reserved for another owner, a transaction holding the row: Acquire tells
+// who). Only errors that are not a busy row end the acquisition.
+func (a *mysqlAcquisition) takeFree() (AcquireResult, freeTake, error) {
 	p := a.p
 	owner := any(p.Owner) // Boxed once for its four places.
 	r, err := a.db.exec(a.ctx, a.q, a.db.Dialect.Lease().TakeFree,
@@ -35,17 +41,14 @@ func (a *mysqlAcquisition) takeFree() (res AcquireResult, taken bool, err error)
 	case err != nil:
 		err = a.db.Classify(err)
 		if errors.Is(err, dblock.ErrNotAcquired) || errors.Is(err, dblock.ErrDeadlock) {
-			// A transaction holds the row: Acquire tells who.
-			a.db.free.Forget(p.Name)
-			return AcquireResult{}, false, nil
+			return AcquireResult{}, takeMissed, nil
 		}
-		return AcquireResult{}, false, err
+		return AcquireResult{}, takeMissed, err
 	case affected != 1:
-		a.db.free.Forget(p.Name)
-		return AcquireResult{}, false, nil
+		return AcquireResult{}, takeMissed, nil
 	case id == 0:
-		res, err = a.ownedToken()
-		return res, true, err
+		res, err := a.ownedToken()
+		return res, takeTaken, err
 	}
-	return AcquireResult{Acquired: true, Token: dblock.Token(id), Reentry: 1, Statements: 1}, true, nil
+	return AcquireResult{Acquired: true, Token: dblock.Token(id), Reentry: 1, Statements: 1}, takeTaken, nil
 }

@@ -14,16 +14,7 @@ import (
 // acquire) the waiters ahead.
 
 func (postgres) acquireLease(ctx context.Context, db *DB, q Querier, p AcquireParams) (AcquireResult, error) {
-	if !db.takesFree(q, p.Name) {
-		return db.pgAcquire(ctx, q, db.Dialect.Lease().Acquire, p, false)
-	}
-	res, taken, err := db.pgTakeFree(ctx, p)
-	if taken || err != nil {
-		return res, err
-	}
-	res, err = db.pgAcquire(ctx, q, db.Dialect.Lease().Acquire, p, false)
-	res.Statements = 2
-	return res, err
+	return db.pgAcquire(ctx, q, db.Dialect.Lease().Acquire, p, false)
 }
 
 func (postgres) acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error) {

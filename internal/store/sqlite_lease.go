@@ -22,6 +22,11 @@ func (d sqliteDialect) acquireLease(ctx context.Context, db *DB, q Querier, p Ac
 	})
 }
 
+// takeFree: SQLite has no TakeFree.
+func (sqliteDialect) takeFree(context.Context, *DB, AcquireParams) (AcquireResult, freeTake, error) {
+	return AcquireResult{}, takeSkipped, nil
+}
+
 func (d sqliteDialect) acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error) {
 	return db.sqliteAcquire(ctx, db.DB, d.Queue().Direct, p, func() (AcquireResult, error) {
 		// Queued for, or held by another: say which.

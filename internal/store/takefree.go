@@ -1,6 +1,9 @@
 package store
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // The cheaper acquisition of a free name (LeaseSQL.TakeFree, PostgreSQL and
 // MariaDB): tried first for a name this DB released lately, where the name
@@ -19,6 +22,33 @@ func (db *DB) noteReleased(name string) {
 	if db.Dialect.Lease().TakeFree != "" {
 		db.free.Mark(name)
 	}
+}
+
+// freeTake is what an engine's takeFree did.
+type freeTake uint8
+
+const (
+	takeSkipped freeTake = iota // Not tried: nothing was sent.
+	takeMissed                  // Tried, took nothing: Acquire decides.
+	takeTaken                   // Took the name: the result is a lease.
+)
+
+// acquireFreeFirst is AcquireLease (on the pool) for a name released
+// lately: TakeFree first, then, where it took nothing, the dialect's
+// acquisition, the name forgotten and the take's statement counted.
+func (db *DB) acquireFreeFirst(ctx context.Context, q Querier, p AcquireParams) (AcquireResult, error) {
+	res, took, err := db.Dialect.takeFree(ctx, db, p)
+	if err != nil || took == takeTaken {
+		return res, err
+	}
+	if took == takeMissed {
+		db.free.Forget(p.Name)
+	}
+	res, err = db.Dialect.acquireLease(ctx, db, q, p)
+	if took == takeMissed {
+		res.Statements = max(res.Statements, 1) + 1
+	}
+	return res, err
 }
 
 // takesFree reports whether an acquisition of name on q tries TakeFree
