@@ -351,6 +351,27 @@ func TestMissingProcedure(t *testing.T) {
 	}
 }
 
+// TestMissingFunction: a fair waiter's check on a PostgreSQL database
+// migrated before dblock_queue_ahead (migration 00016) is ErrSchemaMissing
+// with the hint, like a missing table.
+func TestMissingFunction(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, store.Postgres)
+	ctx := context.Background()
+	db := iso.Store()
+	w, err := db.Enqueue(ctx, nil, "x", "o", store.WaitExclusive, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "DROP FUNCTION dblock_queue_ahead(text, timestamptz, bigint)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.CheckWaiter(ctx, nil, "x", w.ID)
+	if !errors.Is(err, dblock.ErrSchemaMissing) || !strings.Contains(err.Error(), "dblock migrate up") {
+		t.Fatalf("got %v, want ErrSchemaMissing with the hint", err)
+	}
+}
+
 // TestKeywordDSNOpens: a libpq keyword/value DSN opens PostgreSQL, and
 // errors about one never show its password.
 func TestKeywordDSNOpens(t *testing.T) {

@@ -15,11 +15,11 @@ import (
 // each leaves a dead row behind whose index entry has a key of its own.
 const churnOwners = 300
 
-// TestDeadEntriesKilled: on PostgreSQL, the readers' release and the
-// semaphore's grant count what is left of a name with index scans that mark
-// the entries of rows deleted by earlier owners dead (a bitmap scan never
-// does), so between two vacuums the count does not revisit every reader or
-// grant the name ever had. The check counts the entries of the name a
+// TestDeadEntriesKilled: on PostgreSQL, the readers' release, the
+// semaphore's grant and a fair waiter's check count what is left of a name
+// with index scans that mark the entries of rows deleted by earlier owners
+// dead (a bitmap scan never does), so between two vacuums the count does
+// not revisit every reader, grant or waiter the name ever had. The check counts the entries of the name a
 // bitmap scan still returns: once the deleted rows are dead to every
 // transaction of the database, the next release or grant must have marked
 // them. (MariaDB's purge removes deleted rows itself, and SQLite deletes in
@@ -61,6 +61,26 @@ func TestDeadEntriesKilled(t *testing.T) {
 			pair(fmt.Sprintf("churn-%d", i))
 		}
 		untilKilled(t, db, "dblock_permits", "dblock_permits_name_idx", name, pair)
+	})
+
+	t.Run("waiters", func(t *testing.T) {
+		name := "dead-waiters"
+		pair := func(owner string) {
+			w, err := db.Enqueue(ctx, nil, name, owner, store.WaitExclusive, time.Minute)
+			if err != nil {
+				t.Fatalf("enqueue %s: %v", owner, err)
+			}
+			if s, err := db.CheckWaiter(ctx, nil, name, w.ID); err != nil || !s.Live || s.Ahead != 0 {
+				t.Fatalf("check of %s: %+v, %v", owner, s, err)
+			}
+			if ok, err := db.LeaveQueue(ctx, nil, w.ID); err != nil || !ok {
+				t.Fatalf("leave by %s: %v, %v", owner, ok, err)
+			}
+		}
+		for i := range churnOwners {
+			pair(fmt.Sprintf("churn-%d", i))
+		}
+		untilKilled(t, db, "dblock_waiters", "dblock_waiters_queue_idx", name, pair)
 	})
 }
 

@@ -25,3 +25,6 @@ func (d mysqlDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owne
 func (mysqlDialect) takeHead(context.Context, *DB, AcquireParams, int64) (AcquireResult, bool, error) {
 	return AcquireResult{}, false, errTakeInTx
 }
+
+// checkArgs: MySQL's Check takes its positional arguments in text order.
+func (mysqlDialect) checkArgs(name string, id int64) []any { return []any{name, name, id, name, name} }

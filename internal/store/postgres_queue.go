@@ -23,3 +23,6 @@ func (postgres) takeHead(ctx context.Context, db *DB, p AcquireParams, id int64)
 	}
 	return r.result(p, false), live, nil
 }
+
+// checkArgs: PostgreSQL's Check names each argument once.
+func (postgres) checkArgs(name string, id int64) []any { return []any{name, id} }

@@ -270,11 +270,15 @@ FOR UPDATE OF l%s`,
 
 // The queue's statements, written out per dialect. PostgreSQL's enqueue
 // takes created_at from clock_timestamp() (the column default), the time of
-// the insert itself rather than of its transaction's start. MariaDB's are
-// MySQL's.
+// the insert itself rather than of its transaction's start, and commits
+// without waiting for the WAL flush: a waiter's row lost in a crash of the
+// server is found gone by the waiter's next check, and it joins again (as
+// after a missed heartbeat); a contended name's takes, which are durable,
+// then do not queue behind every enqueue's flush. MariaDB's are MySQL's.
 var pgQueue = QueueSQL{
 	Enqueue: `INSERT INTO dblock_waiters (name, owner, kind, expires_at)
-VALUES ($1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond')
+SELECT $1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond'
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 RETURNING id, (extract(epoch FROM created_at) * 1000000)::bigint`,
 
 	Heartbeat: `UPDATE dblock_waiters SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 microsecond'
@@ -283,26 +287,18 @@ WHERE id = $2 AND expires_at > now()`,
 	HeartbeatMany: `UPDATE dblock_waiters SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 microsecond'
 WHERE expires_at > now() AND id IN (%s)`,
 
+	// Check (name, id): the waiters ahead are counted by
+	// dblock_queue_ahead (migration 00016), whose index scans mark the
+	// entries of deleted waiters dead, which a bitmap scan never does.
 	Check: `SELECT
-    CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
-    CASE WHEN me.id IS NULL THEN 0 ELSE (
-        SELECT COUNT(*) FROM dblock_waiters w
-        WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'
-          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
-    ) END,
-    CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
-        SELECT (extract(epoch FROM w.expires_at) * 1000000)::bigint FROM dblock_waiters w
-        WHERE w.name = $2 AND w.expires_at > now() AND w.kind <> 'semaphore'
-          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
-        ORDER BY w.created_at DESC, w.id DESC
-        LIMIT 1
-    ), 0) END,
-    COALESCE((extract(epoch FROM me.created_at) * 1000000)::bigint, 0),
+    CASE WHEN me.id IS NULL THEN 0 ELSE 1 END, COALESCE(a.ahead, 0), COALESCE(` + pgUs("a.ahead_expires_at") + `, 0),
+    COALESCE(` + pgUs("me.created_at") + `, 0),
     CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
-    COALESCE(l.mode, ''), COALESCE((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint
+    COALESCE(l.mode, ''), COALESCE(` + pgUs("l.expires_at") + `, 0), ` + pgUs("now()") + `
 FROM (SELECT 1 AS one) AS one
-LEFT JOIN dblock_waiters me ON me.id = $3 AND me.name = $4 AND me.expires_at > now()
-LEFT JOIN dblock_locks l ON l.name = $5`,
+LEFT JOIN dblock_waiters me ON me.id = $2 AND me.name = $1 AND me.expires_at > now()
+LEFT JOIN LATERAL dblock_queue_ahead(me.name, me.created_at, me.id) a ON true
+LEFT JOIN dblock_locks l ON l.name = $1`,
 
 	Peek: `SELECT
     (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'),
@@ -326,16 +322,22 @@ RETURNING pg_notify('dblock', name)::text IS NOT NULL`,
 var pgGatePeek, pgGateCheck = gateSQL("now()", postgres{}.Placeholder)
 
 // pgTakeHead is pgLease.Acquire for waiter $6 at the head of the queue,
-// with its row's delete. seen reads the waiter's row, live; row_ locks the
-// lock row only when it can be taken and the waiter is live; me then locks
+// with its row's delete. alive reads the waiter's row, live; seen keeps it
+// only while no live waiter is ahead of it (the check's count,
+// dblock_queue_ahead), so a waiter
+// whose last check is not fresh never takes over one that joined before
+// it; row_ locks the lock row only when it can be taken and the waiter is
+// live and first; me then locks
 // the waiter's row (a reaper's delete of it waits, or has won and me is
 // empty), so an attempt while the lock is held locks and writes nothing.
 // The lock is taken only with me, and del deletes the waiter's row only
 // with a take: the take and the queue's change commit together, as in the
 // transaction of Acquire and Take. The eleventh column says whether the
 // waiter was live.
-var pgTakeHead = `WITH seen AS (
-    SELECT id FROM dblock_waiters WHERE id = $6 AND name = $1 AND expires_at > now()
+var pgTakeHead = `WITH alive AS (
+    SELECT id, created_at FROM dblock_waiters WHERE id = $6 AND name = $1 AND expires_at > now()
+), seen AS (
+    SELECT me.id FROM alive me, dblock_queue_ahead($1, me.created_at, me.id) a WHERE a.ahead = 0
 ), row_ AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND ` + pgTakeable + ` AND EXISTS (SELECT 1 FROM seen)
@@ -356,10 +358,10 @@ UNION ALL
 SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint, true FROM ins
 UNION ALL
 SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce(` + pgUs("h.expires_at") + `, 0), ` + pgUs("now()") + `, 0, ` + pgNextCols + `,
-       EXISTS (SELECT 1 FROM seen)
+       EXISTS (SELECT 1 FROM alive)
 FROM dblock_locks h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
 UNION ALL
-SELECT false, 0::bigint, '', '', 0::bigint, ` + pgUs("now()") + `, 0, '', 0::bigint, 0::bigint, EXISTS (SELECT 1 FROM seen)
+SELECT false, 0::bigint, '', '', 0::bigint, ` + pgUs("now()") + `, 0, '', 0::bigint, 0::bigint, EXISTS (SELECT 1 FROM alive)
 WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM ins)
 LIMIT 1`
 

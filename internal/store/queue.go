@@ -15,6 +15,8 @@ type queueEngine interface {
 	// takeHead is TakeHead where QueueSQL.TakeHead is not empty; elsewhere
 	// it refuses (errTakeInTx).
 	takeHead(ctx context.Context, db *DB, p AcquireParams, id int64) (AcquireResult, bool, error)
+	// checkArgs is Check's argument list for waiter id of name.
+	checkArgs(name string, id int64) []any
 }
 
 // errTakeInTx is TakeHead's refusal where a waiter takes the lock in a
@@ -39,10 +41,11 @@ type QueueSQL struct {
 	// Heartbeat (timeout µs, id) extends a live waiter's deadline; a dead
 	// waiter stays dead (it lost its place and must enqueue again).
 	Heartbeat string
-	// Check (name, name, id, name, name) reads, in one snapshot, whether the
-	// waiter is live, how many live waiters are ahead of it, the heartbeat
-	// deadline of the live waiter directly ahead of it, its created_at, the
-	// lock row and the database clock.
+	// Check (name, name, id, name, name; PostgreSQL's: name, id, see
+	// checkArgs) reads, in one snapshot, whether the waiter is live, how
+	// many live waiters are ahead of it, the heartbeat deadline of the live
+	// waiter directly ahead of it, its created_at, the lock row and the
+	// database clock.
 	Check string
 	// Peek (name, name) reads the number of live waiters of a name, the lock
 	// row and the database clock.
@@ -191,7 +194,7 @@ func (db *DB) CheckWaiter(ctx context.Context, q Querier, name string, id int64)
 	var live, exists int
 	var crUs, aheadUs, expUs, nowUs int64
 	var owner, mode []byte
-	err := db.queryRow(ctx, db.q(q), db.Dialect.Queue().Check, []any{name, name, id, name, name},
+	err := db.queryRow(ctx, db.q(q), db.Dialect.Queue().Check, db.Dialect.checkArgs(name, id),
 		&live, &s.Ahead, &aheadUs, &crUs, &exists, &owner, &s.Holder.Version, &mode, &expUs, &nowUs)
 	if err != nil {
 		return QueueState{}, db.Classify(err)

@@ -93,10 +93,33 @@ func TestTakeHead(t *testing.T) {
 			t.Fatalf("take by b after a's release: %+v live=%v %v (b queued: %v)", next, ok, err, live(b))
 		}
 
-		// A missing waiter takes nothing.
+		// A waiter with a live one ahead of it takes nothing on a free name
+		// and stays queued, however stale the check that called it first.
 		if ok, err := db.ReleaseLease(ctx, nil, name, "b", next.Token); err != nil || !ok {
 			t.Fatalf("release b: %v %v", ok, err)
 		}
+		first, second := enqueue("first", time.Minute), enqueue("second", time.Minute)
+		if res, ok, err := db.TakeHead(ctx, p("second"), second); err != nil || !ok || res.Acquired || res.Holder.Held() {
+			t.Fatalf("take by the second waiter of a free name: %+v live=%v %v, want a live refusal", res, ok, err)
+		}
+		if !live(second) || !live(first) {
+			t.Fatal("a refused take by the second waiter changed the queue")
+		}
+		if h, err := db.LeaseHolder(ctx, nil, name); err != nil || h.Held() {
+			t.Fatalf("the name after the second waiter's refused take: %+v %v", h, err)
+		}
+		taken, ok, err := db.TakeHead(ctx, p("first"), first)
+		if err != nil || !ok || !taken.Acquired {
+			t.Fatalf("take by the first waiter: %+v live=%v %v", taken, ok, err)
+		}
+		if ok, err := db.ReleaseLease(ctx, nil, name, "first", taken.Token); err != nil || !ok {
+			t.Fatalf("release first: %v %v", ok, err)
+		}
+		if _, err := db.LeaveQueue(ctx, nil, second); err != nil {
+			t.Fatalf("leave second: %v", err)
+		}
+
+		// A missing waiter takes nothing.
 		if res, ok, err := db.TakeHead(ctx, p("c"), b+1000); err != nil || ok || res.Acquired {
 			t.Fatalf("take by a missing waiter: %+v live=%v %v", res, ok, err)
 		}

@@ -193,7 +193,8 @@ SELECT pid, coalesce((extract(epoch FROM xact_start) * 1000000)::bigint, 0), coa
 
 -- QueueSQL.Enqueue
 INSERT INTO dblock_waiters (name, owner, kind, expires_at)
-VALUES ($1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond')
+SELECT $1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond'
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 RETURNING id, (extract(epoch FROM created_at) * 1000000)::bigint;
 
 -- QueueSQL.HeartbeatMany
@@ -206,25 +207,14 @@ WHERE id = $2 AND expires_at > now();
 
 -- QueueSQL.Check
 SELECT
-    CASE WHEN me.id IS NULL THEN 0 ELSE 1 END,
-    CASE WHEN me.id IS NULL THEN 0 ELSE (
-        SELECT COUNT(*) FROM dblock_waiters w
-        WHERE w.name = $1 AND w.expires_at > now() AND w.kind <> 'semaphore'
-          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
-    ) END,
-    CASE WHEN me.id IS NULL THEN 0 ELSE COALESCE((
-        SELECT (extract(epoch FROM w.expires_at) * 1000000)::bigint FROM dblock_waiters w
-        WHERE w.name = $2 AND w.expires_at > now() AND w.kind <> 'semaphore'
-          AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
-        ORDER BY w.created_at DESC, w.id DESC
-        LIMIT 1
-    ), 0) END,
+    CASE WHEN me.id IS NULL THEN 0 ELSE 1 END, COALESCE(a.ahead, 0), COALESCE((extract(epoch FROM a.ahead_expires_at) * 1000000)::bigint, 0),
     COALESCE((extract(epoch FROM me.created_at) * 1000000)::bigint, 0),
     CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
     COALESCE(l.mode, ''), COALESCE((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint
 FROM (SELECT 1 AS one) AS one
-LEFT JOIN dblock_waiters me ON me.id = $3 AND me.name = $4 AND me.expires_at > now()
-LEFT JOIN dblock_locks l ON l.name = $5;
+LEFT JOIN dblock_waiters me ON me.id = $2 AND me.name = $1 AND me.expires_at > now()
+LEFT JOIN LATERAL dblock_queue_ahead(me.name, me.created_at, me.id) a ON true
+LEFT JOIN dblock_locks l ON l.name = $1;
 
 -- QueueSQL.Peek
 SELECT
@@ -238,8 +228,10 @@ LEFT JOIN dblock_locks l ON l.name = $2;
 DELETE FROM dblock_waiters WHERE id = $1 AND expires_at > now();
 
 -- QueueSQL.TakeHead
-WITH seen AS (
-    SELECT id FROM dblock_waiters WHERE id = $6 AND name = $1 AND expires_at > now()
+WITH alive AS (
+    SELECT id, created_at FROM dblock_waiters WHERE id = $6 AND name = $1 AND expires_at > now()
+), seen AS (
+    SELECT me.id FROM alive me, dblock_queue_ahead($1, me.created_at, me.id) a WHERE a.ahead = 0
 ), row_ AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
@@ -284,10 +276,10 @@ UNION ALL
 SELECT true, version, '', '', 0::bigint, 0::bigint, reentry, '', 0::bigint, 0::bigint, true FROM ins
 UNION ALL
 SELECT false, h.version, coalesce(h.owner, ''), coalesce(h.mode, ''), coalesce((extract(epoch FROM h.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint, 0, coalesce(next_owner, ''), coalesce((extract(epoch FROM next_since) * 1000000)::bigint, 0), coalesce((extract(epoch FROM next_until) * 1000000)::bigint, 0),
-       EXISTS (SELECT 1 FROM seen)
+       EXISTS (SELECT 1 FROM alive)
 FROM dblock_locks h WHERE h.name = $1 AND NOT EXISTS (SELECT 1 FROM cur)
 UNION ALL
-SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, '', 0::bigint, 0::bigint, EXISTS (SELECT 1 FROM seen)
+SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000)::bigint, 0, '', 0::bigint, 0::bigint, EXISTS (SELECT 1 FROM alive)
 WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM ins)
 LIMIT 1;
 
