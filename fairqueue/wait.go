@@ -70,7 +70,7 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 			}
 		}
 		mark := q.mark()
-		s, err := q.state(try)
+		s, guessed, err := q.state(try)
 		if err != nil {
 			if errors.Is(err, errAgain) {
 				continue
@@ -83,8 +83,8 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 			switch {
 			case err == nil:
 				return lease, nil
-			case errors.Is(err, errAgain):
-				continue
+			case errors.Is(err, errAgain), guessed && errors.Is(err, dblock.ErrNotAcquired):
+				continue // A guess that missed checks at once.
 			case errors.Is(err, dblock.ErrNotAcquired):
 				held = true
 			case !errors.Is(err, errStay):
@@ -114,8 +114,8 @@ type queueWait struct {
 	backoff   int // Backoff step, reset when the position changes.
 	lastAhead int
 	last      store.QueueState
-	// released: the last sleep of the head ended with a release (or, on
-	// PostgreSQL, a notification of the name), not its timer.
+	// released: the last sleep ended with as many events as the waiter
+	// needed to be next, not with its timer.
 	released bool
 }
 
@@ -183,21 +183,24 @@ func (q *queueWait) check(try int) (store.QueueState, error) {
 	return s, nil
 }
 
-// state is what the loop decides on: a check, or, for the head woken by a
-// release where the take is one statement that itself checks the waiter is
-// live and first (store.TakeHead), the last check's place with the name
-// free: the take then runs at once, one round trip fewer per hand-off. A
-// take that finds the name held anyway only sleeps again; the timer's
-// wake-ups check first.
-func (q *queueWait) state(try int) (store.QueueState, error) {
+// state is what the loop decides on: a check, or a guess (guessed true).
+// A waiter whose sleep ended with as many events as it needed to be next,
+// where the take is one statement that itself checks that the waiter is
+// live and first (store.TakeHead), guesses that it is first and the name
+// free, and takes at once: one round trip fewer per hand-off. A take that
+// the guess missed (a waiter still ahead, the name held) checks at once;
+// the timer's wake-ups check first.
+func (q *queueWait) state(try int) (s store.QueueState, guessed bool, err error) {
 	released := q.released
 	q.released = false
-	if released && q.last.Live && q.last.Ahead == 0 && q.a.l.db.TakesHeadInOne() {
-		s := q.last
+	if released && q.last.Live && q.a.l.db.TakesHeadInOne() {
+		s = q.last
+		s.Ahead = 0
 		s.Holder = store.Holder{Now: s.Holder.Now}
-		return s, nil
+		return s, true, nil
 	}
-	return q.check(try)
+	s, err = q.check(try)
+	return s, false, err
 }
 
 // takeHead takes the lock at the head of the queue. ErrNotAcquired (another
@@ -227,8 +230,8 @@ func (q *queueWait) takeHead(try int) (*dblock.Lease, error) {
 
 // sleep waits until the waiter may be next, or its timer ends. Events
 // before this waiter may be next: one per waiter ahead, and one more if the
-// lock is held (its release); at least one. It reports whether the head's
-// wait ended with a release.
+// lock is held (its release); at least one. It reports whether the wait
+// ended with those events.
 func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) (released bool) {
 	a := q.a
 	need := max(s.Ahead, 1)
@@ -261,7 +264,7 @@ func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) (releas
 			local = int(q.sig.releases.Load() - mark.releases)
 		}
 		if max(local, hubEvents) >= need {
-			return s.Ahead == 0
+			return true
 		}
 	}
 }

@@ -327,7 +327,8 @@ var pgGatePeek, pgGateCheck = gateSQL("now()", postgres{}.Placeholder)
 // dblock_queue_ahead), so a waiter
 // whose last check is not fresh never takes over one that joined before
 // it; row_ locks the lock row only when it can be taken and the waiter is
-// live and first; me then locks
+// live and first; me then locks (first too: on a name without a row, me
+// alone decides the insert)
 // the waiter's row (a reaper's delete of it waits, or has won and me is
 // empty), so an attempt while the lock is held locks and writes nothing.
 // The lock is taken only with me, and del deletes the waiter's row only
@@ -344,7 +345,7 @@ var pgTakeHead = `WITH alive AS (
     FOR UPDATE SKIP LOCKED
 ), me AS (
     SELECT id FROM dblock_waiters
-    WHERE id = $6 AND name = $1 AND expires_at > now()
+    WHERE id = $6 AND name = $1 AND expires_at > now() AND EXISTS (SELECT 1 FROM seen)
       AND (EXISTS (SELECT 1 FROM row_) OR NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1))
     FOR UPDATE
 ), cur AS (

@@ -66,6 +66,22 @@ func TestTakeHead(t *testing.T) {
 			t.Fatalf("the name after a dead waiter's take: %+v %v", h, err)
 		}
 
+		// A waiter behind a live one takes nothing, on a name without a
+		// row too, and stays queued.
+		ahead := enqueue("ahead", time.Minute)
+		behind := enqueue("behind", time.Minute)
+		if res, ok, err := db.TakeHead(ctx, p("behind"), behind); err != nil || !ok || res.Acquired {
+			t.Fatalf("take by a waiter behind another, no row: %+v live=%v %v", res, ok, err)
+		}
+		if h, err := db.LeaseHolder(ctx, nil, name); err != nil || h.Held() || !live(behind) {
+			t.Fatalf("the name after a refused take behind another: %+v %v (queued: %v)", h, err, live(behind))
+		}
+		for _, id := range []int64{ahead, behind} {
+			if _, err := db.LeaveQueue(ctx, nil, id); err != nil {
+				t.Fatalf("leave %d: %v", id, err)
+			}
+		}
+
 		// A live waiter takes the free name, and its row goes with the take.
 		a := enqueue("a", time.Minute)
 		res, ok, err := db.TakeHead(ctx, p("a"), a)

@@ -239,7 +239,7 @@ WITH alive AS (
     FOR UPDATE SKIP LOCKED
 ), me AS (
     SELECT id FROM dblock_waiters
-    WHERE id = $6 AND name = $1 AND expires_at > now()
+    WHERE id = $6 AND name = $1 AND expires_at > now() AND EXISTS (SELECT 1 FROM seen)
       AND (EXISTS (SELECT 1 FROM row_) OR NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1))
     FOR UPDATE
 ), cur AS (
