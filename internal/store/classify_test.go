@@ -363,7 +363,7 @@ func TestMissingFunction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, "DROP FUNCTION dblock_queue_ahead(text, timestamptz, bigint)"); err != nil {
+	if _, err := db.ExecContext(ctx, "DROP FUNCTION dblock_queue_ahead(text, text, timestamptz, bigint)"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = db.CheckWaiter(ctx, nil, "x", w.ID)

@@ -16,7 +16,8 @@ import (
 const churnOwners = 300
 
 // TestDeadEntriesKilled: on PostgreSQL, the readers' release, the
-// semaphore's grant and a fair waiter's check count what is left of a name
+// semaphore's grant and a fair waiter's check (fairqueue's, and the gate's
+// of the shared locks' fair option) count what is left of a name
 // with index scans that mark the entries of rows deleted by earlier owners
 // dead (a bitmap scan never does), so between two vacuums the count does
 // not revisit every reader, grant or waiter the name ever had. The check counts the entries of the name a
@@ -72,6 +73,26 @@ func TestDeadEntriesKilled(t *testing.T) {
 			}
 			if s, err := db.CheckWaiter(ctx, nil, name, w.ID); err != nil || !s.Live || s.Ahead != 0 {
 				t.Fatalf("check of %s: %+v, %v", owner, s, err)
+			}
+			if ok, err := db.LeaveQueue(ctx, nil, w.ID); err != nil || !ok {
+				t.Fatalf("leave by %s: %v, %v", owner, ok, err)
+			}
+		}
+		for i := range churnOwners {
+			pair(fmt.Sprintf("churn-%d", i))
+		}
+		untilKilled(t, db, "dblock_waiters", "dblock_waiters_queue_idx", name, pair)
+	})
+
+	t.Run("semaphore waiters", func(t *testing.T) {
+		name := "dead-semaphore-waiters"
+		pair := func(owner string) {
+			w, err := db.Enqueue(ctx, nil, name, owner, store.WaitSemaphore, time.Minute)
+			if err != nil {
+				t.Fatalf("enqueue %s: %v", owner, err)
+			}
+			if s, err := db.CheckGate(ctx, w.ID); err != nil || !s.Live || s.Queued != 0 {
+				t.Fatalf("gate check of %s: %+v, %v", owner, s, err)
 			}
 			if ok, err := db.LeaveQueue(ctx, nil, w.ID); err != nil || !ok {
 				t.Fatalf("leave by %s: %v, %v", owner, ok, err)

@@ -297,7 +297,7 @@ WHERE expires_at > now() AND id IN (%s)`,
     COALESCE(l.mode, ''), COALESCE(` + pgUs("l.expires_at") + `, 0), ` + pgUs("now()") + `
 FROM (SELECT 1 AS one) AS one
 LEFT JOIN dblock_waiters me ON me.id = $2 AND me.name = $1 AND me.expires_at > now()
-LEFT JOIN LATERAL dblock_queue_ahead(me.name, me.created_at, me.id) a ON true
+LEFT JOIN LATERAL dblock_queue_ahead(me.name, 'exclusive', me.created_at, me.id) a ON true
 LEFT JOIN dblock_locks l ON l.name = $1`,
 
 	Peek: `SELECT
@@ -319,7 +319,15 @@ RETURNING pg_notify('dblock', name)::text IS NOT NULL`,
 	GatePeek: pgGatePeek, GateCheck: pgGateCheck,
 }
 
-var pgGatePeek, pgGateCheck = gateSQL("now()", postgres{}.Placeholder)
+// pgGateCheck is gateSQL's check with the waiters ahead counted by
+// dblock_queue_ahead (migration 00016), whose index scans mark the
+// entries of deleted waiters dead; the peek, a bitmap scan, then skips them.
+var pgGatePeek, _ = gateSQL("now()", postgres{}.Placeholder)
+
+var pgGateCheck = `SELECT COUNT(me.id), COALESCE(MAX(a.ahead), 0)
+FROM dblock_waiters me
+LEFT JOIN LATERAL dblock_queue_ahead(me.name, me.kind, me.created_at, me.id) a ON true
+WHERE me.id = $1 AND me.expires_at > now()`
 
 // pgTakeHead is pgLease.Acquire for waiter $6 at the head of the queue,
 // with its row's delete. alive reads the waiter's row, live; seen keeps it
@@ -338,7 +346,7 @@ var pgGatePeek, pgGateCheck = gateSQL("now()", postgres{}.Placeholder)
 var pgTakeHead = `WITH alive AS (
     SELECT id, created_at FROM dblock_waiters WHERE id = $6 AND name = $1 AND expires_at > now()
 ), seen AS (
-    SELECT me.id FROM alive me, dblock_queue_ahead($1, me.created_at, me.id) a WHERE a.ahead = 0
+    SELECT me.id FROM alive me, dblock_queue_ahead($1, 'exclusive', me.created_at, me.id) a WHERE a.ahead = 0
 ), row_ AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND ` + pgTakeable + ` AND EXISTS (SELECT 1 FROM seen)

@@ -213,7 +213,7 @@ SELECT
     COALESCE(l.mode, ''), COALESCE((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint
 FROM (SELECT 1 AS one) AS one
 LEFT JOIN dblock_waiters me ON me.id = $2 AND me.name = $1 AND me.expires_at > now()
-LEFT JOIN LATERAL dblock_queue_ahead(me.name, me.created_at, me.id) a ON true
+LEFT JOIN LATERAL dblock_queue_ahead(me.name, 'exclusive', me.created_at, me.id) a ON true
 LEFT JOIN dblock_locks l ON l.name = $1;
 
 -- QueueSQL.Peek
@@ -231,7 +231,7 @@ DELETE FROM dblock_waiters WHERE id = $1 AND expires_at > now();
 WITH alive AS (
     SELECT id, created_at FROM dblock_waiters WHERE id = $6 AND name = $1 AND expires_at > now()
 ), seen AS (
-    SELECT me.id FROM alive me, dblock_queue_ahead($1, me.created_at, me.id) a WHERE a.ahead = 0
+    SELECT me.id FROM alive me, dblock_queue_ahead($1, 'exclusive', me.created_at, me.id) a WHERE a.ahead = 0
 ), row_ AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
@@ -341,11 +341,9 @@ SELECT
          THEN 1 ELSE 0 END;
 
 -- QueueSQL.GateCheck
-SELECT COUNT(me.id), COUNT(w.id)
+SELECT COUNT(me.id), COALESCE(MAX(a.ahead), 0)
 FROM dblock_waiters me
-LEFT JOIN dblock_waiters w ON w.name = me.name AND w.expires_at > now()
-    AND (w.created_at < me.created_at OR (w.created_at = me.created_at AND w.id < me.id))
-    AND (w.kind = 'semaphore') = (me.kind = 'semaphore') AND (me.kind <> 'read' OR w.kind <> 'read')
+LEFT JOIN LATERAL dblock_queue_ahead(me.name, me.kind, me.created_at, me.id) a ON true
 WHERE me.id = $1 AND me.expires_at > now();
 
 -- ReapSQL.FreeExpired
