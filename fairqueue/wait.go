@@ -61,6 +61,10 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 		if serr := a.stopped(q.last.Holder); serr != nil {
 			return nil, serr
 		}
+		// Counted from before the statement whose answer the loop reads
+		// (the enqueue's, where it answers the check), so that no event
+		// after its snapshot goes unseen.
+		mark := q.mark()
 		if q.w == nil {
 			if err := q.join(try); err != nil {
 				if errors.Is(err, errAgain) {
@@ -69,7 +73,6 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 				return nil, err
 			}
 		}
-		mark := q.mark()
 		s, guessed, err := q.state(try)
 		if err != nil {
 			if errors.Is(err, errAgain) {
@@ -117,6 +120,8 @@ type queueWait struct {
 	// released: the last sleep ended with as many events as the waiter
 	// needed to be next, not with its timer.
 	released bool
+	// joined: the check the enqueue answered, until the loop reads it.
+	joined *store.QueueState
 }
 
 // eventMark is where the signals' counts stood before a check.
@@ -147,11 +152,11 @@ func (q *queueWait) retry(what string, try int, err error) error {
 
 // join enqueues the waiter.
 func (q *queueWait) join(try int) error {
-	w, err := q.a.enqueue()
+	w, joined, err := q.a.enqueue()
 	if err != nil {
 		return q.retry("enqueue", try, err)
 	}
-	q.w, q.lastAhead = w, -1
+	q.w, q.lastAhead, q.joined = w, -1, joined
 	return nil
 }
 
@@ -166,11 +171,18 @@ func (q *queueWait) check(try int) (store.QueueState, error) {
 	if err != nil {
 		return s, q.retry("check", try, err)
 	}
+	return s, q.seen(s)
+}
+
+// seen records a check's answer (CheckWaiter's, or the enqueue's where it
+// answers one, store.EnqueueChecked).
+func (q *queueWait) seen(s store.QueueState) error {
+	a := q.a
 	q.last = s
 	if !s.Live {
 		a.requeue(q.w)
 		q.w = nil
-		return s, errAgain
+		return errAgain
 	}
 	if s.Ahead != q.lastAhead {
 		q.backoff = 0 // Moved up: the head polls fast again, the others from their base.
@@ -180,10 +192,11 @@ func (q *queueWait) check(try int) (store.QueueState, error) {
 		}
 	}
 	q.lastAhead = s.Ahead
-	return s, nil
+	return nil
 }
 
-// state is what the loop decides on: a check, or a guess (guessed true).
+// state is what the loop decides on: the answer of the enqueue that just
+// joined, where it answers a check; a check; or a guess (guessed true).
 // A waiter whose sleep ended with as many events as it needed to be next,
 // where the take is one statement that itself checks that the waiter is
 // live and first (store.TakeHead), guesses that it is first and the name
@@ -191,8 +204,11 @@ func (q *queueWait) check(try int) (store.QueueState, error) {
 // the guess missed (a waiter still ahead, the name held) checks at once;
 // the timer's wake-ups check first.
 func (q *queueWait) state(try int) (s store.QueueState, guessed bool, err error) {
-	released := q.released
-	q.released = false
+	released, joined := q.released, q.joined
+	q.released, q.joined = false, nil
+	if joined != nil {
+		return *joined, false, q.seen(*joined)
+	}
 	if released && q.last.Live && q.a.l.db.TakesHeadInOne() {
 		s = q.last
 		s.Ahead = 0
@@ -308,30 +324,41 @@ func (a *attempt) delay(s store.QueueState, step int) time.Duration {
 	return d
 }
 
-// enqueue inserts the waiter's row. The insert runs on a context that
-// outlives the caller's: an insert cancelled in flight may still commit, and
-// a row nobody knows about would stand, live, at its place in the queue until
-// its heartbeat deadline.
-func (a *attempt) enqueue() (*waiter, error) {
+// enqueue inserts the waiter's row; where the insert answers the waiter's
+// first check too (PostgreSQL, store.EnqueueChecked), it returns that
+// answer, one round trip fewer per acquisition. The insert runs on a
+// context that outlives the caller's: an insert cancelled in flight may
+// still commit, and a row nobody knows about would stand, live, at its
+// place in the queue until its heartbeat deadline.
+func (a *attempt) enqueue() (*waiter, *store.QueueState, error) {
 	l := a.l
 	ctx, cancel := l.db.StatementContext(context.WithoutCancel(a.ctx), l.cfg.ReleaseTimeout)
 	defer cancel()
 	unlock, err := a.lockWrites(true)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l.count()
-	t, err := l.db.Enqueue(ctx, nil, a.name, a.o.Owner, store.WaitExclusive, l.cfg.HeartbeatTimeout)
+	var t store.WaiterTicket
+	var joined *store.QueueState
+	if l.db.EnqueuesChecked() {
+		var s store.QueueState
+		t, s, err = l.db.EnqueueChecked(ctx, a.name, a.o.Owner, store.WaitExclusive, l.cfg.HeartbeatTimeout)
+		joined = &s
+		l.stats.checks.Add(1)
+	} else {
+		t, err = l.db.Enqueue(ctx, nil, a.name, a.o.Owner, store.WaitExclusive, l.cfg.HeartbeatTimeout)
+	}
 	unlock()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l.stats.enqueued.Add(1)
 	l.beats.add(t.ID)
 	if l.logger.Enabled(a.ctx, slog.LevelDebug) {
 		l.logger.LogAttrs(a.ctx, slog.LevelDebug, "fairqueue: enqueued", a.attrs(slog.Int64("waiter", t.ID))...)
 	}
-	return &waiter{id: t.ID}, nil
+	return &waiter{id: t.ID}, joined, nil
 }
 
 // requeue drops a dead waiter's row; the loop enqueues again at the back.

@@ -281,6 +281,22 @@ SELECT $1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond'
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 RETURNING id, (extract(epoch FROM created_at) * 1000000)::bigint`,
 
+	// EnqueueCheck is Enqueue with Check's answer for the new waiter; the
+	// count (dblock_queue_ahead, a STABLE function) reads the statement's
+	// snapshot, as Check's own statement does.
+	EnqueueCheck: `WITH ins AS (
+    INSERT INTO dblock_waiters (name, owner, kind, expires_at)
+    SELECT $1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond'
+    FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+    RETURNING id, created_at
+)
+SELECT ins.id, 1, COALESCE(a.ahead, 0), COALESCE(` + pgUs("a.ahead_expires_at") + `, 0), ` + pgUs("ins.created_at") + `,
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE(` + pgUs("l.expires_at") + `, 0), ` + pgUs("now()") + `
+FROM ins
+LEFT JOIN LATERAL dblock_queue_ahead($1, $3, ins.created_at, ins.id) a ON true
+LEFT JOIN dblock_locks l ON l.name = $1`,
+
 	Heartbeat: `UPDATE dblock_waiters SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 microsecond'
 WHERE id = $2 AND expires_at > now()`,
 

@@ -35,6 +35,12 @@ type QueueSQL struct {
 	// the database clock. On PostgreSQL and SQLite it returns id and
 	// created_at; on MySQL the id comes from LAST_INSERT_ID.
 	Enqueue string
+	// EnqueueCheck, where not empty (PostgreSQL), is Enqueue's insert
+	// (name, owner, kind, heartbeat timeout µs) answering, in one
+	// statement, what Check would for the new waiter: its id and
+	// created_at, the live waiters ahead of it in its kind's way, the
+	// heartbeat deadline of the nearest, the lock row and the clock.
+	EnqueueCheck string
 	// HeartbeatMany (timeout µs, then the ids, whose placeholders fill its
 	// %s) is Heartbeat for many waiters at once.
 	HeartbeatMany string
@@ -125,6 +131,33 @@ func (db *DB) Enqueue(ctx context.Context, q Querier, name, owner string, kind W
 	return t, err
 }
 
+// EnqueuesChecked reports whether EnqueueChecked is one statement here
+// (QueueSQL.EnqueueCheck); elsewhere it refuses.
+func (db *DB) EnqueuesChecked() bool { return db.Dialect.Queue().EnqueueCheck != "" }
+
+// errEnqueueCheck is EnqueueChecked's refusal where the database has no
+// EnqueueCheck: Enqueue, then CheckWaiter.
+var errEnqueueCheck = errors.New("store: this database enqueues and checks a waiter in two statements (Enqueue, CheckWaiter), not with EnqueueChecked")
+
+// EnqueueChecked is Enqueue followed by CheckWaiter of the new waiter, in
+// one statement (EnqueuesChecked).
+func (db *DB) EnqueueChecked(ctx context.Context, name, owner string, kind WaitKind, timeout time.Duration) (WaiterTicket, QueueState, error) {
+	sqlText := db.Dialect.Queue().EnqueueCheck
+	if sqlText == "" {
+		return WaiterTicket{}, QueueState{}, errEnqueueCheck
+	}
+	var t WaiterTicket
+	var r checkRow
+	err := db.queryRow(ctx, db.q(nil), sqlText, []any{name, owner, string(kind), timeout.Microseconds()},
+		append([]any{&t.ID}, r.fields()...)...)
+	if err != nil {
+		return WaiterTicket{}, QueueState{}, db.Classify(err)
+	}
+	s := r.state()
+	t.CreatedAt = s.CreatedAt
+	return t, s, nil
+}
+
 // enqueueReturning runs Enqueue's statement where it returns the waiter's id
 // and created_at (PostgreSQL, SQLite).
 func (db *DB) enqueueReturning(ctx context.Context, q Querier, name, owner string, kind WaitKind, timeout time.Duration) (WaiterTicket, error) {
@@ -190,24 +223,36 @@ func (db *DB) heartbeatWaiters(ctx context.Context, q Querier, ids []int64, time
 // CheckWaiter reads, in one statement, whether waiter id of name is live, how
 // many live waiters are ahead of it, and the lock row.
 func (db *DB) CheckWaiter(ctx context.Context, q Querier, name string, id int64) (QueueState, error) {
-	var s QueueState
-	var live, exists int
-	var crUs, aheadUs, expUs, nowUs int64
-	var owner, mode []byte
-	err := db.queryRow(ctx, db.q(q), db.Dialect.Queue().Check, db.Dialect.checkArgs(name, id),
-		&live, &s.Ahead, &aheadUs, &crUs, &exists, &owner, &s.Holder.Version, &mode, &expUs, &nowUs)
+	var r checkRow
+	err := db.queryRow(ctx, db.q(q), db.Dialect.Queue().Check, db.Dialect.checkArgs(name, id), r.fields()...)
 	if err != nil {
 		return QueueState{}, db.Classify(err)
 	}
-	s.Live = live != 0
-	if crUs != 0 {
-		s.CreatedAt = Micros(crUs)
+	return r.state(), nil
+}
+
+// checkRow holds the columns of a Check (and of EnqueueCheck after the id).
+type checkRow struct {
+	live, ahead, exists         int
+	aheadUs, crUs, expUs, nowUs int64
+	version                     int64
+	owner, mode                 []byte
+}
+
+func (r *checkRow) fields() []any {
+	return []any{&r.live, &r.ahead, &r.aheadUs, &r.crUs, &r.exists, &r.owner, &r.version, &r.mode, &r.expUs, &r.nowUs}
+}
+
+func (r *checkRow) state() QueueState {
+	s := QueueState{Live: r.live != 0, Ahead: r.ahead}
+	if r.crUs != 0 {
+		s.CreatedAt = Micros(r.crUs)
 	}
-	if aheadUs != 0 {
-		s.AheadExpiresAt = Micros(aheadUs)
+	if r.aheadUs != 0 {
+		s.AheadExpiresAt = Micros(r.aheadUs)
 	}
-	s.Holder = holderFrom(exists != 0, owner, s.Holder.Version, mode, expUs, nowUs)
-	return s, nil
+	s.Holder = holderFrom(r.exists != 0, r.owner, r.version, r.mode, r.expUs, r.nowUs)
+	return s
 }
 
 // PeekQueue reads the number of live waiters of name and the lock row.

@@ -197,6 +197,20 @@ SELECT $1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond'
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 RETURNING id, (extract(epoch FROM created_at) * 1000000)::bigint;
 
+-- QueueSQL.EnqueueCheck
+WITH ins AS (
+    INSERT INTO dblock_waiters (name, owner, kind, expires_at)
+    SELECT $1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond'
+    FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+    RETURNING id, created_at
+)
+SELECT ins.id, 1, COALESCE(a.ahead, 0), COALESCE((extract(epoch FROM a.ahead_expires_at) * 1000000)::bigint, 0), (extract(epoch FROM ins.created_at) * 1000000)::bigint,
+    CASE WHEN l.name IS NULL THEN 0 ELSE 1 END, COALESCE(l.owner, ''), COALESCE(l.version, 0),
+    COALESCE(l.mode, ''), COALESCE((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM now()) * 1000000)::bigint
+FROM ins
+LEFT JOIN LATERAL dblock_queue_ahead($1, $3, ins.created_at, ins.id) a ON true
+LEFT JOIN dblock_locks l ON l.name = $1;
+
 -- QueueSQL.HeartbeatMany
 UPDATE dblock_waiters SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 microsecond'
 WHERE expires_at > now() AND id IN (%s);
