@@ -64,45 +64,39 @@ func TestDeadEntriesKilled(t *testing.T) {
 		untilKilled(t, db, "dblock_permits", "dblock_permits_name_idx", name, pair)
 	})
 
-	t.Run("waiters", func(t *testing.T) {
-		name := "dead-waiters"
-		pair := func(owner string) {
-			w, err := db.Enqueue(ctx, nil, name, owner, store.WaitExclusive, time.Minute)
-			if err != nil {
-				t.Fatalf("enqueue %s: %v", owner, err)
+	// A fair waiter's check (fairqueue's), and the gate's of the shared
+	// locks' fair option (a semaphore's waiter here).
+	checks := map[store.WaitKind]func(id int64) (live bool, ahead int, err error){
+		store.WaitExclusive: func(id int64) (bool, int, error) {
+			s, err := db.CheckWaiter(ctx, nil, "dead-"+string(store.WaitExclusive), id)
+			return s.Live, s.Ahead, err
+		},
+		store.WaitSemaphore: func(id int64) (bool, int, error) {
+			s, err := db.CheckGate(ctx, id)
+			return s.Live, s.Queued, err
+		},
+	}
+	for kind, check := range checks {
+		t.Run("waiters "+string(kind), func(t *testing.T) {
+			name := "dead-" + string(kind)
+			pair := func(owner string) {
+				w, err := db.Enqueue(ctx, nil, name, owner, kind, time.Minute)
+				if err != nil {
+					t.Fatalf("enqueue %s: %v", owner, err)
+				}
+				if live, ahead, err := check(w.ID); err != nil || !live || ahead != 0 {
+					t.Fatalf("check of %s: live %v, %d ahead, %v", owner, live, ahead, err)
+				}
+				if ok, err := db.LeaveQueue(ctx, nil, w.ID); err != nil || !ok {
+					t.Fatalf("leave by %s: %v, %v", owner, ok, err)
+				}
 			}
-			if s, err := db.CheckWaiter(ctx, nil, name, w.ID); err != nil || !s.Live || s.Ahead != 0 {
-				t.Fatalf("check of %s: %+v, %v", owner, s, err)
+			for i := range churnOwners {
+				pair(fmt.Sprintf("churn-%d", i))
 			}
-			if ok, err := db.LeaveQueue(ctx, nil, w.ID); err != nil || !ok {
-				t.Fatalf("leave by %s: %v, %v", owner, ok, err)
-			}
-		}
-		for i := range churnOwners {
-			pair(fmt.Sprintf("churn-%d", i))
-		}
-		untilKilled(t, db, "dblock_waiters", "dblock_waiters_queue_idx", name, pair)
-	})
-
-	t.Run("semaphore waiters", func(t *testing.T) {
-		name := "dead-semaphore-waiters"
-		pair := func(owner string) {
-			w, err := db.Enqueue(ctx, nil, name, owner, store.WaitSemaphore, time.Minute)
-			if err != nil {
-				t.Fatalf("enqueue %s: %v", owner, err)
-			}
-			if s, err := db.CheckGate(ctx, w.ID); err != nil || !s.Live || s.Queued != 0 {
-				t.Fatalf("gate check of %s: %+v, %v", owner, s, err)
-			}
-			if ok, err := db.LeaveQueue(ctx, nil, w.ID); err != nil || !ok {
-				t.Fatalf("leave by %s: %v, %v", owner, ok, err)
-			}
-		}
-		for i := range churnOwners {
-			pair(fmt.Sprintf("churn-%d", i))
-		}
-		untilKilled(t, db, "dblock_waiters", "dblock_waiters_queue_idx", name, pair)
-	})
+			untilKilled(t, db, "dblock_waiters", "dblock_waiters_queue_idx", name, pair)
+		})
+	}
 }
 
 // untilKilled runs pair for a new owner until a bitmap scan of index finds
