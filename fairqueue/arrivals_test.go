@@ -22,7 +22,7 @@ type acquisition struct {
 	token      dblock.Token
 	queued     bool      // it waited in the queue (else it took the name directly)
 	joined     time.Time // its waiter row's created_at (queued only)
-	visible    time.Time // the database clock of its first check, when its row was surely visible (queued only)
+	visible    time.Time // a database clock reading by which its row was surely visible (queued only)
 	acquiredAt time.Time // the lease's acquired_at (database clock)
 }
 
@@ -35,8 +35,9 @@ type acquisition struct {
 // visible before it began, all by the database clock: a queued one whose
 // row was created later, or a direct one whose statement (the lease's
 // acquired_at) started later. (A waiter's row is surely visible at its first
-// check; created_at alone comes too early: on PostgreSQL an insert becomes
-// visible only after its WAL flush.)
+// check, or, where the enqueue answers that check (PostgreSQL), at the
+// clock read after it; created_at alone comes too early: an insert becomes
+// visible only at its commit.)
 func TestFIFOArrivalsDuringHandoffs(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
@@ -44,6 +45,7 @@ func TestFIFOArrivalsDuringHandoffs(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), fifoHangGuard)
 		defer cancel()
 		name := locktest.RandomName("arrivals")
+		enqueueAnswers := iso.Store().EnqueuesChecked()
 		var (
 			mu      sync.Mutex
 			acqs    []acquisition
@@ -58,8 +60,19 @@ func TestFIFOArrivalsDuringHandoffs(t *testing.T) {
 		acquire := func(l *fairqueue.Locker, who string) (*dblock.Lease, bool) {
 			a := acquisition{who: who}
 			pctx := fairqueue.WithPositionFunc(ctx, func(p fairqueue.Position) {
-				if !a.queued {
-					a.queued, a.joined, a.visible = true, p.Joined, p.Joined.Add(p.Waited)
+				if a.queued {
+					return
+				}
+				a.queued, a.joined, a.visible = true, p.Joined, p.Joined.Add(p.Waited)
+				if enqueueAnswers {
+					// The first report is the enqueue's own answer, read
+					// before its commit: the row is surely visible by
+					// the next reading of the clock.
+					now, err := iso.Store().ClockNow(ctx)
+					if err != nil {
+						errs <- fmt.Errorf("%s: clock: %w", who, err)
+					}
+					a.visible = now
 				}
 			})
 			lease, err := l.Acquire(pctx, name)
