@@ -22,7 +22,8 @@
 // auto-increment id as tie-break), and waits. A waiter may take the lock
 // only when it is the oldest live waiter of the name and the lock row is
 // free or expired; taking the lock (the lease statement) and deleting the
-// waiter row commit in one transaction (on PostgreSQL, one statement), so
+// waiter row commit in one transaction (on PostgreSQL one statement, on
+// MariaDB one procedure call), so
 // nobody ever sees the row gone while the lock is free, or the lock taken
 // while the row is still first.
 //

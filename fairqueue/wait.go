@@ -327,7 +327,7 @@ func (a *attempt) delay(s store.QueueState, step int) time.Duration {
 }
 
 // enqueue inserts the waiter's row; where the insert answers the waiter's
-// first check too (PostgreSQL, store.EnqueueChecked), it returns that
+// first check too (PostgreSQL, MariaDB: store.EnqueueChecked), it returns that
 // answer, one round trip fewer per acquisition. The insert runs on a
 // context that outlives the caller's: an insert cancelled in flight may
 // still commit, and a row nobody knows about would stand, live, at its

@@ -46,6 +46,8 @@ var MySQLGrants = []string{
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_release_share TO %[2]s",
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_acquire_permits TO %[2]s",
 	mysqlCommitGrant,
+	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_enqueue_check TO %[2]s",
+	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_take_head TO %[2]s",
 }
 
 // mysqlCommitGrant lets MariaDB's pessimistic holds commit with the

@@ -11,7 +11,7 @@ import (
 )
 
 // TestEnqueueChecked: where a waiter's insert answers its first check in
-// the same statement (PostgreSQL), the answer is the check's: the waiters
+// the same statement (PostgreSQL, MariaDB), the answer is the check's: the waiters
 // ahead in its kind's way, the nearest one's deadline, the lock row.
 // Elsewhere it refuses and inserts nothing.
 func TestEnqueueChecked(t *testing.T) {

@@ -21,10 +21,5 @@ func (d mysqlDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owne
 	return WaiterTicket{ID: id}, nil
 }
 
-// takeHead: the take is a transaction of AcquireLease and TakeWaiter here.
-func (mysqlDialect) takeHead(context.Context, *DB, AcquireParams, int64) (AcquireResult, bool, error) {
-	return AcquireResult{}, false, errTakeInTx
-}
-
 // checkArgs: MySQL's Check takes its positional arguments in text order.
 func (mysqlDialect) checkArgs(name string, id int64) []any { return []any{name, name, id, name, name} }

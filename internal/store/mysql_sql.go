@@ -330,7 +330,15 @@ LEFT JOIN dblock_locks l ON l.name = ?`,
 
 var mysqlGatePeek, mysqlGateCheck = gateSQL("UTC_TIMESTAMP(6)", mysqlDialect{}.Placeholder)
 
-var mariadbQueue = mysqlQueue
+// mariadbQueue is mysqlQueue with a waiter's insert and first check, and
+// its take of the head, in one CALL each (the procedures of MySQL
+// migration 00021).
+var mariadbQueue = func() QueueSQL {
+	q := mysqlQueue
+	q.EnqueueCheck = `CALL dblock_enqueue_check(?, ?, ?, ?)`
+	q.TakeHead = `CALL dblock_take_head(?, ?, ?, ?, ?, ?)`
+	return q
+}()
 
 const mysqlJumped = `SELECT l.reentry, (
     SELECT COUNT(*) FROM dblock_waiters w

@@ -13,16 +13,5 @@ func (postgres) enqueue(ctx context.Context, db *DB, q Querier, name, owner stri
 	return db.enqueueReturning(ctx, q, name, owner, kind, timeout)
 }
 
-// takeHead runs QueueSQL.TakeHead and reads its answer.
-func (postgres) takeHead(ctx context.Context, db *DB, p AcquireParams, id int64) (AcquireResult, bool, error) {
-	r := &pgAcquireRow{}
-	var live bool
-	err := db.queryRow(ctx, db.DB, db.Dialect.Queue().TakeHead, r.bind(p, id), r.fields(&live)...)
-	if err != nil {
-		return AcquireResult{}, false, db.Classify(err)
-	}
-	return r.result(p, false), live, nil
-}
-
 // checkArgs: PostgreSQL's Check names each argument once.
 func (postgres) checkArgs(name string, id int64) []any { return []any{name, id} }

@@ -13,7 +13,7 @@ import (
 // takeFree: no row means nothing was taken (held, reserved for another
 // owner, locked by a transaction, or no row).
 func (postgres) takeFree(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, freeTake, error) {
-	r := &pgAcquireRow{}
+	r := &acquireRow{}
 	err := db.queryRow(ctx, db.DB, db.Dialect.Lease().TakeFree, r.bind(p), &r.version)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

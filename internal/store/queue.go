@@ -12,9 +12,6 @@ import (
 type queueEngine interface {
 	// enqueue is Enqueue on q (not nil).
 	enqueue(ctx context.Context, db *DB, q Querier, name, owner string, kind WaitKind, timeout time.Duration) (WaiterTicket, error)
-	// takeHead is TakeHead where QueueSQL.TakeHead is not empty; elsewhere
-	// it refuses (errTakeInTx).
-	takeHead(ctx context.Context, db *DB, p AcquireParams, id int64) (AcquireResult, bool, error)
 	// checkArgs is Check's argument list for waiter id of name.
 	checkArgs(name string, id int64) []any
 }
@@ -36,7 +33,8 @@ type QueueSQL struct {
 	// the database clock. On PostgreSQL and SQLite it returns id and
 	// created_at; on MySQL the id comes from LAST_INSERT_ID.
 	Enqueue string
-	// EnqueueCheck, where not empty (PostgreSQL), is Enqueue's insert
+	// EnqueueCheck, where not empty (PostgreSQL; MariaDB: a CALL of the
+	// procedure of MySQL migration 00021), is Enqueue's insert
 	// (name, owner, kind, heartbeat timeout µs) answering, in one
 	// statement, what Check would for the new waiter: its id and
 	// created_at, the live waiters ahead of it in its kind's way, the
@@ -60,12 +58,14 @@ type QueueSQL struct {
 	// Take (id) deletes a live waiter; it runs in the transaction that takes
 	// the lock, so taking and leaving the queue commit together.
 	Take string
-	// TakeHead, where not empty (PostgreSQL), is the take in one
-	// statement: LeaseSQL.Acquire's (name, owner, TTL µs, mode, metadata)
-	// for a waiter at the head, taking the lock only while waiter $6 is
-	// live and deleting its row with the take. It returns Acquire's columns
-	// and an eleventh, whether the waiter was live. Empty: the take is a
-	// transaction of Acquire and Take.
+	// TakeHead, where not empty (PostgreSQL; MariaDB: a CALL of the
+	// procedure of MySQL migration 00021), is the take in one statement:
+	// LeaseSQL.Acquire's (name, owner, TTL µs, mode, metadata) for a waiter
+	// at the head, taking the lock only while waiter $6 is live and no live
+	// waiter is ahead of it, and deleting its row with the take. It returns
+	// PostgreSQL's Acquire columns and an eleventh, whether the waiter was
+	// live. Empty (MySQL 8, SQLite): the take is a transaction of Acquire and
+	// Take.
 	TakeHead string
 	// Leave (id) deletes a waiter that gives up. On PostgreSQL it notifies
 	// the name, since the waiters behind it moved up.
@@ -293,9 +293,18 @@ func (db *DB) TakesHeadInOne() bool { return db.Dialect.Queue().TakeHead != "" }
 
 // TakeHead takes the lock for waiter id at the head of the queue and
 // deletes its row, in one statement (see QueueSQL.TakeHead): live is false
-// when the waiter was dead or gone, and then nothing was taken.
+// when the waiter was dead or gone, and then nothing was taken. Where the
+// take is a transaction (TakesHeadInOne false) it refuses (errTakeInTx).
 func (db *DB) TakeHead(ctx context.Context, p AcquireParams, id int64) (res AcquireResult, live bool, err error) {
-	return db.Dialect.takeHead(ctx, db, p, id)
+	query := db.Dialect.Queue().TakeHead
+	if query == "" {
+		return AcquireResult{}, false, errTakeInTx
+	}
+	r := &acquireRow{}
+	if err := db.queryRow(ctx, db.DB, query, r.bind(p, id), r.fields(&live)...); err != nil {
+		return AcquireResult{}, false, db.Classify(err)
+	}
+	return r.result(p, false), live, nil
 }
 
 // LeaveQueue deletes waiter id, live or dead, and reports whether it was

@@ -11,10 +11,5 @@ func (sqliteDialect) enqueue(ctx context.Context, db *DB, q Querier, name, owner
 	return db.enqueueReturning(ctx, q, name, owner, kind, timeout)
 }
 
-// takeHead: the take is a transaction of AcquireLease and TakeWaiter here.
-func (sqliteDialect) takeHead(context.Context, *DB, AcquireParams, int64) (AcquireResult, bool, error) {
-	return AcquireResult{}, false, errTakeInTx
-}
-
 // checkArgs: SQLite's Check is MySQL's, positional arguments in text order.
 func (sqliteDialect) checkArgs(name string, id int64) []any { return []any{name, name, id, name, name} }

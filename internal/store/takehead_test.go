@@ -10,10 +10,12 @@ import (
 	"github.com/dblock-go/dblock/internal/store"
 )
 
-// TestTakeHead: where a waiter's take is one statement (PostgreSQL), it
-// takes the lock and deletes the waiter's row together; it takes nothing for
-// a dead or missing waiter, and while the lock is held it refuses, naming
-// the holder, and leaves the waiter queued. Elsewhere it refuses.
+// TestTakeHead: where a waiter's take is one statement (PostgreSQL, and
+// MariaDB's procedure), it takes the lock and deletes the waiter's row
+// together; it takes nothing for a dead or missing waiter, and while the
+// lock is held it refuses, naming the holder, and leaves the waiter queued;
+// the holder's own waiter re-enters; a row a transaction holds is a refusal
+// at once, never a wait. Elsewhere it refuses.
 func TestTakeHead(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
@@ -135,9 +137,55 @@ func TestTakeHead(t *testing.T) {
 			t.Fatalf("leave second: %v", err)
 		}
 
+		// The holder's owner re-enters through its waiter; the token stays.
+		held, err := db.AcquireLease(ctx, nil, p("holder"))
+		if err != nil || !held.Acquired {
+			t.Fatalf("acquire by holder: %+v %v", held, err)
+		}
+		again, ok, err := db.TakeHead(ctx, p("holder"), enqueue("holder", time.Minute))
+		if err != nil || !ok || !again.Acquired || again.Token != held.Token || again.Reentry != 2 {
+			t.Fatalf("take by the holder's own waiter: %+v live=%v %v, want re-entry 2 of token %d", again, ok, err, held.Token)
+		}
+		for range 2 {
+			if ok, err := db.ReleaseLease(ctx, nil, name, "holder", held.Token); err != nil || !ok {
+				t.Fatalf("release holder: %v %v", ok, err)
+			}
+		}
+		takeLockedRow(t, db, p("locked"), enqueue("locked", time.Minute))
+
 		// A missing waiter takes nothing.
 		if res, ok, err := db.TakeHead(ctx, p("c"), b+1000); err != nil || ok || res.Acquired {
 			t.Fatalf("take by a missing waiter: %+v live=%v %v", res, ok, err)
 		}
 	})
+}
+
+// takeLockedRow: while a transaction holds the free name's row locked,
+// waiter id's take is refused at once (a pessimistic holder), and the
+// waiter stays queued; it takes once the transaction ends.
+func takeLockedRow(t *testing.T, db *store.DB, p store.AcquireParams, id int64) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if rl, err := db.LockRow(ctx, tx, p.Name, store.RowLockParams{NoWait: true}); err != nil || !rl.Found {
+		t.Fatalf("lock the row: %+v, %v", rl, err)
+	}
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, live, err := db.TakeHead(wait, p, id)
+	if err != nil || !live || res.Acquired || res.Holder.Mode != dblock.ModePessimistic {
+		t.Fatalf("take while a transaction holds the row: %+v live=%v %v, want a refusal naming a pessimistic holder", res, live, err)
+	}
+	_ = tx.Rollback()
+	res, live, err = db.TakeHead(ctx, p, id)
+	if err != nil || !live || !res.Acquired {
+		t.Fatalf("take after the transaction ended: %+v live=%v %v", res, live, err)
+	}
+	if ok, err := db.ReleaseLease(ctx, nil, p.Name, p.Owner, res.Token); err != nil || !ok {
+		t.Fatalf("release %s: %v %v", p.Owner, ok, err)
+	}
 }

@@ -181,6 +181,9 @@ SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (%s);
 INSERT INTO dblock_waiters (name, owner, kind, created_at, heartbeat_at, expires_at)
 VALUES (?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
 
+-- QueueSQL.EnqueueCheck
+CALL dblock_enqueue_check(?, ?, ?, ?);
+
 -- QueueSQL.HeartbeatMany
 UPDATE dblock_waiters SET heartbeat_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE expires_at > UTC_TIMESTAMP(6) AND id IN (%s);
@@ -221,6 +224,9 @@ LEFT JOIN dblock_locks l ON l.name = ?;
 
 -- QueueSQL.Take
 DELETE FROM dblock_waiters WHERE id = ? AND expires_at > UTC_TIMESTAMP(6);
+
+-- QueueSQL.TakeHead
+CALL dblock_take_head(?, ?, ?, ?, ?, ?);
 
 -- QueueSQL.Leave
 DELETE FROM dblock_waiters WHERE id = ?;
