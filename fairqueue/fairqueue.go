@@ -297,9 +297,11 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool, opts []dbl
 	defer cancel()
 	a := &attempt{l: l, ctx: waitCtx, name: name, o: o, start: time.Now(),
 		params: store.AcquireParams{Name: name, Owner: o.Owner, Mode: dblock.ModeFair, TTL: o.FirstTTL(), Metadata: o.Metadata}}
-	lease, err := a.direct(wait)
-	if lease != nil || err != nil {
-		return lease, err
+	if !wait || !l.queuesFirst(name) {
+		lease, err := a.direct(wait)
+		if lease != nil || err != nil {
+			return lease, err
+		}
 	}
 	return a.queue()
 }

@@ -12,3 +12,14 @@ const quietAfter = time.Second
 
 // quiet reports whether name met no holder or queue in the last quietAfter.
 func (l *Locker) quiet(name string) bool { return !l.contended.Within(name, quietAfter) }
+
+// queuesFirst reports whether a waiting acquisition of name joins the queue
+// without a direct attempt first: where the enqueue answers the waiter's
+// first check (store.EnqueueChecked), on a name that met a holder or a
+// queue lately, whose direct attempt would most likely be refused. The
+// answer tells all the attempt would have: a waiter with nobody ahead of it
+// on a free name takes at once, and one whose owner holds the name
+// re-enters without waiting (queueWait.ownerHolds).
+func (l *Locker) queuesFirst(name string) bool {
+	return l.db.EnqueuesChecked() && !l.quiet(name)
+}

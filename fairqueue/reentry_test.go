@@ -2,10 +2,12 @@ package fairqueue_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
 	"github.com/dblock-go/dblock/internal/store"
@@ -58,6 +60,68 @@ func TestReentryAcrossLockers(t *testing.T) {
 		}
 		if iso.Kind != store.MySQL && counts["fair"] != 3 {
 			t.Fatalf("B's Reentry: %d, want the row's count 3", counts["fair"])
+		}
+	})
+}
+
+// TestReentryWhileQueued: an owner that holds a name re-enters at once
+// while another owner's waiter queues for it, also through a Locker that
+// met the name contended lately (whose waiting acquisitions join the queue
+// without a direct attempt where the enqueue answers the first check): it
+// never waits behind a waiter that waits for its own release.
+func TestReentryWhileQueued(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		a, b := newFair(t, iso.DB, testConfig(t)), newFair(t, iso.DB, testConfig(t))
+		t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+		name, o, p := locktest.RandomName("reentry-queued"), dblock.WithOwner("o"), dblock.WithOwner("p")
+
+		held, err := a.Acquire(ctx, name, o)
+		if err != nil {
+			t.Fatalf("o: acquire: %v", err)
+		}
+		queued := make(chan struct{}, 1)
+		got := make(chan error, 1)
+		go func() {
+			pctx := fairqueue.WithPositionFunc(ctx, func(fairqueue.Position) {
+				select {
+				case queued <- struct{}{}:
+				default:
+				}
+			})
+			lease, err := b.Acquire(pctx, name, p, dblock.WithWait(30*time.Second))
+			if err == nil {
+				err = lease.Release(ctx)
+			}
+			got <- err
+		}()
+		<-queued
+		// A refused try marks the name contended on a: its next waiting
+		// acquisition may join the queue first.
+		if _, err := a.TryAcquire(ctx, name, dblock.WithOwner("x")); !errors.Is(err, dblock.ErrNotAcquired) {
+			t.Fatalf("x: try = %v, want ErrNotAcquired", err)
+		}
+		again, err := a.Acquire(ctx, name, o, dblock.WithWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("o: re-entry while p queues: %v", err)
+		}
+		if again.Token() != held.Token() {
+			t.Fatalf("o: re-entry token %d, want the held %d", again.Token(), held.Token())
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("p acquired while o held: %v", err)
+		default:
+		}
+		for _, l := range []*dblock.Lease{again, held} {
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("o: release: %v", err)
+			}
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("p: %v", err)
 		}
 	})
 }

@@ -82,6 +82,13 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 			}
 			return nil, err
 		}
+		if q.ownerHolds(s) {
+			lease, err := q.reenter()
+			if lease != nil || err != nil {
+				return lease, err
+			}
+			continue
+		}
 		held := !free(s.Holder, a.o.Owner)
 		if s.Ahead == 0 && !held {
 			lease, err := q.takeHead(try)
@@ -98,6 +105,21 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 		}
 		q.released = q.sleep(s, held, mark)
 	}
+}
+
+// ownerHolds reports whether the waiter's owner holds the name while
+// others wait ahead of it: an owner never waits behind waiters that wait
+// for its own release (a re-entry goes first, as the direct attempt's).
+func (q *queueWait) ownerHolds(s store.QueueState) bool {
+	return s.Ahead > 0 && s.Holder.Held() && s.Holder.Owner == q.a.o.Owner
+}
+
+// reenter leaves the queue and re-enters the name its owner holds. Nil
+// lease and error: the name was released meanwhile; the loop joins again.
+func (q *queueWait) reenter() (*dblock.Lease, error) {
+	q.a.leave(q.w)
+	q.w = nil
+	return q.a.direct(true)
 }
 
 // errAgain asks the queue loop to go round again at once; errStay to sleep
