@@ -15,11 +15,11 @@ func (l *Locker) quiet(name string) bool { return !l.contended.Within(name, quie
 
 // queuesFirst reports whether a waiting acquisition of name joins the queue
 // without a direct attempt first: where the enqueue answers the waiter's
-// first check (store.EnqueueChecked), on a name that met a holder or a
-// queue lately, whose direct attempt would most likely be refused. The
-// answer tells all the attempt would have: a waiter with nobody ahead of it
-// on a free name takes at once, and one whose owner holds the name
-// re-enters without waiting (queueWait.ownerHolds).
+// first check (store.EnqueueChecked), while another waiter of this Locker
+// waits for name, so that the attempt would be refused. The answer tells
+// all the attempt would have: a waiter with nobody ahead of it on a free
+// name takes at once, and one whose owner holds the name re-enters without
+// waiting (queueWait.ownerHolds).
 func (l *Locker) queuesFirst(name string) bool {
-	return l.db.EnqueuesChecked() && !l.quiet(name)
+	return l.db.EnqueuesChecked() && l.local.waiting(name)
 }

@@ -11,9 +11,8 @@ import (
 
 // A waiter's take of the lock at the head of the queue: where the database
 // does it in one statement (PostgreSQL; a procedure's CALL on MariaDB,
-// store.TakeHead), that statement;
-// elsewhere a transaction of the lease's acquire and the delete of the
-// waiter's row.
+// store.TakeHead), that statement; elsewhere a transaction of the lease's
+// acquire and the delete of the waiter's row.
 
 // take takes the lock and deletes the waiter's row in one transaction. It
 // runs on a context that outlives the caller's, so a wait that ends during
@@ -79,8 +78,8 @@ func (a *attempt) take(w *waiter) (lease *dblock.Lease, err error) {
 }
 
 // takeInOne is take where one statement takes the lock and deletes the
-// waiter's row (PostgreSQL, MariaDB): one round trip instead of the transaction's
-// four. A statement whose outcome is unknown (its connection broke) is
+// waiter's row (PostgreSQL, MariaDB): one round trip instead of the
+// transaction's four. A statement whose outcome is unknown (its connection broke) is
 // read back.
 func (a *attempt) takeInOne(ctx context.Context, w *waiter) (*dblock.Lease, error) {
 	l := a.l

@@ -447,6 +447,13 @@ func (s *signals) subscribe(name string) *signal {
 	return sig
 }
 
+// waiting reports whether a waiter of this Locker waits in name's queue.
+func (s *signals) waiting(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.subs[name]) > 0
+}
+
 func (s *signals) unsubscribe(name string, sig *signal) {
 	s.mu.Lock()
 	if m := s.subs[name]; m != nil {
