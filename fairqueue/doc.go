@@ -22,13 +22,12 @@
 // answers the waiter's first check (PostgreSQL, MariaDB), an Acquire of a
 // name that another waiter of the same Locker waits for inserts its row
 // without trying at once: the answer tells the same, and a waiter first in
-// line on a free name takes it straight away. A waiter may take
-// the lock only when it is the oldest live waiter of the name and the lock
-// row is free or expired; taking the lock (the lease statement) and
-// deleting the waiter row commit in one transaction (on PostgreSQL one
-// statement, on MariaDB one procedure call), so nobody ever sees the row
-// gone while the lock is free, or the lock taken while the row is still
-// first.
+// line on a free name takes it straight away. A waiter may take the lock
+// only when it is the oldest live waiter of the name and the lock row is
+// free or expired; taking the lock (the lease statement) and deleting the
+// waiter row commit in one transaction (on PostgreSQL one statement, on
+// MariaDB one procedure call), so nobody ever sees the row gone while the
+// lock is free, or the lock taken while the row is still first.
 //
 // Waiters are live while their heartbeat deadline (expires_at) is in the
 // future by the database clock. Each Locker refreshes all of its waiters in

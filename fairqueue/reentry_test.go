@@ -96,7 +96,13 @@ func TestReentryWhileQueued(t *testing.T) {
 			}
 			got <- err
 		}()
-		<-queued
+		select {
+		case <-queued:
+		case err := <-got:
+			t.Fatalf("p ended before it queued: %v", err)
+		case <-ctx.Done():
+			t.Fatal("hang guard: p never queued")
+		}
 		again, err := l.Acquire(ctx, name, o, dblock.WithWait(5*time.Second))
 		if err != nil {
 			t.Fatalf("o: re-entry while p queues: %v", err)

@@ -15,7 +15,9 @@
 -- The lock row is locked with SKIP LOCKED, as the acquire statement does: a row another
 -- transaction holds (a pessimistic holder, a concurrent release) is a refusal, never a wait. A
 -- fresh take's token is the row's version plus one, as a reader's fresh period is
--- (dblock_acquire_share); a name without a row starts above the fence's floor. It replaces a
+-- (dblock_acquire_share); a name without a row starts above the fence's floor, read with a share
+-- lock that waits for the reaper's raise of it, a single statement (MySQL 8, which also creates
+-- these procedures, takes no SKIP LOCKED with LOCK IN SHARE MODE). It replaces a
 -- transaction of four statements (START TRANSACTION, the acquire, the waiter's delete, COMMIT).
 
 -- +goose Up
@@ -94,7 +96,7 @@ proc: BEGIN
             -- A concurrent insert of the name makes this one a duplicate (error 1062: v_dup).
             INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
             SELECT p_name, p_owner, 1, f.floor + 1, p_mode, v_now, v_now + INTERVAL p_ttl_us MICROSECOND, v_now, p_metadata
-            FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE SKIP LOCKED;
+            FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE;
             IF NOT v_dup AND ROW_COUNT() = 1 THEN
                 SELECT l.version INTO v_version FROM dblock_locks l WHERE l.name = p_name;
                 SET v_taken = 1, v_reentry = 1;
