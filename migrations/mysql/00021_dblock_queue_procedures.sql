@@ -88,21 +88,19 @@ proc: BEGIN
         FROM dblock_locks l WHERE l.name = p_name FOR UPDATE SKIP LOCKED;
         SET v_now = UTC_TIMESTAMP(6);
         IF v_version IS NULL THEN
-            -- No row, or one another transaction holds (skipped): a read without a lock tells which,
-            -- so the insert never waits for a holder's row.
+            -- No row, or one another transaction holds (skipped, not taken): a read without a lock
+            -- tells which, so the insert never waits for a holder's row. A concurrent insert of the
+            -- name makes this one a duplicate (error 1062: v_dup), not taken either.
             SELECT COUNT(*) INTO v_exists FROM dblock_locks l WHERE l.name = p_name;
-        END IF;
-        IF v_version IS NULL AND NOT v_exists THEN
-            -- A concurrent insert of the name makes this one a duplicate (error 1062: v_dup).
-            INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
-            SELECT p_name, p_owner, 1, f.floor + 1, p_mode, v_now, v_now + INTERVAL p_ttl_us MICROSECOND, v_now, p_metadata
-            FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE;
-            IF NOT v_dup AND ROW_COUNT() = 1 THEN
-                SELECT l.version INTO v_version FROM dblock_locks l WHERE l.name = p_name;
-                SET v_taken = 1, v_reentry = 1;
+            IF NOT v_exists THEN
+                INSERT INTO dblock_locks (name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata)
+                SELECT p_name, p_owner, 1, f.floor + 1, p_mode, v_now, v_now + INTERVAL p_ttl_us MICROSECOND, v_now, p_metadata
+                FROM dblock_fence f WHERE f.id = 1 LOCK IN SHARE MODE;
+                IF NOT v_dup AND ROW_COUNT() = 1 THEN
+                    SELECT l.version INTO v_version FROM dblock_locks l WHERE l.name = p_name;
+                    SET v_taken = 1, v_reentry = 1;
+                END IF;
             END IF;
-        ELSEIF v_version IS NULL THEN
-            SET v_taken = 0; -- Held by another transaction, or inserted by another meanwhile.
         ELSEIF v_owner = p_owner AND v_exp > v_now THEN
             -- Re-entry by the holder.
             UPDATE dblock_locks SET reentry = reentry + 1,

@@ -146,11 +146,9 @@ proc: BEGIN
             expires_at = v_exp, shared_until = NULL, metadata = NULL, updated_at = v_now,
             next_owner = NULL, next_since = NULL, next_until = NULL
         WHERE name = p_name;
-    ELSEIF v_begun THEN
-        SET v_fresh = 1; -- The update that began the period wrote the row.
-    ELSEIF v_owner = '' THEN
+    ELSEIF v_owner = '' AND NOT v_begun THEN -- A begun period's update wrote the row already.
         UPDATE dblock_locks SET expires_at = GREATEST(expires_at, v_exp), updated_at = v_now WHERE name = p_name;
-    ELSE
+    ELSEIF v_owner <> '' THEN -- The exclusive holder's own read lease (the others were refused).
         UPDATE dblock_locks SET expires_at = GREATEST(expires_at, v_exp),
             shared_until = GREATEST(IFNULL(shared_until, v_exp), v_exp), updated_at = v_now
         WHERE name = p_name;
