@@ -25,9 +25,9 @@ type waiter struct {
 // The loop: check (one statement) whether the waiter is live, how many live
 // waiters are ahead, the heartbeat deadline of the one directly ahead, and
 // the lock row; when none is ahead and the lock is free or expired, take it
-// (lock and own row in one transaction); otherwise sleep. On PostgreSQL the
-// enqueue answers the first check, and a waiter woken by the events it
-// needed takes without a check first (see state).
+// (lock and own row in one transaction); otherwise sleep. On PostgreSQL and
+// MariaDB the enqueue answers the first check, and a waiter woken by the
+// events it needed takes without a check first (see state).
 //
 // Wake-ups: between two checks a waiter counts the queue's events, that is
 // releases of the lock and waiters leaving: those of this Locker, and on

@@ -274,7 +274,8 @@ FOR UPDATE OF l%s`,
 // without waiting for the WAL flush: a waiter's row lost in a crash of the
 // server is found gone by the waiter's next check, and it joins again (as
 // after a missed heartbeat); a contended name's takes, which are durable,
-// then do not queue behind every enqueue's flush. MariaDB's are MySQL's.
+// then do not queue behind every enqueue's flush. MariaDB's are MySQL's
+// but for two procedure calls (mariadbQueue).
 var pgQueue = QueueSQL{
 	Enqueue: `INSERT INTO dblock_waiters (name, owner, kind, expires_at)
 SELECT $1, $2, $3, clock_timestamp() + $4::bigint * interval '1 microsecond'
@@ -348,13 +349,12 @@ WHERE me.id = $1 AND me.expires_at > now()`
 // pgTakeHead is pgLease.Acquire for waiter $6 at the head of the queue,
 // with its row's delete. alive reads the waiter's row, live; seen keeps it
 // only while no live waiter is ahead of it (the check's count,
-// dblock_queue_ahead), so a waiter
-// whose last check is not fresh never takes over one that joined before
-// it; row_ locks the lock row only when it can be taken and the waiter is
-// live and first; me then locks (first too: on a name without a row, me
-// alone decides the insert)
-// the waiter's row (a reaper's delete of it waits, or has won and me is
-// empty), so an attempt while the lock is held locks and writes nothing.
+// dblock_queue_ahead), so a waiter whose last check is not fresh never
+// takes over one that joined before it; row_ locks the lock row only when
+// it can be taken and the waiter is live and first; me then locks the
+// waiter's row, first too (on a name without a row, me alone decides the
+// insert; a reaper's delete of the row waits, or has won and me is empty),
+// so an attempt while the lock is held locks and writes nothing.
 // The lock is taken only with me, and del deletes the waiter's row only
 // with a take: the take and the queue's change commit together, as in the
 // transaction of Acquire and Take. The eleventh column says whether the

@@ -25,9 +25,10 @@ var errTakeInTx = errors.New("store: this database takes a waiter's lock in a tr
 // Every statement numbers its bind parameters in the order they appear in
 // the text, so one argument list serves every dialect, MySQL's positional ?
 // included; Check alone takes its list from the engine (checkArgs), since
-// PostgreSQL's names each argument once. A waiter is live while its expires_at (the heartbeat deadline) is
-// later than the database clock; dead waiters are skipped by every statement
-// here and removed by the reaper.
+// PostgreSQL's names each argument once. A waiter is live while its
+// expires_at (the heartbeat deadline) is later than the database clock;
+// dead waiters are skipped by every statement here and removed by the
+// reaper.
 type QueueSQL struct {
 	// Enqueue inserts a waiter (name, owner, kind, heartbeat timeout µs) stamped by
 	// the database clock. On PostgreSQL and SQLite it returns id and
