@@ -53,7 +53,8 @@ proc: BEGIN
             WHERE name = p_name AND version = v_version AND (owner IS NULL OR expires_at <= v_now)
               AND NOT IFNULL(next_until > v_now AND NOT (next_owner <=> p_owner), FALSE);
             IF ROW_COUNT() = 1 THEN
-                SET v_begun = 1, v_tok = v_version + 1, v_exp = v_now + INTERVAL p_ttl_us MICROSECOND;
+                -- v_owner says what the row holds now (readers), no longer the expired holder read.
+                SET v_begun = 1, v_owner = '', v_tok = v_version + 1, v_exp = v_now + INTERVAL p_ttl_us MICROSECOND;
                 LEAVE attempt;
             END IF;
         END IF;
@@ -146,12 +147,12 @@ proc: BEGIN
             expires_at = v_exp, shared_until = NULL, metadata = NULL, updated_at = v_now,
             next_owner = NULL, next_since = NULL, next_until = NULL
         WHERE name = p_name;
-    ELSEIF v_owner = '' AND NOT v_begun THEN -- A begun period's update wrote the row already.
-        UPDATE dblock_locks SET expires_at = GREATEST(expires_at, v_exp), updated_at = v_now WHERE name = p_name;
     ELSEIF v_owner <> '' THEN -- The exclusive holder's own read lease (the others were refused).
         UPDATE dblock_locks SET expires_at = GREATEST(expires_at, v_exp),
             shared_until = GREATEST(IFNULL(shared_until, v_exp), v_exp), updated_at = v_now
         WHERE name = p_name;
+    ELSEIF NOT v_begun THEN -- A begun period's update wrote the row already.
+        UPDATE dblock_locks SET expires_at = GREATEST(expires_at, v_exp), updated_at = v_now WHERE name = p_name;
     END IF;
     COMMIT;
     SET SESSION innodb_lock_wait_timeout = v_saved_wait;
