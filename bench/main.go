@@ -266,7 +266,7 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 	printContended(w, contended)
 	printProcs(w, e, procs, find(contended, keyOptAcquire, 8))
 	printNames(w, namesCells)
-	printReaders(w, readerCells, find(uncontended, keyRead, sharedReaders))
+	printReaders(w, readerCells)
 	printBars(w, e, uncontended, contended, namesCells, paired)
 	printSharedBars(w, uncontended, readerCells, paired)
 	return nil
