@@ -48,6 +48,7 @@ var MySQLGrants = []string{
 	mysqlCommitGrant,
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_enqueue_check TO %[2]s",
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_take_head TO %[2]s",
+	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_release_joined_share TO %[2]s",
 }
 
 // mysqlCommitGrant lets MariaDB's pessimistic holds commit with the
@@ -366,9 +367,9 @@ func historyPrivileges(ctx context.Context, t *testing.T, adm, db *dialect.DB, g
 	}
 }
 
-// sharedPrivileges takes and releases a read lock and a write lock
-// (rwlock), a semaphore's permit and a scheduled job's slot as the
-// restricted role.
+// sharedPrivileges takes and releases two read locks (the second joins the
+// first's period) and a write lock (rwlock), a semaphore's permit and a
+// scheduled job's slot as the restricted role.
 func sharedPrivileges(ctx context.Context, t *testing.T, db *dialect.DB) {
 	t.Helper()
 	rw, err := rwlock.New(db, &rwlock.Config{Logger: quiet})
@@ -379,6 +380,15 @@ func sharedPrivileges(ctx context.Context, t *testing.T, db *dialect.DB) {
 	r, err := rw.AcquireRead(ctx, "priv-rw")
 	if err != nil {
 		t.Fatalf("read acquire: %v", err)
+	}
+	// A second owner joins the period: its release is a joined share's
+	// (MariaDB: the procedure of MySQL migration 00023).
+	joined, err := rw.AcquireRead(ctx, "priv-rw", dblock.WithOwner("priv-joiner"))
+	if err != nil {
+		t.Fatalf("read acquire (joining): %v", err)
+	}
+	if err := joined.Release(ctx); err != nil {
+		t.Fatalf("read release (joined): %v", err)
 	}
 	if err := r.Release(ctx); err != nil {
 		t.Fatalf("read release: %v", err)

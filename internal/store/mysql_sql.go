@@ -588,5 +588,6 @@ var mariadbShared = func() SharedSQL {
 FOR UPDATE`
 	s.Acquire = `CALL dblock_acquire_share(?, ?, ?, ?)`
 	s.Release = `CALL dblock_release_share(?, ?, ?)`
+	s.ReleaseJoined = `CALL dblock_release_joined_share(?, ?, ?)`
 	return s
 }()

@@ -59,3 +59,68 @@ func TestSharePeriodOverExpiredHolder(t *testing.T) {
 		}
 	})
 }
+
+// TestReleaseJoinedShare: a reader that joined a running period is told so,
+// and its release (ReleaseJoinedShare, MariaDB's procedure of MySQL
+// migration 00023) leaves the name held while another reader holds it, is
+// refused the second time, and, as the last reader's, frees the name at
+// once, as ReleaseShare does.
+func TestReleaseJoinedShare(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		db := iso.Store()
+		ctx := context.Background()
+		name := "share:joined"
+		read := func(owner string) store.ShareResult {
+			t.Helper()
+			res, err := db.AcquireShare(ctx, store.ShareParams{Name: name, Owner: owner, TTL: 30 * time.Second})
+			if err != nil || !res.Acquired {
+				t.Fatalf("read %s: %+v, %v", owner, res, err)
+			}
+			return res
+		}
+		writeTry := func() (dblock.Token, bool) {
+			t.Helper()
+			res, err := db.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "w", Mode: dblock.ModeOptimistic, TTL: 30 * time.Second})
+			if err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			return res.Token, res.Acquired
+		}
+		release := func(joined bool, owner string, token dblock.Token, want bool) {
+			t.Helper()
+			rel := db.ReleaseShare
+			if joined {
+				rel = db.ReleaseJoinedShare
+			}
+			if ok, err := rel(ctx, name, owner, token); err != nil || ok != want {
+				t.Fatalf("release of %s (joined %v): %v, %v; want %v", owner, joined, ok, err, want)
+			}
+		}
+		oneStatement := iso.Kind != store.SQLite // Joined is told where the acquisition is one statement.
+		first := read("r1")
+		second := read("r2")
+		if first.Joined || second.Joined != oneStatement {
+			t.Fatalf("joined: began %v, joiner %v; want false, %v", first.Joined, second.Joined, oneStatement)
+		}
+		release(true, "r2", second.Token, true)
+		release(true, "r2", second.Token, false)
+		if _, ok := writeTry(); ok {
+			t.Fatal("a writer took the name while r1 still read it")
+		}
+		release(false, "r1", first.Token, true)
+		w, ok := writeTry()
+		if !ok {
+			t.Fatal("the writer was refused after the last reader's release")
+		}
+		if ok, err := db.ReleaseLease(ctx, nil, name, "w", w); err != nil || !ok {
+			t.Fatalf("release w: %v, %v", ok, err)
+		}
+		third, fourth := read("r3"), read("r4")
+		release(false, "r3", third.Token, true)
+		release(true, "r4", fourth.Token, true) // The last reader, joined: the name is free at once.
+		if _, ok := writeTry(); !ok {
+			t.Fatal("the writer was refused after the last (joined) reader's release")
+		}
+	})
+}

@@ -84,6 +84,11 @@ type SharedSQL struct {
 	// (PostgreSQL: the first two call functions of the migrations); empty
 	// elsewhere, where they are transactions of the statements above.
 	Acquire, Release, Renew string
+	// ReleaseJoined, where not empty (MariaDB: a CALL of MySQL migration
+	// 00023's procedure), is Release for a share that joined a period
+	// (ShareResult.Joined): it leaves the name's row alone while another
+	// reader's share, locked until its commit, reaches the period's end.
+	ReleaseJoined string
 }
 
 // lockWaitMs bounds a PostgreSQL shared-lock statement's wait for a row
@@ -120,6 +125,10 @@ type ShareResult struct {
 	// joined without locking the row gets what is left of the readers'
 	// period, at least half the TTL); zero when it got the TTL.
 	Granted time.Duration
+	// Joined is true when the share ends with a period that was running
+	// (Granted shorter than the TTL): other readers most likely hold the
+	// name too, and ReleaseJoinedShare is the release to use.
+	Joined bool
 }
 
 // sharedRow is a name's row as LockRow read it (times in µs).

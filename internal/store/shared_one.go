@@ -33,6 +33,7 @@ func (db *DB) acquireShareOne(ctx context.Context, p ShareParams) (ShareResult, 
 		return ShareResult{}, err
 	case res.Acquired:
 		res.Token, res.Granted = dblock.Token(token), time.Duration(grantedUs)*time.Microsecond
+		res.Joined = res.Granted > 0 && res.Granted < p.TTL
 		return res, nil
 	}
 	h := Holder{Exists: true, Owner: owner, Version: token, Mode: mode, Now: Micros(nowUs)}
@@ -48,11 +49,12 @@ func (db *DB) acquireShareOne(ctx context.Context, p ShareParams) (ShareResult, 
 	return res, nil
 }
 
-// releaseShareOne is ReleaseShare in one statement.
-func (db *DB) releaseShareOne(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+// releaseShareOne is ReleaseShare in one statement, query (SharedSQL.Release
+// or ReleaseJoined).
+func (db *DB) releaseShareOne(ctx context.Context, query, name, owner string, token dblock.Token) (bool, error) {
 	var released bool
 	err := db.retryRowLocked(ctx, func() error {
-		return db.queryRow(ctx, db.DB, db.Dialect.Shared().Release, []any{name, owner, int64(token)}, &released)
+		return db.queryRow(ctx, db.DB, query, []any{name, owner, int64(token)}, &released)
 	})
 	if errors.Is(err, errRowLocked) {
 		err = fmt.Errorf("%w: release of %q: %w", dblock.ErrUnavailable, name, err)

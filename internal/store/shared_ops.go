@@ -170,13 +170,24 @@ func (db *DB) beginPeriod(ctx context.Context, tx *sqlx.Tx, name string, now, ex
 	return token, err
 }
 
+// ReleaseJoinedShare is ReleaseShare for a share that joined a running
+// period (ShareResult.Joined): the same outcome, where the database has a
+// release for it (SharedSQL.ReleaseJoined, MariaDB) without locking the
+// name's row while another reader's share reaches the period's end.
+func (db *DB) ReleaseJoinedShare(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+	if q := db.Dialect.Shared().ReleaseJoined; q != "" {
+		return db.releaseShareOne(ctx, q, name, owner, token)
+	}
+	return db.ReleaseShare(ctx, name, owner, token)
+}
+
 // ReleaseShare ends one entry of owner's share of name at token; it reports
 // false when there is no such share (already released, or lost). The last
 // reader's release frees the name (and announces it); an exclusive holder's
 // release of its read lease clears shared_until.
 func (db *DB) ReleaseShare(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
-	if db.Dialect.Shared().Release != "" {
-		return db.releaseShareOne(ctx, name, owner, token)
+	if q := db.Dialect.Shared().Release; q != "" {
+		return db.releaseShareOne(ctx, q, name, owner, token)
 	}
 	released := false
 	err := db.sharedTx(ctx, name, func(tx *sqlx.Tx, r sharedRow) (bool, error) {

@@ -433,6 +433,9 @@ CALL dblock_acquire_share(?, ?, ?, ?);
 -- SharedSQL.Release
 CALL dblock_release_share(?, ?, ?);
 
+-- SharedSQL.ReleaseJoined
+CALL dblock_release_joined_share(?, ?, ?);
+
 -- SemaphoreSQL.Ensure
 INSERT INTO dblock_semaphores (name, lim, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE name = name;
 

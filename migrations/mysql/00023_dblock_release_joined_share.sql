@@ -1,20 +1,21 @@
--- dblock: a reader's release no longer locks the name's row while the period outlives its share
--- (dblock_release_share of 00015, replaced; same results). Every release locked the row first, and
--- readers joining the period (which share-lock it) waited for each release to commit: readers of
--- one name took turns. Now a read without a lock tells whether another reader's share reaches the
--- period's end; if so, the share is deleted and one such share of another reader is row-locked
+-- dblock: a reader that joined a readers' period releases its share without the name's row
+-- while the period outlives the share (a new procedure, dblock_release_joined_share; the
+-- application's role needs EXECUTE on it). dblock_release_share locks the row first, so readers
+-- joining the period (which share-lock it) wait for each release's commit: readers of one name
+-- take turns. The new one reads without a lock whether another reader's share reaches the
+-- period's end; if so, it deletes the share and row-locks one such share of another reader
 -- until the commit (FOR UPDATE SKIP LOCKED: never one that a concurrent release is deleting), so
 -- the period's end needs no change and the name's row is not touched. When no such share can be
--- locked (the last readers releasing at once), the share is kept and the release goes the way it
--- went: the row locked, then the share deleted, the rest counted. A re-entered share loses one
--- entry without the row either. PostgreSQL's release (postgres/00013) locks the row only when
--- it may have to change it, as here.
+-- locked (the last readers releasing at once), the share is kept and the release goes
+-- dblock_release_share's way: the row locked, then the share deleted, the rest counted. A
+-- re-entered share loses one entry without the row either. The client calls it for a read lease
+-- that joined a period (its share ends with the period); a reader that began its period, most
+-- often alone, keeps dblock_release_share, which does not pay for the first read. PostgreSQL's
+-- release (postgres/00013) locks the row only when it may have to change it, as here.
 
 -- +goose Up
-DROP PROCEDURE IF EXISTS dblock_release_share;
-
 -- +goose StatementBegin
-CREATE PROCEDURE dblock_release_share(IN p_name VARBINARY(255), IN p_owner VARBINARY(255), IN p_token BIGINT)
+CREATE PROCEDURE dblock_release_joined_share(IN p_name VARBINARY(255), IN p_owner VARBINARY(255), IN p_token BIGINT)
 SQL SECURITY INVOKER
 MODIFIES SQL DATA
 proc: BEGIN
@@ -102,53 +103,4 @@ END
 -- +goose StatementEnd
 
 -- +goose Down
-DROP PROCEDURE IF EXISTS dblock_release_share;
-
--- +goose StatementBegin
-CREATE PROCEDURE dblock_release_share(IN p_name VARBINARY(255), IN p_owner VARBINARY(255), IN p_token BIGINT)
-SQL SECURITY INVOKER
-MODIFIES SQL DATA
-proc: BEGIN
-    DECLARE v_saved_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
-    DECLARE v_now, v_lexp, v_last DATETIME(6);
-    DECLARE v_version BIGINT;
-    DECLARE v_owner VARBINARY(255);
-    DECLARE v_n INT;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN
-        ROLLBACK;
-        SET SESSION innodb_lock_wait_timeout = v_saved_wait;
-        RESIGNAL;
-    END;
-    SET SESSION innodb_lock_wait_timeout = 1;
-    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-    START TRANSACTION;
-    SELECT l.version, l.owner, l.expires_at INTO v_version, v_owner, v_lexp
-    FROM dblock_locks l WHERE l.name = p_name FOR UPDATE;
-    DELETE FROM dblock_shares WHERE name = p_name AND owner = p_owner AND token = p_token AND reentry = 1;
-    IF ROW_COUNT() = 0 THEN
-        UPDATE dblock_shares SET reentry = reentry - 1
-        WHERE name = p_name AND owner = p_owner AND token = p_token AND reentry > 1;
-        SET v_n = ROW_COUNT();
-        COMMIT;
-        SET SESSION innodb_lock_wait_timeout = v_saved_wait;
-        SELECT v_n > 0;
-        LEAVE proc;
-    END IF;
-    SET v_now = UTC_TIMESTAMP(6);
-    IF v_version = p_token AND v_lexp > v_now AND v_owner = p_owner THEN
-        UPDATE dblock_locks SET shared_until = NULL, updated_at = v_now WHERE name = p_name;
-    ELSEIF v_version = p_token AND v_lexp > v_now AND v_owner = '' THEN
-        SELECT COUNT(*), MAX(s.expires_at) INTO v_n, v_last FROM dblock_shares s
-        WHERE s.name = p_name AND s.token = p_token AND s.expires_at > v_now LOCK IN SHARE MODE;
-        IF v_n = 0 THEN
-            UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = v_now WHERE name = p_name;
-        ELSEIF v_last < v_lexp THEN
-            UPDATE dblock_locks SET expires_at = v_last, updated_at = v_now WHERE name = p_name;
-        END IF;
-    END IF;
-    COMMIT;
-    SET SESSION innodb_lock_wait_timeout = v_saved_wait;
-    SELECT 1;
-END
--- +goose StatementEnd
+DROP PROCEDURE IF EXISTS dblock_release_joined_share;
