@@ -48,8 +48,13 @@ var MySQLGrants = []string{
 	mysqlCommitGrant,
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_enqueue_check TO %[2]s",
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_take_head TO %[2]s",
-	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_release_joined_share TO %[2]s",
+	mysqlJoinedReleaseGrant,
 }
+
+// mysqlJoinedReleaseGrant lets MariaDB's readers that joined a period
+// release with the procedure of MySQL migration 00023; without it they
+// release with dblock_release_share.
+const mysqlJoinedReleaseGrant = "GRANT EXECUTE ON PROCEDURE %[1]s.dblock_release_joined_share TO %[2]s"
 
 // mysqlCommitGrant lets MariaDB's pessimistic holds commit with the
 // procedure of MySQL migration 00018; without it they send its block.
@@ -100,6 +105,11 @@ func TestFaultLeastPrivilege(t *testing.T) {
 	// may not be executed, and pessimistic holds still commit.
 	t.Run("mysql-grants-before-00018", func(t *testing.T) {
 		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlCommitGrant }))
+	})
+	// Grants written before MySQL migration 00023: a joined reader's
+	// release may not call its procedure, and releases as before.
+	t.Run("mysql-grants-before-00023", func(t *testing.T) {
+		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlJoinedReleaseGrant }))
 	})
 	// The README's alternative to the procedure grants: EXECUTE on the
 	// database outlives a migration that replaces a procedure (dropped and

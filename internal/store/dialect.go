@@ -10,6 +10,7 @@ import (
 	"net"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -142,6 +143,9 @@ type DB struct {
 	// free holds when this DB last released each name (see takefree.go);
 	// a name TakeFree did not take is forgotten.
 	free recent.Names
+	// noJoinedRelease: SharedSQL.ReleaseJoined's procedure is missing or
+	// may not be executed here (see ReleaseJoinedShare).
+	noJoinedRelease atomic.Bool
 }
 
 // nativeOf is drv's native interface to pool, if it has one.

@@ -173,10 +173,18 @@ func (db *DB) beginPeriod(ctx context.Context, tx *sqlx.Tx, name string, now, ex
 // ReleaseJoinedShare is ReleaseShare for a share that joined a running
 // period (ShareResult.Joined): the same outcome, where the database has a
 // release for it (SharedSQL.ReleaseJoined, MariaDB) without locking the
-// name's row while another reader's share reaches the period's end.
+// name's row while another reader's share reaches the period's end. Where
+// its procedure is missing (error 1305: a schema before MySQL migration
+// 00023) or the account may not execute it (1370: grants written before
+// it), the refused call did nothing, and this DB uses ReleaseShare from
+// then on.
 func (db *DB) ReleaseJoinedShare(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
-	if q := db.Dialect.Shared().ReleaseJoined; q != "" {
-		return db.releaseShareOne(ctx, q, name, owner, token)
+	if q := db.Dialect.Shared().ReleaseJoined; q != "" && !db.noJoinedRelease.Load() {
+		released, err := db.releaseShareOne(ctx, q, name, owner, token)
+		if se, ok := serverError(MySQL, err); !ok || se.Code != 1305 && se.Code != 1370 {
+			return released, err
+		}
+		db.noJoinedRelease.Store(true)
 	}
 	return db.ReleaseShare(ctx, name, owner, token)
 }
