@@ -6,9 +6,9 @@
 -- period's end; if so, it deletes the share and row-locks one such share of another reader
 -- until the commit (FOR UPDATE SKIP LOCKED: never one that a concurrent release is deleting), so
 -- the period's end needs no change and the name's row is not touched. When no such share can be
--- locked (the last readers releasing at once), the share is kept and the release goes
--- dblock_release_share's way: the row locked, then the share deleted, the rest counted. A
--- re-entered share loses one entry without the row either. The client calls it for a read lease
+-- locked (the last readers releasing at once), or the share was re-entered, the share is kept
+-- and the procedure calls dblock_release_share (the row locked, then the share deleted or its
+-- entry count lowered, the rest counted). The client calls it for a read lease
 -- that joined a period (its share ends with the period); a reader that began its period, most
 -- often alone, keeps dblock_release_share, which does not pay for the first read. PostgreSQL's
 -- release (postgres/00013) locks the row only when it may have to change it, as here.
@@ -20,10 +20,10 @@ SQL SECURITY INVOKER
 MODIFIES SQL DATA
 proc: BEGIN
     DECLARE v_saved_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
-    DECLARE v_now, v_lexp, v_last DATETIME(6);
+    DECLARE v_now, v_lexp DATETIME(6);
     DECLARE v_version BIGINT;
     DECLARE v_owner VARBINARY(255);
-    DECLARE v_n, v_others, v_pin INT DEFAULT 0;
+    DECLARE v_others, v_pin INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         ROLLBACK;
@@ -47,58 +47,24 @@ proc: BEGIN
         -- period's end stays right without the name's row. Readers joining the period are not
         -- kept waiting, as they are by a release that locks the row.
         DELETE FROM dblock_shares WHERE name = p_name AND owner = p_owner AND token = p_token AND reentry = 1;
-        IF ROW_COUNT() = 0 THEN
-            -- Re-entered: one entry fewer, the share and the period stay.
-            UPDATE dblock_shares SET reentry = reentry - 1
-            WHERE name = p_name AND owner = p_owner AND token = p_token AND reentry > 1;
-            SET v_n = ROW_COUNT();
-            COMMIT;
-            SET SESSION innodb_lock_wait_timeout = v_saved_wait;
-            SELECT v_n > 0;
-            LEAVE proc;
+        IF ROW_COUNT() = 1 THEN
+            SELECT 1 INTO v_pin FROM dblock_shares s
+            WHERE s.name = p_name AND s.token = p_token AND s.owner <> p_owner AND s.expires_at >= v_lexp
+            LIMIT 1 FOR UPDATE SKIP LOCKED;
+            IF v_pin THEN
+                COMMIT;
+                SET SESSION innodb_lock_wait_timeout = v_saved_wait;
+                SELECT 1;
+                LEAVE proc;
+            END IF;
         END IF;
-        SELECT 1 INTO v_pin FROM dblock_shares s
-        WHERE s.name = p_name AND s.token = p_token AND s.owner <> p_owner AND s.expires_at >= v_lexp
-        LIMIT 1 FOR UPDATE SKIP LOCKED;
-        IF v_pin THEN
-            COMMIT;
-            SET SESSION innodb_lock_wait_timeout = v_saved_wait;
-            SELECT 1;
-            LEAVE proc;
-        END IF;
-        -- Every such share is being released: the release below, which locks the name's row
-        -- before the share (the order of every other writer of both).
-        ROLLBACK;
-        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-        START TRANSACTION;
+        -- Re-entered, or every such share is being released.
     END IF;
-    SELECT l.version, l.owner, l.expires_at INTO v_version, v_owner, v_lexp
-    FROM dblock_locks l WHERE l.name = p_name FOR UPDATE;
-    DELETE FROM dblock_shares WHERE name = p_name AND owner = p_owner AND token = p_token AND reentry = 1;
-    IF ROW_COUNT() = 0 THEN
-        UPDATE dblock_shares SET reentry = reentry - 1
-        WHERE name = p_name AND owner = p_owner AND token = p_token AND reentry > 1;
-        SET v_n = ROW_COUNT();
-        COMMIT;
-        SET SESSION innodb_lock_wait_timeout = v_saved_wait;
-        SELECT v_n > 0;
-        LEAVE proc;
-    END IF;
-    SET v_now = UTC_TIMESTAMP(6);
-    IF v_version = p_token AND v_lexp > v_now AND v_owner = p_owner THEN
-        UPDATE dblock_locks SET shared_until = NULL, updated_at = v_now WHERE name = p_name;
-    ELSEIF v_version = p_token AND v_lexp > v_now AND v_owner = '' THEN
-        SELECT COUNT(*), MAX(s.expires_at) INTO v_n, v_last FROM dblock_shares s
-        WHERE s.name = p_name AND s.token = p_token AND s.expires_at > v_now LOCK IN SHARE MODE;
-        IF v_n = 0 THEN
-            UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL, updated_at = v_now WHERE name = p_name;
-        ELSEIF v_last < v_lexp THEN
-            UPDATE dblock_locks SET expires_at = v_last, updated_at = v_now WHERE name = p_name;
-        END IF;
-    END IF;
-    COMMIT;
+    -- dblock_release_share's way (its result set is this call's): the name's row locked before
+    -- the share, the order of every other writer of both.
+    ROLLBACK;
     SET SESSION innodb_lock_wait_timeout = v_saved_wait;
-    SELECT 1;
+    CALL dblock_release_share(p_name, p_owner, p_token);
 END
 -- +goose StatementEnd
 
