@@ -6,8 +6,6 @@ import (
 	"errors"
 	"net"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -156,8 +154,7 @@ func (t *checkedTx) Commit() error {
 	ctx := context.Background()
 	if !t.conn.noProc {
 		_, err := t.conn.ExecContext(ctx, store.MariaDBCheckedCommitCall, nil)
-		var me *mysql.MySQLError
-		if !errors.As(err, &me) || me.Number != 1305 && me.Number != 1370 {
+		if !store.ProcedureRefused(err) {
 			return err
 		}
 		t.conn.noProc = true

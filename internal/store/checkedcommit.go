@@ -57,3 +57,13 @@ func TxEndedAtCommit(err error) bool {
 	se, ok := serverError(MySQL, err)
 	return ok && se.Code == 1644 && se.Message == CheckedCommitRefusal
 }
+
+// ProcedureRefused reports whether err is MySQL's refusal to run a
+// procedure of a later migration: missing (error 1305, a schema migrated
+// before it) or not executable by the account (1370, grants written before
+// it). Such a CALL did nothing, so the caller may send what the procedure
+// replaces (the checked commit's block, a release of 00015's procedure).
+func ProcedureRefused(err error) bool {
+	se, ok := serverError(MySQL, err)
+	return ok && (se.Code == 1305 || se.Code == 1370)
+}

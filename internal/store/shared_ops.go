@@ -181,7 +181,7 @@ func (db *DB) beginPeriod(ctx context.Context, tx *sqlx.Tx, name string, now, ex
 func (db *DB) ReleaseJoinedShare(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
 	if q := db.Dialect.Shared().ReleaseJoined; q != "" && !db.noJoinedRelease.Load() {
 		released, err := db.releaseShareOne(ctx, q, name, owner, token)
-		if se, ok := serverError(MySQL, err); !ok || se.Code != 1305 && se.Code != 1370 {
+		if !ProcedureRefused(err) {
 			return released, err
 		}
 		db.noJoinedRelease.Store(true)
