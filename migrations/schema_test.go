@@ -46,7 +46,7 @@ var wantSchema = map[store.Kind]schema{
 				"acquired_at": "timestamp with time zone", "expires_at": "timestamp with time zone",
 				"updated_at": "timestamp with time zone not null", "metadata": "text",
 				"shared_until": "timestamp with time zone", "wanted_until": "timestamp with time zone",
-				"next_owner": "text", "next_since": "timestamp with time zone", "next_until": "timestamp with time zone",
+				"next_owner": "text", "next_since": "timestamp with time zone", "next_until": "timestamp with time zone", "reader": "text",
 			},
 			"dblock_shares": {
 				"name": "text not null", "owner": "text not null", "token": "bigint not null", "reentry": "integer not null",
@@ -91,7 +91,7 @@ var wantSchema = map[store.Kind]schema{
 				"acquired_at": "datetime(6)", "expires_at": "datetime(6)",
 				"updated_at": "datetime(6) not null", "metadata": "varchar(1024) utf8mb4",
 				"shared_until": "datetime(6)", "wanted_until": "datetime(6)",
-				"next_owner": "varbinary(255)", "next_since": "datetime(6)", "next_until": "datetime(6)",
+				"next_owner": "varbinary(255)", "next_since": "datetime(6)", "next_until": "datetime(6)", "reader": "varbinary(255)",
 			},
 			"dblock_shares": {
 				"name": "varbinary(255) not null", "owner": "varbinary(255) not null", "token": "bigint not null",
@@ -140,7 +140,7 @@ var wantSchema = map[store.Kind]schema{
 				"acquired_at": "INTEGER", "expires_at": "INTEGER",
 				"updated_at": "INTEGER not null", "metadata": "TEXT",
 				"shared_until": "INTEGER", "wanted_until": "INTEGER",
-				"next_owner": "TEXT", "next_since": "INTEGER", "next_until": "INTEGER",
+				"next_owner": "TEXT", "next_since": "INTEGER", "next_until": "INTEGER", "reader": "TEXT",
 			},
 			"dblock_shares": {
 				"name": "TEXT not null", "owner": "TEXT not null", "token": "INTEGER not null", "reentry": "INTEGER not null",

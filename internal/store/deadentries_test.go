@@ -41,6 +41,11 @@ func TestDeadEntriesKilled(t *testing.T) {
 				t.Fatalf("release by %s: %v, %v", owner, ok, err)
 			}
 		}
+		// A reader that stays: each churning reader joins its period and
+		// has a share (a reader alone would be recorded in the name's row).
+		if res, err := db.AcquireShare(ctx, store.ShareParams{Name: name, Owner: "resident", TTL: time.Hour}); err != nil || !res.Acquired {
+			t.Fatalf("read by resident: %+v, %v", res, err)
+		}
 		for i := range churnOwners {
 			pair(fmt.Sprintf("churn-%d", i))
 		}

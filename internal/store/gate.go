@@ -37,10 +37,11 @@ func gateSQL(now string, ph func(int) string) (peek, check string) {
 	peek = fmt.Sprintf(`SELECT
     (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = %[2]s AND w.expires_at > %[1]s
         AND (w.kind = 'semaphore') = (%[3]s = 'semaphore') AND (%[4]s <> 'read' OR w.kind <> 'read')),
-    CASE WHEN EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = %[5]s AND l.owner = %[6]s AND l.expires_at > %[1]s)
-           OR EXISTS (SELECT 1 FROM dblock_shares s WHERE s.name = %[7]s AND s.owner = %[8]s AND s.expires_at > %[1]s)
+    CASE WHEN EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = %[5]s AND l.expires_at > %[1]s
+               AND (l.owner = %[6]s OR (l.owner = '' AND l.reader = %[7]s)))
+           OR EXISTS (SELECT 1 FROM dblock_shares s WHERE s.name = %[8]s AND s.owner = %[9]s AND s.expires_at > %[1]s)
          THEN 1 ELSE 0 END`,
-		now, ph(1), ph(2), ph(3), ph(4), ph(5), ph(6), ph(7))
+		now, ph(1), ph(2), ph(3), ph(4), ph(5), ph(6), ph(7), ph(8))
 	check = fmt.Sprintf(`SELECT COUNT(me.id), COUNT(w.id)
 FROM dblock_waiters me
 LEFT JOIN dblock_waiters w ON w.name = me.name AND w.expires_at > %[1]s
@@ -71,7 +72,7 @@ func (db *DB) PeekGate(ctx context.Context, name string, kind WaitKind, owner st
 	var s GateState
 	var holds int
 	err := db.q(nil).QueryRowxContext(ctx, db.Dialect.Queue().GatePeek, name, string(kind), string(kind),
-		name, owner, name, owner).Scan(&s.Queued, &holds)
+		name, owner, owner, name, owner).Scan(&s.Queued, &holds)
 	if err != nil {
 		return GateState{}, db.Classify(err)
 	}

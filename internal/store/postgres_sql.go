@@ -127,13 +127,15 @@ RETURNING l.version`,
 	//
 	// A holder that took the read lock too (shared_until, see SharedSQL)
 	// hands the name to readers on its last release: owner '' and mode
-	// read, the same token, until its read lease ends.
+	// read, the same token, until its read lease ends (a share: reader
+	// NULL).
 	Release: `UPDATE dblock_locks l SET
     reentry      = CASE WHEN l.reentry > 1 THEN l.reentry - 1 WHEN l.shared_until > now() THEN 1 ELSE 0 END,
     owner        = CASE WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
     expires_at   = CASE WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
     mode         = CASE WHEN l.reentry <= 1 AND l.shared_until > now() THEN '` + readMode + `' ELSE l.mode END,
     shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
+    reader       = NULL,
     updated_at   = now()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
@@ -480,15 +482,18 @@ var pgHistory = HistorySQL{
 	// The trigger on dblock_locks fires only when an acquisition ends: the
 	// row had an owner, and the owner or the token changed (renewals and
 	// re-entries change neither). A readers' period (owner '') is not an
-	// acquisition: each reader's is its share, recorded when the share is
-	// deleted (released, or reaped after its expiry) or replaced by a share
-	// of a later period; a semaphore grant when it is deleted. Each writes
-	// in the statement that ends the acquisition.
+	// acquisition, but the reader recorded in the row (its column reader,
+	// see SharedSQL) is one, recorded as the row's owner; every other
+	// reader's is its share, recorded when the share is deleted (released,
+	// or reaped after its expiry) or replaced by a share of a later period;
+	// a semaphore grant when it is deleted. Each writes in the statement
+	// that ends the acquisition. PostgreSQL migration 00017 replaces an
+	// installed trigger with this one.
 	Enable: []string{`CREATE OR REPLACE FUNCTION dblock_history_record() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
-    VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, clock_timestamp(),
-        ` + pgHistoryEnd + `, OLD.metadata);
+    VALUES (OLD.name, CASE WHEN OLD.owner = '' THEN OLD.reader ELSE OLD.owner END, OLD.version, OLD.mode, OLD.acquired_at,
+        clock_timestamp(), ` + pgHistoryEnd + `, OLD.metadata);
     RETURN NULL;
 END
 $$`,
@@ -508,7 +513,7 @@ END
 $$`,
 		`DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks`,
 		`CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
-WHEN (OLD.owner IS NOT NULL AND OLD.owner <> '' AND (NEW.owner IS DISTINCT FROM OLD.owner OR NEW.version <> OLD.version))
+WHEN (OLD.owner IS NOT NULL AND (OLD.owner <> '' OR OLD.reader IS NOT NULL) AND (NEW.owner IS DISTINCT FROM OLD.owner OR NEW.version <> OLD.version))
 EXECUTE FUNCTION dblock_history_record()`,
 		`DROP TRIGGER IF EXISTS dblock_history_share_ended ON dblock_shares`,
 		`CREATE TRIGGER dblock_history_share_ended AFTER DELETE ON dblock_shares FOR EACH ROW
@@ -562,8 +567,8 @@ WHERE l.name = $1
 FOR NO KEY UPDATE OF l`,
 	ReadShare: `SELECT token, reentry, ` + pgUs("expires_at") + ` FROM dblock_shares WHERE name = $1 AND owner = $2 FOR UPDATE`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = '` + readMode + `',
-    acquired_at = ` + pgAt(1) + `, expires_at = ` + pgAt(2) + `, shared_until = NULL, metadata = NULL, updated_at = clock_timestamp(),
-    next_owner = NULL, next_since = NULL, next_until = NULL
+    acquired_at = ` + pgAt(1) + `, expires_at = ` + pgAt(2) + `, shared_until = NULL, metadata = NULL, reader = NULL,
+    updated_at = clock_timestamp(), next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = $3
 RETURNING version`,
 	Update: `UPDATE dblock_locks SET owner = $1, reentry = $2, expires_at = ` + pgAt(3) + `, shared_until = ` + pgAt(4) + `, updated_at = clock_timestamp()
@@ -580,10 +585,18 @@ WHERE name = $2 AND owner = ''`,
 	Unwant: `UPDATE dblock_locks SET wanted_until = NULL WHERE name = $1 AND wanted_until IS NOT NULL`,
 	Holder: `SELECT s.token, s.reentry, ` + pgUs("s.expires_at") + `, ` + pgUs("now()") + `, l.owner, l.owner IS NULL, l.version
 FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
-WHERE s.name = $1 AND s.owner = $2`,
+WHERE s.name = $1 AND s.owner = $2
+UNION ALL
+SELECT version, reentry, ` + pgUs("expires_at") + `, ` + pgUs("now()") + `, owner, false, version
+FROM dblock_locks WHERE name = $1 AND owner = '' AND reader = $2
+ORDER BY 1 DESC LIMIT 1`,
 	Notify: `SELECT pg_notify('` + NotifyChannel + `', $1)::text`,
-	List: `SELECT name, owner, token, reentry, ` + pgUs("acquired_at") + `, ` + pgUs("expires_at") + `
-FROM dblock_shares WHERE expires_at > now() ORDER BY name, owner`,
+	List: `SELECT name, owner, token, reentry, ` + pgUs("acquired_at") + `, ` + pgUs("expires_at") + ` FROM (
+    SELECT name, owner, token, reentry, acquired_at, expires_at FROM dblock_shares WHERE expires_at > now()
+    UNION ALL
+    SELECT name, reader, version, reentry, acquired_at, expires_at FROM dblock_locks
+    WHERE owner = '' AND reader IS NOT NULL AND expires_at > now()
+) AS readers WHERE true ORDER BY name, owner`,
 	Acquire: pgShareAcquire, Release: pgShareRelease, Renew: pgShareRenew,
 }
 
@@ -634,24 +647,33 @@ var pgSharedReap = SharedReapSQL{
 // count of the readers left needs, in one round trip.
 const (
 	pgShareAcquire = `SELECT acquired, token, holder, holder_mode, expires_us, now_us, writer_waits, granted_us
-FROM dblock_acquire_share($1, $2, $3, $4)`
+FROM dblock_acquire_share($1, $2, $3, $4, true)`
 	pgShareRelease = `SELECT dblock_release_share($1, $2, $3)`
 )
 
 // pgShareRenew is RenewShare in one statement ($1 name, $2 owner, $3 token,
-// $4 ttl µs): the row locked first; the share extended while it is
-// unexpired and the row still holds its period; the row's expiry (and an
-// exclusive holder's shared_until) with it. It answers whether it did.
+// $4 ttl µs): the row locked first; a reader recorded in the row (reader,
+// see SharedSQL) extends the row's expiry; otherwise the share is extended
+// while it is unexpired and the row still holds its period, and the row's
+// expiry (and an exclusive holder's shared_until) with it. It answers
+// whether it did.
 var pgShareRenew = `WITH cur AS (
-    SELECT l.name, l.version, l.owner, l.expires_at FROM dblock_locks l,
+    SELECT l.name, l.version, l.owner, l.reader, l.expires_at FROM dblock_locks l,
         (SELECT set_config('lock_timeout', '` + lockWaitMs + `', true)) AS cfg
     WHERE l.name = $1
     FOR NO KEY UPDATE OF l
+), solo AS (
+    UPDATE dblock_locks l SET
+        expires_at = greatest(l.expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond'),
+        updated_at = clock_timestamp()
+    FROM cur
+    WHERE l.name = $1 AND cur.owner = '' AND cur.reader = $2 AND cur.version = $3 AND cur.expires_at > clock_timestamp()
+    RETURNING 1
 ), s AS (
     UPDATE dblock_shares d SET expires_at = greatest(d.expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
     FROM cur
     WHERE d.name = $1 AND d.owner = $2 AND d.token = $3 AND d.reentry > 0 AND d.expires_at > clock_timestamp()
-      AND cur.version = $3 AND cur.owner IN ('', $2) AND cur.expires_at > clock_timestamp()
+      AND cur.version = $3 AND cur.owner IN ('', $2) AND cur.reader IS DISTINCT FROM $2 AND cur.expires_at > clock_timestamp()
     RETURNING d.expires_at
 ), upd AS (
     UPDATE dblock_locks l SET
@@ -661,7 +683,7 @@ var pgShareRenew = `WITH cur AS (
     FROM s WHERE l.name = $1
     RETURNING 1
 )
-SELECT count(*) > 0 FROM s`
+SELECT (SELECT count(*) FROM solo) + (SELECT count(*) FROM s) > 0`
 
 var pgSlots = SlotSQL{
 	Claim: `INSERT INTO dblock_slots (job, last_slot, updated_at) VALUES ($1, ` + pgAt(2) + `, now())

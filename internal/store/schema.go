@@ -18,7 +18,7 @@ type schemaEngine interface {
 // Probe statements: each reads no row (or the one fence row) but names every
 // column the lock statements use, so it fails as they would.
 const (
-	probeLocks   = `SELECT name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata, next_owner, next_since, next_until FROM dblock_locks WHERE 1 = 0`
+	probeLocks   = `SELECT name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata, next_owner, next_since, next_until, reader FROM dblock_locks WHERE 1 = 0`
 	probeWaiters = `SELECT id, name, owner, created_at, heartbeat_at, expires_at FROM dblock_waiters WHERE 1 = 0`
 )
 

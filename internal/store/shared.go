@@ -20,6 +20,13 @@ const readMode = dblock.ModeRead
 // mode read, expires_at the end of the readers' period (the latest of their
 // leases) and a token of the period's own; each reader's lease is its row of
 // dblock_shares (its token is the period's, its reentry its own count).
+// On PostgreSQL (migration 00017) a reader that begins a period is
+// recorded in the row itself instead, while it is the only one: its owner
+// in the column reader, its count in the row's reentry, its acquisition
+// and metadata in the row's; a second reader moves it into dblock_shares.
+// Its acquisition and release are then one update of the row each, as an
+// exclusive lease's. reader means something only while owner is the empty
+// string.
 // An exclusive holder that takes the read lock too (a downgrade) keeps its
 // row, whose shared_until carries its read lease: its last exclusive release
 // hands the name to readers (LeaseSQL.Release). A waiting writer sets

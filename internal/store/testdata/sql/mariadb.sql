@@ -242,7 +242,8 @@ FROM dblock_locks l WHERE l.name = ? AND l.owner = ? AND l.version = ?;
 SELECT
     (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ? AND w.expires_at > UTC_TIMESTAMP(6)
         AND (w.kind = 'semaphore') = (? = 'semaphore') AND (? <> 'read' OR w.kind <> 'read')),
-    CASE WHEN EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ? AND l.owner = ? AND l.expires_at > UTC_TIMESTAMP(6))
+    CASE WHEN EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ? AND l.expires_at > UTC_TIMESTAMP(6)
+               AND (l.owner = ? OR (l.owner = '' AND l.reader = ?)))
            OR EXISTS (SELECT 1 FROM dblock_shares s WHERE s.name = ? AND s.owner = ? AND s.expires_at > UTC_TIMESTAMP(6))
          THEN 1 ELSE 0 END;
 

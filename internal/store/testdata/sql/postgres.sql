@@ -45,6 +45,7 @@ UPDATE dblock_locks l SET
     expires_at   = CASE WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
     mode         = CASE WHEN l.reentry <= 1 AND l.shared_until > now() THEN 'read' ELSE l.mode END,
     shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
+    reader       = NULL,
     updated_at   = now()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
@@ -350,8 +351,9 @@ LIMIT 1;
 SELECT
     (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = $1 AND w.expires_at > now()
         AND (w.kind = 'semaphore') = ($2 = 'semaphore') AND ($3 <> 'read' OR w.kind <> 'read')),
-    CASE WHEN EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = $4 AND l.owner = $5 AND l.expires_at > now())
-           OR EXISTS (SELECT 1 FROM dblock_shares s WHERE s.name = $6 AND s.owner = $7 AND s.expires_at > now())
+    CASE WHEN EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = $4 AND l.expires_at > now()
+               AND (l.owner = $5 OR (l.owner = '' AND l.reader = $6)))
+           OR EXISTS (SELECT 1 FROM dblock_shares s WHERE s.name = $7 AND s.owner = $8 AND s.expires_at > now())
          THEN 1 ELSE 0 END;
 
 -- QueueSQL.GateCheck
@@ -417,8 +419,8 @@ SELECT
 CREATE OR REPLACE FUNCTION dblock_history_record() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
-    VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, clock_timestamp(),
-        CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
+    VALUES (OLD.name, CASE WHEN OLD.owner = '' THEN OLD.reader ELSE OLD.owner END, OLD.version, OLD.mode, OLD.acquired_at,
+        clock_timestamp(), CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
              WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
              WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
              WHEN OLD.expires_at <= clock_timestamp() THEN 'expired'
@@ -448,7 +450,7 @@ DROP TRIGGER IF EXISTS dblock_history_ended ON dblock_locks;
 
 -- HistorySQL.Enable[3]
 CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
-WHEN (OLD.owner IS NOT NULL AND OLD.owner <> '' AND (NEW.owner IS DISTINCT FROM OLD.owner OR NEW.version <> OLD.version))
+WHEN (OLD.owner IS NOT NULL AND (OLD.owner <> '' OR OLD.reader IS NOT NULL) AND (NEW.owner IS DISTINCT FROM OLD.owner OR NEW.version <> OLD.version))
 EXECUTE FUNCTION dblock_history_record();
 
 -- HistorySQL.Enable[4]
@@ -521,8 +523,8 @@ SELECT token, reentry, (extract(epoch FROM expires_at) * 1000000)::bigint FROM d
 
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = nextval('dblock_token_seq'), mode = 'read',
-    acquired_at = ('epoch'::timestamptz + $1::bigint * interval '1 microsecond'), expires_at = ('epoch'::timestamptz + $2::bigint * interval '1 microsecond'), shared_until = NULL, metadata = NULL, updated_at = clock_timestamp(),
-    next_owner = NULL, next_since = NULL, next_until = NULL
+    acquired_at = ('epoch'::timestamptz + $1::bigint * interval '1 microsecond'), expires_at = ('epoch'::timestamptz + $2::bigint * interval '1 microsecond'), shared_until = NULL, metadata = NULL, reader = NULL,
+    updated_at = clock_timestamp(), next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = $3
 RETURNING version;
 
@@ -553,33 +555,48 @@ UPDATE dblock_locks SET wanted_until = NULL WHERE name = $1 AND wanted_until IS 
 -- SharedSQL.Holder
 SELECT s.token, s.reentry, (extract(epoch FROM s.expires_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint, l.owner, l.owner IS NULL, l.version
 FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
-WHERE s.name = $1 AND s.owner = $2;
+WHERE s.name = $1 AND s.owner = $2
+UNION ALL
+SELECT version, reentry, (extract(epoch FROM expires_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint, owner, false, version
+FROM dblock_locks WHERE name = $1 AND owner = '' AND reader = $2
+ORDER BY 1 DESC LIMIT 1;
 
 -- SharedSQL.Notify
 SELECT pg_notify('dblock', $1)::text;
 
 -- SharedSQL.List
-SELECT name, owner, token, reentry, (extract(epoch FROM acquired_at) * 1000000)::bigint, (extract(epoch FROM expires_at) * 1000000)::bigint
-FROM dblock_shares WHERE expires_at > now() ORDER BY name, owner;
+SELECT name, owner, token, reentry, (extract(epoch FROM acquired_at) * 1000000)::bigint, (extract(epoch FROM expires_at) * 1000000)::bigint FROM (
+    SELECT name, owner, token, reentry, acquired_at, expires_at FROM dblock_shares WHERE expires_at > now()
+    UNION ALL
+    SELECT name, reader, version, reentry, acquired_at, expires_at FROM dblock_locks
+    WHERE owner = '' AND reader IS NOT NULL AND expires_at > now()
+) AS readers WHERE true ORDER BY name, owner;
 
 -- SharedSQL.Acquire
 SELECT acquired, token, holder, holder_mode, expires_us, now_us, writer_waits, granted_us
-FROM dblock_acquire_share($1, $2, $3, $4);
+FROM dblock_acquire_share($1, $2, $3, $4, true);
 
 -- SharedSQL.Release
 SELECT dblock_release_share($1, $2, $3);
 
 -- SharedSQL.Renew
 WITH cur AS (
-    SELECT l.name, l.version, l.owner, l.expires_at FROM dblock_locks l,
+    SELECT l.name, l.version, l.owner, l.reader, l.expires_at FROM dblock_locks l,
         (SELECT set_config('lock_timeout', '100', true)) AS cfg
     WHERE l.name = $1
     FOR NO KEY UPDATE OF l
+), solo AS (
+    UPDATE dblock_locks l SET
+        expires_at = greatest(l.expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond'),
+        updated_at = clock_timestamp()
+    FROM cur
+    WHERE l.name = $1 AND cur.owner = '' AND cur.reader = $2 AND cur.version = $3 AND cur.expires_at > clock_timestamp()
+    RETURNING 1
 ), s AS (
     UPDATE dblock_shares d SET expires_at = greatest(d.expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
     FROM cur
     WHERE d.name = $1 AND d.owner = $2 AND d.token = $3 AND d.reentry > 0 AND d.expires_at > clock_timestamp()
-      AND cur.version = $3 AND cur.owner IN ('', $2) AND cur.expires_at > clock_timestamp()
+      AND cur.version = $3 AND cur.owner IN ('', $2) AND cur.reader IS DISTINCT FROM $2 AND cur.expires_at > clock_timestamp()
     RETURNING d.expires_at
 ), upd AS (
     UPDATE dblock_locks l SET
@@ -589,7 +606,7 @@ WITH cur AS (
     FROM s WHERE l.name = $1
     RETURNING 1
 )
-SELECT count(*) > 0 FROM s;
+SELECT (SELECT count(*) FROM solo) + (SELECT count(*) FROM s) > 0;
 
 -- SemaphoreSQL.Acquire
 SELECT granted, token, lim, used, next_us, now_us FROM dblock_acquire_permits($1, $2, $3, $4, $5, $6);

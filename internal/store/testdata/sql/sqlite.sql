@@ -160,8 +160,9 @@ RETURNING version, reentry;
 SELECT
     (SELECT COUNT(*) FROM dblock_waiters w WHERE w.name = ?1 AND w.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
         AND (w.kind = 'semaphore') = (?2 = 'semaphore') AND (?3 <> 'read' OR w.kind <> 'read')),
-    CASE WHEN EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?4 AND l.owner = ?5 AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
-           OR EXISTS (SELECT 1 FROM dblock_shares s WHERE s.name = ?6 AND s.owner = ?7 AND s.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+    CASE WHEN EXISTS (SELECT 1 FROM dblock_locks l WHERE l.name = ?4 AND l.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER)
+               AND (l.owner = ?5 OR (l.owner = '' AND l.reader = ?6)))
+           OR EXISTS (SELECT 1 FROM dblock_shares s WHERE s.name = ?7 AND s.owner = ?8 AND s.expires_at > CAST(unixepoch('subsec') * 1000000 AS INTEGER))
          THEN 1 ELSE 0 END;
 
 -- QueueSQL.GateCheck
