@@ -49,7 +49,13 @@ var MySQLGrants = []string{
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_enqueue_check TO %[2]s",
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_take_head TO %[2]s",
 	mysqlJoinedReleaseGrant,
+	mysqlAcquireReadGrant,
 }
+
+// mysqlAcquireReadGrant lets MariaDB's readers begin a period recorded in
+// the name's row with the procedure of MySQL migration 00025; without it
+// they acquire with dblock_acquire_share, which gives every reader a share.
+const mysqlAcquireReadGrant = "GRANT EXECUTE ON PROCEDURE %[1]s.dblock_acquire_read TO %[2]s"
 
 // mysqlJoinedReleaseGrant lets MariaDB's readers that joined a period
 // release with the procedure of MySQL migration 00023; without it they
@@ -110,6 +116,11 @@ func TestFaultLeastPrivilege(t *testing.T) {
 	// release may not call its procedure, and releases as before.
 	t.Run("mysql-grants-before-00023", func(t *testing.T) {
 		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlJoinedReleaseGrant }))
+	})
+	// Grants written before MySQL migration 00025: a reader's acquisition
+	// may not call dblock_acquire_read, and acquires as before.
+	t.Run("mysql-grants-before-00025", func(t *testing.T) {
+		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlAcquireReadGrant }))
 	})
 	// The README's alternative to the procedure grants: EXECUTE on the
 	// database outlives a migration that replaces a procedure (dropped and

@@ -329,17 +329,29 @@ func TestMigrateHint(t *testing.T) {
 	}
 }
 
-// TestMissingProcedure: a reader's acquisition on a MariaDB database
-// migrated before its procedures (MySQL migration 00014) is ErrSchemaMissing
-// with the hint, like a missing table.
+// TestMissingProcedure: on a MariaDB database migrated before MySQL
+// migration 00025, a reader's acquisition calls dblock_acquire_share, which
+// gives the reader a share; migrated before its procedures (00014), it is
+// ErrSchemaMissing with the hint, like a missing table.
 func TestMissingProcedure(t *testing.T) {
 	t.Parallel()
 	iso := dbtest.New(t, store.MySQL)
 	ctx := context.Background()
+	if _, err := iso.Store().ExecContext(ctx, "DROP PROCEDURE dblock_acquire_read"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := iso.Store().AcquireShare(ctx, store.ShareParams{Name: "before-00025", Owner: "o", TTL: time.Minute})
+	if err != nil || !res.Acquired {
+		t.Fatalf("read without dblock_acquire_read: %+v, %v", res, err)
+	}
+	var shares int
+	if err := iso.Store().GetContext(ctx, &shares, "SELECT COUNT(*) FROM dblock_shares WHERE name = 'before-00025'"); err != nil || shares != 1 {
+		t.Fatalf("shares of the reader alone without dblock_acquire_read: %d, %v; want 1", shares, err)
+	}
 	if _, err := iso.Store().ExecContext(ctx, "DROP PROCEDURE dblock_acquire_share"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := iso.Store().AcquireShare(ctx, store.ShareParams{Name: "x", Owner: "o", TTL: time.Second})
+	_, err = iso.Store().AcquireShare(ctx, store.ShareParams{Name: "x", Owner: "o", TTL: time.Second})
 	if iso.Store().Dialect.Shared().Acquire == "" {
 		if err != nil {
 			t.Fatalf("MySQL 8 reads without the procedure: %v", err)

@@ -146,6 +146,10 @@ type DB struct {
 	// noJoinedRelease: SharedSQL.ReleaseJoined's procedure is missing or
 	// may not be executed here (see ReleaseJoinedShare).
 	noJoinedRelease atomic.Bool
+	// noAcquireRead: SharedSQL.Acquire's procedure is missing or may not
+	// be executed (MariaDB before MySQL migration 00025, or grants written
+	// before it); acquireShareOne uses SharedSQL.AcquireFallback.
+	noAcquireRead atomic.Bool
 }
 
 // nativeOf is drv's native interface to pool, if it has one.

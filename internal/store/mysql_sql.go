@@ -140,6 +140,7 @@ const mysqlRelease = `UPDATE dblock_locks SET
     mode         = IF(reentry <= 1 AND shared_until > UTC_TIMESTAMP(6), '` + readMode + `', mode),
     updated_at   = UTC_TIMESTAMP(6),
     shared_until = IF(reentry > 1, shared_until, NULL),
+    reader       = NULL,
     reentry      = IF(reentry > 1, reentry - 1, IF(owner = '', 1, 0))
 WHERE name = ? AND owner = ? AND version = ?`
 
@@ -424,9 +425,9 @@ var mariadbHistory = HistorySQL{
 	Enable: []string{
 		`DROP TRIGGER IF EXISTS dblock_history_ended`,
 		`CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
-IF OLD.owner IS NOT NULL AND OLD.owner <> '' AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OLD.version) THEN
+IF OLD.owner IS NOT NULL AND (OLD.owner <> '' OR OLD.reader IS NOT NULL) AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OLD.version) THEN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
-    VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, UTC_TIMESTAMP(6),
+    VALUES (OLD.name, IF(OLD.owner = '', OLD.reader, OLD.owner), OLD.version, OLD.mode, OLD.acquired_at, UTC_TIMESTAMP(6),
         CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
              WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
              WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
@@ -474,7 +475,7 @@ const myAt = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
 // lock clause.
 var mysqlShareLock = `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(` + myUs("expires_at") + `, 0), ` + myUs("UTC_TIMESTAMP(6)") + `,
        IFNULL(` + myUs("shared_until") + `, 0), IFNULL(` + myUs("wanted_until") + `, 0), reentry,
-       ` + mysqlNextCols + `
+       ` + mysqlNextCols + `, IFNULL(reader, '')
 FROM dblock_locks WHERE name = ?`
 
 // mysqlShared: on MySQL 8 the row lock does not wait (NOWAIT: its shortest
@@ -490,8 +491,8 @@ FOR UPDATE NOWAIT`,
 	ReadShare:  `SELECT token, reentry, ` + myUs("expires_at") + ` FROM dblock_shares WHERE name = ? AND owner = ? FOR UPDATE`,
 	LiveShares: `SELECT count(*), IFNULL(MAX(` + myUs("expires_at") + `), 0) FROM dblock_shares WHERE name = ? AND token = ? AND expires_at > ` + myAt + ` LOCK IN SHARE MODE`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = '` + readMode + `',
-    acquired_at = ` + myAt + `, expires_at = ` + myAt + `, shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6),
-    next_owner = NULL, next_since = NULL, next_until = NULL
+    acquired_at = ` + myAt + `, expires_at = ` + myAt + `, shared_until = NULL, metadata = NULL, reader = NULL,
+    updated_at = UTC_TIMESTAMP(6), next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = ?`,
 	Update: `UPDATE dblock_locks SET owner = ?, reentry = ?, expires_at = ` + myAt + `, shared_until = ` + myAt + `, updated_at = UTC_TIMESTAMP(6)
 WHERE name = ?`,
@@ -505,11 +506,19 @@ ON DUPLICATE KEY UPDATE
 	Want: `UPDATE dblock_locks SET wanted_until = GREATEST(IFNULL(wanted_until, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE name = ? AND owner = ''`,
 	Unwant: `UPDATE dblock_locks SET wanted_until = NULL WHERE name = ? AND wanted_until IS NOT NULL`,
-	Holder: `SELECT s.token, s.reentry, ` + myUs("s.expires_at") + `, ` + myUs("UTC_TIMESTAMP(6)") + `, l.owner, l.owner IS NULL, l.version
+	Holder: `(SELECT s.token, s.reentry, ` + myUs("s.expires_at") + `, ` + myUs("UTC_TIMESTAMP(6)") + `, l.owner, l.owner IS NULL, l.version
 FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
-WHERE s.name = ? AND s.owner = ?`,
-	List: `SELECT name, owner, token, reentry, ` + myUs("acquired_at") + `, ` + myUs("expires_at") + `
-FROM dblock_shares WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, owner`,
+WHERE s.name = ? AND s.owner = ?)
+UNION ALL
+(SELECT version, reentry, ` + myUs("expires_at") + `, ` + myUs("UTC_TIMESTAMP(6)") + `, owner, 0, version
+FROM dblock_locks WHERE name = ? AND owner = '' AND reader = ?)
+ORDER BY 1 DESC LIMIT 1`,
+	List: `SELECT name, owner, token, reentry, ` + myUs("acquired_at") + `, ` + myUs("expires_at") + ` FROM (
+    SELECT name, owner, token, reentry, acquired_at, expires_at FROM dblock_shares WHERE expires_at > UTC_TIMESTAMP(6)
+    UNION ALL
+    SELECT name, reader, version, reentry, acquired_at, expires_at FROM dblock_locks
+    WHERE owner = '' AND reader IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)
+) AS readers WHERE TRUE ORDER BY name, owner`,
 }
 
 // mysqlSemaphore: Lock waits for the row (others hold it for one grant's
@@ -578,15 +587,19 @@ var mariadbSemaphore = func() SemaphoreSQL {
 // mariadbShared is mysqlShared with a row lock that waits in the server's
 // queue, a second at most (SET STATEMENT, this statement only): readers of
 // one name hold it for a few statements each. A reader's acquisition and
-// release are one CALL each of the procedures of MySQL migration 00014,
-// which run that transaction on the server (MySQL 8 has them too, but
-// keeps the transaction driven from here: the test servers run MariaDB
-// only).
+// release are one CALL each of the procedures of MySQL migration 00014
+// (replaced since; the acquisition's is dblock_acquire_read of 00025,
+// which records a reader alone in the name's row, with
+// dblock_acquire_share as its fallback), which run that transaction on the
+// server (MySQL 8 has them too, but keeps the transaction driven from
+// here: the test servers run MariaDB only). Renewals are the transaction
+// of RenewShare, which renews a recorded reader in the row.
 var mariadbShared = func() SharedSQL {
 	s := mysqlShared
 	s.LockRow = "SET STATEMENT innodb_lock_wait_timeout=1 FOR " + mysqlShareLock + `
 FOR UPDATE`
-	s.Acquire = `CALL dblock_acquire_share(?, ?, ?, ?)`
+	s.Acquire = `CALL dblock_acquire_read(?, ?, ?, ?)`
+	s.AcquireFallback = `CALL dblock_acquire_share(?, ?, ?, ?)`
 	s.Release = `CALL dblock_release_share(?, ?, ?)`
 	s.ReleaseJoined = `CALL dblock_release_joined_share(?, ?, ?)`
 	return s

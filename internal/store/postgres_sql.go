@@ -561,7 +561,7 @@ func pgAt(n int) string {
 var pgShared = SharedSQL{
 	LockRow: `SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), coalesce(` + pgUs("l.expires_at") + `, 0),
        ` + pgUs("clock_timestamp()") + `, coalesce(` + pgUs("l.shared_until") + `, 0), coalesce(` + pgUs("l.wanted_until") + `, 0), l.reentry,
-       ` + pgNextCols + `
+       ` + pgNextCols + `, coalesce(l.reader, '')
 FROM dblock_locks l, (SELECT set_config('lock_timeout', '` + lockWaitMs + `', true)) AS cfg
 WHERE l.name = $1
 FOR NO KEY UPDATE OF l`,
@@ -588,7 +588,7 @@ FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
 WHERE s.name = $1 AND s.owner = $2
 UNION ALL
 SELECT version, reentry, ` + pgUs("expires_at") + `, ` + pgUs("now()") + `, owner, false, version
-FROM dblock_locks WHERE name = $1 AND owner = '' AND reader = $2
+FROM dblock_locks WHERE name = $3 AND owner = '' AND reader = $4
 ORDER BY 1 DESC LIMIT 1`,
 	Notify: `SELECT pg_notify('` + NotifyChannel + `', $1)::text`,
 	List: `SELECT name, owner, token, reentry, ` + pgUs("acquired_at") + `, ` + pgUs("expires_at") + ` FROM (

@@ -219,21 +219,34 @@ func TestOnlyReaderHistory(t *testing.T) {
 	})
 }
 
-// TestEarlierClientsReader: on PostgreSQL, the four-argument
-// dblock_acquire_share that clients before migration 00017 call keeps every
-// reader in dblock_shares, and joins a period whose reader is recorded in
-// the name's row by moving that reader there; the releases of both kinds
-// free the name.
+// TestEarlierClientsReader: on PostgreSQL and MariaDB, the
+// dblock_acquire_share that clients before PostgreSQL migration 00017 and
+// MySQL 00025 call keeps every reader in dblock_shares, and joins a period
+// whose reader is recorded in the name's row by moving that reader there;
+// the releases of both kinds free the name.
 func TestEarlierClientsReader(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, store.Postgres)
-	r := readers{t: t, db: iso.Store(), name: "share:earlier-client"}
+	calls := map[store.Kind]string{
+		store.Postgres: `SELECT * FROM dblock_acquire_share($1, $2, 30000000, NULL)`,
+		store.MySQL:    `CALL dblock_acquire_share(?, ?, 30000000, NULL)`,
+	}
+	for kind, call := range calls {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			earlierClients(t, dbtest.New(t, kind).Store(), call)
+		})
+	}
+}
+
+func earlierClients(t *testing.T, db *store.DB, call string) {
+	r := readers{t: t, db: db, name: "share:earlier-client"}
 	ctx := context.Background()
 	earlier := func(owner string) dblock.Token {
 		t.Helper()
-		var ok bool
-		var token int64
-		err := r.db.QueryRowxContext(ctx, `SELECT acquired, token FROM dblock_acquire_share($1, $2, 30000000, NULL)`, r.name, owner).Scan(&ok, &token)
+		var ok, waits bool
+		var token, exp, now, granted int64
+		var holder, mode string
+		err := r.db.QueryRowxContext(ctx, call, r.name, owner).Scan(&ok, &token, &holder, &mode, &exp, &now, &waits, &granted)
 		if err != nil || !ok {
 			t.Fatalf("earlier client's read by %s: %v, %v", owner, ok, err)
 		}
@@ -242,7 +255,8 @@ func TestEarlierClientsReader(t *testing.T) {
 	shares := func() int {
 		t.Helper()
 		var n int
-		if err := r.db.GetContext(ctx, &n, `SELECT count(*) FROM dblock_shares WHERE name = $1`, r.name); err != nil {
+		q := `SELECT count(*) FROM dblock_shares WHERE name = ` + r.db.Dialect.Placeholder(1)
+		if err := r.db.GetContext(ctx, &n, q, r.name); err != nil {
 			t.Fatal(err)
 		}
 		return n

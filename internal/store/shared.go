@@ -20,8 +20,9 @@ const readMode = dblock.ModeRead
 // mode read, expires_at the end of the readers' period (the latest of their
 // leases) and a token of the period's own; each reader's lease is its row of
 // dblock_shares (its token is the period's, its reentry its own count).
-// On PostgreSQL (migration 00017) a reader that begins a period is
-// recorded in the row itself instead, while it is the only one: its owner
+// On PostgreSQL (migration 00017) and MariaDB (MySQL migration 00025) a
+// reader that begins a period is recorded in the row itself instead, while
+// it is the only one: its owner
 // in the column reader, its count in the row's reentry, its acquisition
 // and metadata in the row's; a second reader moves it into dblock_shares.
 // Its acquisition and release are then one update of the row each, as an
@@ -47,7 +48,7 @@ const readMode = dblock.ModeRead
 type SharedSQL struct {
 	// LockRow (name) locks the row and reads owner, owner IS NULL,
 	// version, mode, expires_at, the clock, shared_until, wanted_until,
-	// reentry; it gives up on a row locked for long (PostgreSQL
+	// reentry, the reservation's columns and reader; it gives up on a row locked for long (PostgreSQL
 	// after lockWaitMs, MariaDB after a second, MySQL 8 at once) with an error wrapping
 	// dblock.ErrNotAcquired.
 	LockRow string
@@ -75,16 +76,25 @@ type SharedSQL struct {
 	Want string
 	// Unwant (name) clears the mark (autocommit).
 	Unwant string
-	// Holder (name, owner) reads a share and its name's row, without
-	// locking: token, reentry, expires_at, the clock, the row's owner, owner
-	// IS NULL and version (the row's columns NULL when it has none).
+	// Holder (name, owner, name, owner) reads a share and its name's row,
+	// without locking: token, reentry, expires_at, the clock, the row's
+	// owner, owner IS NULL and version (the row's columns NULL when it has
+	// none); or the row of a reader recorded in it (reader), the later
+	// token first.
 	Holder string
 	// Notify (name) announces a name freed (PostgreSQL; empty elsewhere).
 	Notify string
-	// List reads the unexpired shares: name, owner, token, reentry,
-	// acquired_at, expires_at. It ends with its ORDER BY, before which
+	// List reads the unexpired shares (and readers recorded in a name's
+	// row): name, owner, token, reentry, acquired_at, expires_at. It ends with its ORDER BY, before which
 	// ListShares puts a filter on names.
 	List string
+
+	// AcquireFallback, where not empty (MariaDB: a CALL of
+	// dblock_acquire_share), is Acquire where Acquire's procedure
+	// (dblock_acquire_read of MySQL migration 00025) is missing or may
+	// not be executed: the same outcome, but a reader alone gets a share
+	// rather than being recorded in the name's row.
+	AcquireFallback string
 
 	// Acquire, Release and Renew do AcquireShare, ReleaseShare and
 	// RenewShare each in one round trip where the database can
@@ -148,6 +158,7 @@ type sharedRow struct {
 	sharedUntil, wanted int64
 	reentry             int
 	next                Reservation // The name's reservation (see reserve.go).
+	reader              string      // The reader recorded in the row (owner "").
 }
 
 // live reports whether the row names an unexpired holder (readers included).
@@ -240,7 +251,7 @@ func (db *DB) lockShared(ctx context.Context, tx *sqlx.Tx, name string) (sharedR
 	)
 	err := tx.QueryRowxContext(ctx, db.Dialect.Shared().LockRow, name).Scan(
 		&r.owner, &r.free, &r.version, &r.mode, &r.expires, &r.now, &r.sharedUntil, &r.wanted, &r.reentry,
-		&nextOwner, &nextSince, &nextTill)
+		&nextOwner, &nextSince, &nextTill, &r.reader)
 	r.next = reservationOf(nextOwner, nextSince, nextTill)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
@@ -290,7 +301,7 @@ func (db *DB) ShareHolder(ctx context.Context, name, owner string) (Holder, erro
 		rowFree    sql.NullBool
 		rowVersion sql.NullInt64
 	)
-	err := db.QueryRowxContext(ctx, db.Dialect.Shared().Holder, name, owner).Scan(
+	err := db.QueryRowxContext(ctx, db.Dialect.Shared().Holder, name, owner, name, owner).Scan(
 		&s.token, &s.reentry, &s.expires, &now, &rowOwner, &rowFree, &rowVersion)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Holder{}, nil

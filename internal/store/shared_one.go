@@ -23,9 +23,14 @@ func (db *DB) acquireShareOne(ctx context.Context, p ShareParams) (ShareResult, 
 	)
 	args := []any{p.Name, p.Owner, p.TTL.Microseconds(), nullString(p.Metadata)}
 	err := db.retryRowLocked(ctx, func() error {
-		return db.queryRow(ctx, db.DB, db.Dialect.Shared().Acquire, args,
+		return db.queryRow(ctx, db.DB, db.shareAcquireSQL(), args,
 			&res.Acquired, &token, &owner, &mode, &expUs, &nowUs, &res.WriterWaits, &grantedUs)
 	})
+	if sh := db.Dialect.Shared(); ProcedureRefused(err) && sh.AcquireFallback != "" && !db.noAcquireRead.Load() {
+		// The refused call did nothing: from now on, the fallback.
+		db.noAcquireRead.Store(true)
+		return db.acquireShareOne(ctx, p)
+	}
 	switch {
 	case errors.Is(err, errRowLocked):
 		return ShareResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
@@ -47,6 +52,17 @@ func (db *DB) acquireShareOne(ctx context.Context, p ShareParams) (ShareResult, 
 	}
 	res.Holder = h
 	return res, nil
+}
+
+// shareAcquireSQL is the statement of acquireShareOne: SharedSQL.Acquire,
+// or its fallback once Acquire's procedure was refused (MariaDB: see
+// SharedSQL.AcquireFallback).
+func (db *DB) shareAcquireSQL() string {
+	sh := db.Dialect.Shared()
+	if sh.AcquireFallback != "" && db.noAcquireRead.Load() {
+		return sh.AcquireFallback
+	}
+	return sh.Acquire
 }
 
 // releaseShareOne is ReleaseShare in one statement, query (SharedSQL.Release

@@ -277,6 +277,12 @@ func (db *DB) RenewShare(ctx context.Context, name, owner string, token dblock.T
 	renewed := false
 	err := db.sharedTx(ctx, name, func(tx *sqlx.Tx, r sharedRow) (bool, error) {
 		renewed = false
+		if r.live() && r.owner == "" && r.reader == owner && r.version == int64(token) {
+			// The reader recorded in the row (MariaDB): the row is its lease.
+			r.expires = max(r.expires, r.now+ttl.Microseconds())
+			renewed = true
+			return true, db.updateRow(ctx, tx, name, r)
+		}
 		s, err := db.readShare(ctx, tx, name, owner)
 		if err != nil || !s.found || s.token != int64(token) || s.reentry <= 0 || s.expires <= r.now {
 			return false, err

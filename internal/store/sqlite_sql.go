@@ -248,12 +248,12 @@ VALUES (?1, ?2, ?3, ?4, ?5, ` + sqliteNow + `, ?6)`,
 var sqliteShared = SharedSQL{
 	LockRow: `SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(expires_at, 0), ` + sqliteNow + `,
        IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry,
-       ` + sqliteNextCols + `
+       ` + sqliteNextCols + `, IFNULL(reader, '')
 FROM dblock_locks WHERE name = ?1`,
 	ReadShare:  `SELECT token, reentry, expires_at FROM dblock_shares WHERE name = ?1 AND owner = ?2`,
 	LiveShares: `SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 AND token = ?2 AND expires_at > ?3`,
 	Begin: `UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = '` + readMode + `',
-    acquired_at = ?1, expires_at = ?2, shared_until = NULL, metadata = NULL, updated_at = ` + sqliteNow + `,
+    acquired_at = ?1, expires_at = ?2, shared_until = NULL, metadata = NULL, reader = NULL, updated_at = ` + sqliteNow + `,
     next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = ?3
 RETURNING version`,
@@ -271,7 +271,11 @@ WHERE name = ?2 AND owner = ''`,
 	Unwant: `UPDATE dblock_locks SET wanted_until = NULL WHERE name = ?1 AND wanted_until IS NOT NULL`,
 	Holder: `SELECT s.token, s.reentry, s.expires_at, ` + sqliteNow + `, l.owner, l.owner IS NULL, l.version
 FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
-WHERE s.name = ?1 AND s.owner = ?2`,
+WHERE s.name = ?1 AND s.owner = ?2
+UNION ALL
+SELECT version, reentry, expires_at, ` + sqliteNow + `, owner, 0, version
+FROM dblock_locks WHERE name = ?3 AND owner = '' AND reader = ?4
+ORDER BY 1 DESC LIMIT 1`,
 	List: `SELECT name, owner, token, reentry, acquired_at, expires_at
 FROM dblock_shares WHERE expires_at > ` + sqliteNow + ` ORDER BY name, owner`,
 }

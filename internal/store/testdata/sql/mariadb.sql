@@ -26,6 +26,7 @@ UPDATE dblock_locks SET
     mode         = IF(reentry <= 1 AND shared_until > UTC_TIMESTAMP(6), 'read', mode),
     updated_at   = UTC_TIMESTAMP(6),
     shared_until = IF(reentry > 1, shared_until, NULL),
+    reader       = NULL,
     reentry      = IF(reentry > 1, reentry - 1, IF(owner = '', 1, 0))
 WHERE name = ? AND owner = ? AND version = ?;
 
@@ -302,9 +303,9 @@ DROP TRIGGER IF EXISTS dblock_history_ended;
 
 -- HistorySQL.Enable[1]
 CREATE TRIGGER dblock_history_ended AFTER UPDATE ON dblock_locks FOR EACH ROW
-IF OLD.owner IS NOT NULL AND OLD.owner <> '' AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OLD.version) THEN
+IF OLD.owner IS NOT NULL AND (OLD.owner <> '' OR OLD.reader IS NOT NULL) AND (NOT (NEW.owner <=> OLD.owner) OR NEW.version <> OLD.version) THEN
     INSERT INTO dblock_history (name, owner, token, mode, acquired_at, ended_at, ended_how, metadata)
-    VALUES (OLD.name, OLD.owner, OLD.version, OLD.mode, OLD.acquired_at, UTC_TIMESTAMP(6),
+    VALUES (OLD.name, IF(OLD.owner = '', OLD.reader, OLD.owner), OLD.version, OLD.mode, OLD.acquired_at, UTC_TIMESTAMP(6),
         CASE WHEN NEW.owner = '' AND NEW.version = OLD.version THEN 'released'
              WHEN NEW.owner IS NOT NULL AND NEW.owner <> OLD.owner THEN 'taken_over'
              WHEN NEW.owner IS NULL AND NEW.mode IS NULL THEN 'force_released'
@@ -379,7 +380,7 @@ VALUES (?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), UTC_TIM
 -- SharedSQL.LockRow
 SET STATEMENT innodb_lock_wait_timeout=1 FOR SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
        IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', shared_until), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', wanted_until), 0), reentry,
-       IFNULL(next_owner, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_since), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_until), 0)
+       IFNULL(next_owner, ''), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_since), 0), IFNULL(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', next_until), 0), IFNULL(reader, '')
 FROM dblock_locks WHERE name = ?
 FOR UPDATE;
 
@@ -391,8 +392,8 @@ SELECT count(*), IFNULL(MAX(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ex
 
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = LAST_INSERT_ID(version + 1), mode = 'read',
-    acquired_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), shared_until = NULL, metadata = NULL, updated_at = UTC_TIMESTAMP(6),
-    next_owner = NULL, next_since = NULL, next_until = NULL
+    acquired_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), expires_at = TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), shared_until = NULL, metadata = NULL, reader = NULL,
+    updated_at = UTC_TIMESTAMP(6), next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = ?;
 
 -- SharedSQL.Update
@@ -420,16 +421,27 @@ WHERE name = ? AND owner = '';
 UPDATE dblock_locks SET wanted_until = NULL WHERE name = ? AND wanted_until IS NOT NULL;
 
 -- SharedSQL.Holder
-SELECT s.token, s.reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', s.expires_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), l.owner, l.owner IS NULL, l.version
+(SELECT s.token, s.reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', s.expires_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), l.owner, l.owner IS NULL, l.version
 FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
-WHERE s.name = ? AND s.owner = ?;
+WHERE s.name = ? AND s.owner = ?)
+UNION ALL
+(SELECT version, reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), owner, 0, version
+FROM dblock_locks WHERE name = ? AND owner = '' AND reader = ?)
+ORDER BY 1 DESC LIMIT 1;
 
 -- SharedSQL.List
-SELECT name, owner, token, reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)
-FROM dblock_shares WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, owner;
+SELECT name, owner, token, reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) FROM (
+    SELECT name, owner, token, reentry, acquired_at, expires_at FROM dblock_shares WHERE expires_at > UTC_TIMESTAMP(6)
+    UNION ALL
+    SELECT name, reader, version, reentry, acquired_at, expires_at FROM dblock_locks
+    WHERE owner = '' AND reader IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)
+) AS readers WHERE TRUE ORDER BY name, owner;
+
+-- SharedSQL.AcquireFallback
+CALL dblock_acquire_share(?, ?, ?, ?);
 
 -- SharedSQL.Acquire
-CALL dblock_acquire_share(?, ?, ?, ?);
+CALL dblock_acquire_read(?, ?, ?, ?);
 
 -- SharedSQL.Release
 CALL dblock_release_share(?, ?, ?);

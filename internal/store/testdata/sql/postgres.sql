@@ -513,7 +513,7 @@ VALUES ($1, $2, $3, $4, ('epoch'::timestamptz + $5::bigint * interval '1 microse
 -- SharedSQL.LockRow
 SELECT coalesce(l.owner, ''), l.owner IS NULL, l.version, coalesce(l.mode, ''), coalesce((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0),
        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, coalesce((extract(epoch FROM l.shared_until) * 1000000)::bigint, 0), coalesce((extract(epoch FROM l.wanted_until) * 1000000)::bigint, 0), l.reentry,
-       coalesce(next_owner, ''), coalesce((extract(epoch FROM next_since) * 1000000)::bigint, 0), coalesce((extract(epoch FROM next_until) * 1000000)::bigint, 0)
+       coalesce(next_owner, ''), coalesce((extract(epoch FROM next_since) * 1000000)::bigint, 0), coalesce((extract(epoch FROM next_until) * 1000000)::bigint, 0), coalesce(l.reader, '')
 FROM dblock_locks l, (SELECT set_config('lock_timeout', '100', true)) AS cfg
 WHERE l.name = $1
 FOR NO KEY UPDATE OF l;
@@ -558,7 +558,7 @@ FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
 WHERE s.name = $1 AND s.owner = $2
 UNION ALL
 SELECT version, reentry, (extract(epoch FROM expires_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint, owner, false, version
-FROM dblock_locks WHERE name = $1 AND owner = '' AND reader = $2
+FROM dblock_locks WHERE name = $3 AND owner = '' AND reader = $4
 ORDER BY 1 DESC LIMIT 1;
 
 -- SharedSQL.Notify

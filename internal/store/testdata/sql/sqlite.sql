@@ -296,7 +296,7 @@ VALUES (?1, ?2, ?3, ?4, ?5, CAST(unixepoch('subsec') * 1000000 AS INTEGER), ?6);
 -- SharedSQL.LockRow
 SELECT IFNULL(owner, ''), owner IS NULL, version, IFNULL(mode, ''), IFNULL(expires_at, 0), CAST(unixepoch('subsec') * 1000000 AS INTEGER),
        IFNULL(shared_until, 0), IFNULL(wanted_until, 0), reentry,
-       IFNULL(next_owner, ''), IFNULL(next_since, 0), IFNULL(next_until, 0)
+       IFNULL(next_owner, ''), IFNULL(next_since, 0), IFNULL(next_until, 0), IFNULL(reader, '')
 FROM dblock_locks WHERE name = ?1;
 
 -- SharedSQL.ReadShare
@@ -307,7 +307,7 @@ SELECT count(*), IFNULL(max(expires_at), 0) FROM dblock_shares WHERE name = ?1 A
 
 -- SharedSQL.Begin
 UPDATE dblock_locks SET owner = '', reentry = 1, version = version + 1, mode = 'read',
-    acquired_at = ?1, expires_at = ?2, shared_until = NULL, metadata = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER),
+    acquired_at = ?1, expires_at = ?2, shared_until = NULL, metadata = NULL, reader = NULL, updated_at = CAST(unixepoch('subsec') * 1000000 AS INTEGER),
     next_owner = NULL, next_since = NULL, next_until = NULL
 WHERE name = ?3
 RETURNING version;
@@ -339,7 +339,11 @@ UPDATE dblock_locks SET wanted_until = NULL WHERE name = ?1 AND wanted_until IS 
 -- SharedSQL.Holder
 SELECT s.token, s.reentry, s.expires_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER), l.owner, l.owner IS NULL, l.version
 FROM dblock_shares s LEFT JOIN dblock_locks l ON l.name = s.name
-WHERE s.name = ?1 AND s.owner = ?2;
+WHERE s.name = ?1 AND s.owner = ?2
+UNION ALL
+SELECT version, reentry, expires_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER), owner, 0, version
+FROM dblock_locks WHERE name = ?3 AND owner = '' AND reader = ?4
+ORDER BY 1 DESC LIMIT 1;
 
 -- SharedSQL.List
 SELECT name, owner, token, reentry, acquired_at, expires_at
