@@ -2,7 +2,10 @@ package pessimistic
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // TestHooks let tests order events between Lockers: BeforeBegin runs in an
@@ -29,4 +32,16 @@ func EndWaitOf(l *Locker, id int64, discarded bool) (finished func() bool) {
 	e := l.endWaitOnDone(ctx, waitSession{id: id, readAt: time.Now(), discarded: discarded}, []string{"abandoned"})
 	cancel()
 	return e.finished
+}
+
+// GiveConnTwice gives conn back through two holds' ends at once, as a lost
+// hold's background teardown and its caller's Release may (one destroying
+// it, one returning it), and waits for both.
+func GiveConnTwice(conn *sqlx.Conn) {
+	h := &hold{conn: conn}
+	var wg sync.WaitGroup
+	for _, destroy := range []bool{true, false} {
+		wg.Go(func() { h.giveConn(destroy) })
+	}
+	wg.Wait()
 }

@@ -331,10 +331,16 @@ func (h *hold) interruptStatement() {
 }
 
 // giveConn returns the hold's connection to the pool, or destroys it (see
-// closeConn); interruptStatement leaves it alone from then on.
+// closeConn), once: a lost hold's teardown (loseUnreachable) and its
+// caller's release may both get here, and database/sql's Conn.Raw panics on
+// a Conn that another goroutine closes under it. The first call decides;
+// interruptStatement leaves the connection alone from then on.
 func (h *hold) giveConn(destroy bool) {
 	h.interruptMu.Lock()
+	gone := h.connGone
 	h.connGone = true
 	h.interruptMu.Unlock()
-	closeConn(h.conn, destroy)
+	if !gone {
+		closeConn(h.conn, destroy)
+	}
 }
