@@ -37,6 +37,10 @@ func TestDeadEntriesKilled(t *testing.T) {
 			if err != nil || !res.Acquired {
 				t.Fatalf("read by %s: %+v, %v", owner, res, err)
 			}
+			var n int
+			if err := db.GetContext(ctx, &n, `SELECT count(*) FROM dblock_shares WHERE name = $1 AND owner = $2`, name, owner); err != nil || n != 1 {
+				t.Fatalf("share of %s: %d, %v; want 1 (the test needs a row deleted per owner)", owner, n, err)
+			}
 			if ok, err := db.ReleaseShare(ctx, name, owner, res.Token); err != nil || !ok {
 				t.Fatalf("release by %s: %v, %v", owner, ok, err)
 			}
