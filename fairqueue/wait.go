@@ -280,7 +280,8 @@ func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) (releas
 	q.backoff++
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	hubEvents := 0
+	deadline := time.Now().Add(d)
+	hubEvents, capped := 0, false
 	for {
 		select {
 		case <-timer.C:
@@ -288,6 +289,15 @@ func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) (releas
 		case <-q.sig.ch:
 		case <-q.hubC:
 			hubEvents++
+			if !capped && time.Until(deadline) > notifiedRecheck {
+				// Notifications merge (PostgreSQL delivers one per
+				// transaction and payload, the channel holds one, and one
+				// wake-up covers those sent before the listener listened):
+				// the count may stop short of need. Having heard anything,
+				// the waiter looks again soon at the latest.
+				capped = true
+				timer.Reset(notifiedRecheck)
+			}
 		case <-a.ctx.Done():
 			return false
 		case <-a.l.life.Closing:
@@ -306,6 +316,11 @@ func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) (releas
 		}
 	}
 }
+
+// notifiedRecheck bounds a waiter's sleep once a notification of its name
+// arrived (see sleep): the events it waits for usually follow within a few
+// hand-offs, well inside it, so it costs a check only when they do not.
+const notifiedRecheck = 100 * time.Millisecond
 
 // retryable reports whether a failed statement of a wait is worth retrying:
 // a transient database error, or a statement that ran out of its own time

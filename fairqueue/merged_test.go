@@ -1,0 +1,115 @@
+package fairqueue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/fairqueue"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// TestMergedNotifications: on PostgreSQL, a waiter second in line behind a
+// held lock needs two events (the waiter ahead leaves, the lock is
+// released) before it looks again, but notifications merge (PostgreSQL
+// delivers one per transaction and payload, and a waiter's wake-up channel
+// holds one): here both events come in one transaction with one
+// notification. The waiter must still go ahead at once, not sleep to its
+// timer, which is set far beyond the test's guard.
+func TestMergedNotifications(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, store.Postgres)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	name := "merged-notifications"
+	holder, err := fairqueue.New(iso.Open(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	held, err := holder.Acquire(ctx, name, dblock.WithTTL(time.Hour), dblock.WithMaxHold(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbtest.AddWaiter(t, iso.DB, name, "gone-waiter", time.Hour)
+
+	cfg := &fairqueue.Config{HeadPollMax: 2 * time.Minute, PollMax: 2 * time.Minute}
+	fair, err := fairqueue.New(iso.Open(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fair.Close() })
+	warmUp(ctx, t, holder, fair)
+	positions := make(chan int, 16)
+	done := make(chan error, 1)
+	go func() {
+		lease, err := fair.Acquire(fairqueue.WithPositionFunc(ctx, func(p fairqueue.Position) { positions <- p.Position }), name)
+		if err == nil {
+			err = lease.Release(context.Background())
+		}
+		done <- err
+	}()
+	select {
+	case p := <-positions:
+		if p != 2 {
+			t.Fatalf("queued at %d, want 2", p)
+		}
+	case err := <-done:
+		t.Fatalf("ended before queueing: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // Its first sleep begins.
+
+	tx, err := iso.Store().BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL WHERE name = $1`,
+		`DELETE FROM dblock_waiters WHERE name = $1 AND owner = 'gone-waiter'`,
+		`SELECT pg_notify('` + store.NotifyChannel + `', $1)`,
+	} {
+		if _, err := tx.ExecContext(ctx, q, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter slept past one notification that merged two events")
+	}
+	_ = held // Freed under it by the transaction above: its renewal will find it lost.
+}
+
+// warmUp has fair wait once for a name holder holds, so that fair's
+// listening connection is up (and its wake-up of every waiter on connecting
+// spent) before the test's waiter queues.
+func warmUp(ctx context.Context, t *testing.T, holder, fair *fairqueue.Locker) {
+	t.Helper()
+	lease, err := holder.Acquire(ctx, "warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		l, err := fair.Acquire(ctx, "warm-up")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		done <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
