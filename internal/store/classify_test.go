@@ -340,6 +340,27 @@ func TestMissingProcedure(t *testing.T) {
 	if _, err := iso.Store().ExecContext(ctx, "DROP PROCEDURE dblock_acquire_read"); err != nil {
 		t.Fatal(err)
 	}
+	// The first reads, at once on a DB that has not met the refusal yet:
+	// every one falls back, none reports the refusal.
+	fresh := store.Of(iso.Open(t))
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			res, err := fresh.AcquireShare(ctx, store.ShareParams{Name: fmt.Sprintf("first-%d", i), Owner: "o", TTL: time.Minute})
+			if err == nil && !res.Acquired {
+				err = fmt.Errorf("not acquired: %+v", res)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a first read without dblock_acquire_read: %v", err)
+		}
+	}
 	res, err := iso.Store().AcquireShare(ctx, store.ShareParams{Name: "before-00025", Owner: "o", TTL: time.Minute})
 	if err != nil || !res.Acquired {
 		t.Fatalf("read without dblock_acquire_read: %+v, %v", res, err)

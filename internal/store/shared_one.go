@@ -22,12 +22,14 @@ func (db *DB) acquireShareOne(ctx context.Context, p ShareParams) (ShareResult, 
 		expUs, nowUs, grantedUs int64
 	)
 	args := []any{p.Name, p.Owner, p.TTL.Microseconds(), nullString(p.Metadata)}
+	query := db.shareAcquireSQL()
 	err := db.retryRowLocked(ctx, func() error {
-		return db.queryRow(ctx, db.DB, db.shareAcquireSQL(), args,
+		return db.queryRow(ctx, db.DB, query, args,
 			&res.Acquired, &token, &owner, &mode, &expUs, &nowUs, &res.WriterWaits, &grantedUs)
 	})
-	if sh := db.Dialect.Shared(); ProcedureRefused(err) && sh.AcquireFallback != "" && !db.noAcquireRead.Load() {
-		// The refused call did nothing: from now on, the fallback.
+	if sh := db.Dialect.Shared(); ProcedureRefused(err) && sh.AcquireFallback != "" && query != sh.AcquireFallback {
+		// The refused call did nothing: from now on, the fallback (also
+		// when a concurrent call got there first).
 		db.noAcquireRead.Store(true)
 		return db.acquireShareOne(ctx, p)
 	}
