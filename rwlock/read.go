@@ -121,7 +121,7 @@ func (r *readCall) ask(attempt int) (*dblock.Lease, error) {
 		r.res, r.lastErr = store.ShareResult{}, err
 		return nil, nil
 	case res.Acquired:
-		return r.newLease(res.Token, res.Granted, res.Joined, reqStart)
+		return r.newLease(res.Token, res.Granted, shares{db: l.db, joined: res.Joined, recorded: res.Recorded}, reqStart)
 	}
 	r.res, r.lastErr = res, nil
 	if !r.wait {
@@ -159,18 +159,18 @@ func (r *readCall) settle(reqStart time.Time) *dblock.Lease {
 	if h.Reentry <= r.l.parts.Keeper.Handles(r.name, r.o.Owner, token) {
 		return nil
 	}
-	lease, err := r.newLease(token, 0, false, reqStart)
+	lease, err := r.newLease(token, 0, shares{db: r.l.db}, reqStart)
 	if err != nil {
 		return nil
 	}
 	return lease
 }
 
-func (r *readCall) newLease(token dblock.Token, granted time.Duration, joined bool, reqStart time.Time) (*dblock.Lease, error) {
+func (r *readCall) newLease(token dblock.Token, granted time.Duration, rows shares, reqStart time.Time) (*dblock.Lease, error) {
 	l := r.l
 	lease, err := l.parts.Keeper.Start(leasekeeper.Params{
 		Name: r.name, Owner: r.o.Owner, Mode: dblock.ModeRead, Token: token, TTL: r.o.TTL, MaxHold: r.o.MaxHold,
-		ReqStart: reqStart, Granted: granted, Rows: shares{db: l.db, joined: joined},
+		ReqStart: reqStart, Granted: granted, Rows: rows,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rwlock: acquire read %q: %w: %w", r.name, dblock.ErrNotAcquired, dblock.ErrClosed)
@@ -184,10 +184,12 @@ func (r *readCall) newLease(token dblock.Token, granted time.Duration, joined bo
 }
 
 // shares are the Rows of a read lease (leasekeeper); joined: its share
-// joined a running period (store.ShareResult.Joined).
+// joined a running period (store.ShareResult.Joined); recorded: its reader
+// was recorded in the name's row by a plain take (store.ShareResult.Recorded).
 type shares struct {
-	db     *store.DB
-	joined bool
+	db       *store.DB
+	joined   bool
+	recorded bool
 }
 
 func (s shares) Renew(ctx context.Context, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
@@ -195,8 +197,11 @@ func (s shares) Renew(ctx context.Context, name, owner string, token dblock.Toke
 }
 
 func (s shares) Release(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
-	if s.joined {
+	switch {
+	case s.joined:
 		return s.db.ReleaseJoinedShare(ctx, name, owner, token)
+	case s.recorded:
+		return s.db.ReleaseRecordedShare(ctx, name, owner, token)
 	}
 	return s.db.ReleaseShare(ctx, name, owner, token)
 }

@@ -143,6 +143,10 @@ type DB struct {
 	// free holds when this DB last released each name (see takefree.go);
 	// a name TakeFree did not take is forgotten.
 	free recent.Names
+	// joined holds when a read of each name last joined a running period
+	// here (see shared_take.go); a name SharedSQL.Join did not join is
+	// forgotten.
+	joined recent.Names
 	// noJoinedRelease: SharedSQL.ReleaseJoined's procedure is missing or
 	// may not be executed here (see ReleaseJoinedShare).
 	noJoinedRelease atomic.Bool
@@ -150,6 +154,10 @@ type DB struct {
 	// be executed (MariaDB before MySQL migration 00025, or grants written
 	// before it); acquireShareOne uses SharedSQL.AcquireFallback.
 	noAcquireRead atomic.Bool
+	// readRecords: a CALL of SharedSQL.Acquire succeeded here, so the
+	// schema records a reader alone in its name's row, and
+	// SharedSQL.TakeFree may do so (see shared_take.go).
+	readRecords atomic.Bool
 }
 
 // nativeOf is drv's native interface to pool, if it has one.

@@ -32,3 +32,11 @@ func (db *DB) NoteReleased(name string) { db.noteReleased(name) }
 func TakesFree(db *DB, name string) bool {
 	return db.takesFree(db.DB, name) && !(db.MariaDB() && db.returningAcquire())
 }
+
+// TakesFreeRead reports whether db's next read of name tries
+// SharedSQL.TakeFree first (see shared_take.go).
+func TakesFreeRead(db *DB, name string) bool { return db.takesFreeRead(name) }
+
+// JoinsRead reports whether db's next read of name tries SharedSQL.Join
+// first (see shared_take.go).
+func JoinsRead(db *DB, name string) bool { return db.joinsRead(name) }

@@ -602,5 +602,67 @@ FOR UPDATE`
 	s.AcquireFallback = `CALL dblock_acquire_share(?, ?, ?, ?)`
 	s.Release = `CALL dblock_release_share(?, ?, ?)`
 	s.ReleaseJoined = `CALL dblock_release_joined_share(?, ?, ?)`
+	s.TakeFree = mariadbNoWait + mariadbTakeFreeRead
+	s.ReleaseRecorded = mariadbShortWait + mariadbReleaseRecorded
+	s.Join = mariadbShortWait + mariadbJoinRead
 	return s
 }()
+
+// mariadbJoinRead joins a readers' period without writing the name's row
+// (see SharedSQL.Join): dblock_acquire_read's join without the row's lock
+// (MySQL migration 00025) as one insert, whose select holds the row's
+// share lock to its commit, as the procedure's read does: a release that
+// counts the period's readers under the row's lock sees the share. The
+// share ends with the period at the latest; the period must last half the
+// TTL, have no reader recorded in the row and no waiting writer. The
+// assignments run in order, token's last. Arguments: owner, TTL (µs),
+// metadata, name, half the TTL (µs).
+const mariadbJoinRead = `INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
+SELECT l.name, ?, l.version, 1, UTC_TIMESTAMP(6), LEAST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, l.expires_at), ?
+FROM dblock_locks l
+WHERE l.name = ? AND l.owner = '' AND l.reader IS NULL AND l.expires_at > UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+  AND (l.wanted_until IS NULL OR l.wanted_until <= UTC_TIMESTAMP(6))
+LOCK IN SHARE MODE
+ON DUPLICATE KEY UPDATE
+    reentry     = IF(dblock_shares.token = VALUES(token), dblock_shares.reentry + 1, 1),
+    expires_at  = IF(dblock_shares.token = VALUES(token), GREATEST(dblock_shares.expires_at, VALUES(expires_at)), VALUES(expires_at)),
+    acquired_at = IF(dblock_shares.token = VALUES(token), dblock_shares.acquired_at, VALUES(acquired_at)),
+    metadata    = IF(dblock_shares.token = VALUES(token), dblock_shares.metadata, VALUES(metadata)),
+    token       = VALUES(token)
+RETURNING token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)`
+
+// mariadbTakeFreeRead begins a readers' period on a name's existing row
+// when no live lease holds it and no other owner's live reservation keeps
+// it, its reader recorded in the row (see SharedSQL.TakeFree): the begin of
+// dblock_acquire_read (MySQL migration 00025) as a plain update, the token
+// as the insert id. Arguments: metadata, TTL (µs), owner, name, owner.
+const mariadbTakeFreeRead = `UPDATE dblock_locks SET
+    reentry      = 1,
+    version      = LAST_INSERT_ID(version + 1),
+    mode         = '` + readMode + `',
+    acquired_at  = UTC_TIMESTAMP(6),
+    metadata     = ?,
+    expires_at   = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+    shared_until = NULL,
+    next_owner   = NULL,
+    next_since   = NULL,
+    next_until   = NULL,
+    updated_at   = UTC_TIMESTAMP(6),
+    reader       = ?,
+    owner        = ''
+WHERE name = ? AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))
+  AND (next_until IS NULL OR next_until <= UTC_TIMESTAMP(6) OR next_owner <=> ?)`
+
+// mariadbReleaseRecorded gives up one entry of the reader recorded in a
+// name's row, freeing the name with the last (see
+// SharedSQL.ReleaseRecorded): dblock_release_share's first update as a
+// plain one. The assignments run in order: reentry's last, as the others
+// read the count before it. Arguments: name, owner, token.
+const mariadbReleaseRecorded = `UPDATE dblock_locks SET
+    owner      = IF(reentry > 1, owner, NULL),
+    reader     = IF(reentry > 1, reader, NULL),
+    expires_at = IF(reentry > 1, expires_at, NULL),
+    metadata   = IF(reentry > 1, metadata, NULL),
+    updated_at = UTC_TIMESTAMP(6),
+    reentry    = IF(reentry > 1, reentry - 1, 0)
+WHERE name = ? AND owner = '' AND reader = ? AND version = ?`

@@ -96,6 +96,30 @@ type SharedSQL struct {
 	// rather than being recorded in the name's row.
 	AcquireFallback string
 
+	// TakeFree, where not empty (MariaDB), begins a readers' period on a
+	// name's existing row in autocommit mode when the name is free (no
+	// live lease, no other owner's live reservation), its reader recorded
+	// in the row, as a plain conditional update: one affected row and the
+	// token as insert id, or nothing done. Acquire's CALL does the same
+	// and more (joins, re-entries, a missing row, a refusal's holder) in
+	// a procedure, which costs MariaDB more than the statement; so it is
+	// tried first for a name this DB freed lately (see shared_take.go).
+	TakeFree string
+	// ReleaseRecorded, where not empty (MariaDB), releases one entry of
+	// the reader recorded in the name's row (name, owner, token), in
+	// autocommit mode: one affected row, or none when the reader is not
+	// recorded there (a second reader moved it into dblock_shares), and
+	// Release then does it.
+	ReleaseRecorded string
+	// Join, where not empty (MariaDB), joins a readers' period that lasts
+	// half the TTL or more, has no reader recorded in the row and no
+	// waiting writer, in autocommit mode: a share of the period's token
+	// (owner, TTL µs, metadata, name, TTL/2 µs), returning the token and
+	// how long the share lasts (µs), or no row. Acquire's CALL does the
+	// same among its other ways; Join is tried first for a name whose
+	// last read here joined a period (see shared_take.go).
+	Join string
+
 	// Acquire, Release and Renew do AcquireShare, ReleaseShare and
 	// RenewShare each in one round trip where the database can
 	// (PostgreSQL: the first two call functions of the migrations); empty
@@ -146,6 +170,10 @@ type ShareResult struct {
 	// (Granted shorter than the TTL): other readers most likely hold the
 	// name too, and ReleaseJoinedShare is the release to use.
 	Joined bool
+	// Recorded is true when SharedSQL.TakeFree began the period with the
+	// reader recorded in the name's row: ReleaseRecordedShare is the
+	// release to use.
+	Recorded bool
 }
 
 // sharedRow is a name's row as LockRow read it (times in µs).

@@ -27,7 +27,11 @@ func (db *DB) acquireShareOne(ctx context.Context, p ShareParams) (ShareResult, 
 		return db.queryRow(ctx, db.DB, query, args,
 			&res.Acquired, &token, &owner, &mode, &expUs, &nowUs, &res.WriterWaits, &grantedUs)
 	})
-	if sh := db.Dialect.Shared(); ProcedureRefused(err) && sh.AcquireFallback != "" && query != sh.AcquireFallback {
+	sh := db.Dialect.Shared()
+	if err == nil && sh.TakeFree != "" && query == sh.Acquire && !db.readRecords.Load() {
+		db.readRecords.Store(true) // The schema records readers: see shared_take.go.
+	}
+	if ProcedureRefused(err) && sh.AcquireFallback != "" && query != sh.AcquireFallback {
 		// The refused call did nothing: from now on, the fallback (also
 		// when a concurrent call got there first).
 		db.noAcquireRead.Store(true)
@@ -75,9 +79,15 @@ func (db *DB) releaseShareOne(ctx context.Context, query, name, owner string, to
 		return db.queryRow(ctx, db.DB, query, []any{name, owner, int64(token)}, &released)
 	})
 	if errors.Is(err, errRowLocked) {
-		err = fmt.Errorf("%w: release of %q: %w", dblock.ErrUnavailable, name, err)
+		err = releaseLocked(name, err)
 	}
 	return released, err
+}
+
+// releaseLocked is the error of a share's release whose row stayed locked
+// (errRowLocked).
+func releaseLocked(name string, err error) error {
+	return fmt.Errorf("%w: release of %q: %w", dblock.ErrUnavailable, name, err)
 }
 
 // renewShareOne is RenewShare in one statement.

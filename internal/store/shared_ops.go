@@ -30,8 +30,13 @@ func (db *DB) AcquireShare(ctx context.Context, p ShareParams) (ShareResult, err
 // acquireShare is AcquireShare in one statement where the database has it,
 // else in a transaction of sharedTx.
 func (db *DB) acquireShare(ctx context.Context, p ShareParams) (ShareResult, error) {
+	if res, took, err := db.readPlain(ctx, p); took || err != nil {
+		return res, err
+	}
 	if db.Dialect.Shared().Acquire != "" {
-		return db.acquireShareOne(ctx, p)
+		res, err := db.acquireShareOne(ctx, p)
+		db.noteJoined(p.Name, res)
+		return res, err
 	}
 	c := &shareAcquire{db: db, ctx: ctx, p: p}
 	err := db.sharedTx(ctx, p.Name, c.run)
@@ -186,7 +191,7 @@ func (db *DB) ReleaseJoinedShare(ctx context.Context, name, owner string, token 
 		}
 		db.noJoinedRelease.Store(true)
 	}
-	return db.ReleaseShare(ctx, name, owner, token)
+	return db.releaseShare(ctx, name, owner, token)
 }
 
 // ReleaseShare ends one entry of owner's share of name at token; it reports
@@ -194,6 +199,16 @@ func (db *DB) ReleaseJoinedShare(ctx context.Context, name, owner string, token 
 // reader's release frees the name (and announces it); an exclusive holder's
 // release of its read lease clears shared_until.
 func (db *DB) ReleaseShare(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+	released, err := db.releaseShare(ctx, name, owner, token)
+	if released {
+		db.noteShareReleased(name)
+	}
+	return released, err
+}
+
+// releaseShare is ReleaseShare but for the note of a name released (a
+// joined share leaves its name to other readers).
+func (db *DB) releaseShare(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
 	if q := db.Dialect.Shared().Release; q != "" {
 		return db.releaseShareOne(ctx, q, name, owner, token)
 	}
@@ -219,7 +234,7 @@ func (db *DB) ReleaseShare(ctx context.Context, name, owner string, token dblock
 		return true, db.shareLeft(ctx, tx, name, owner, r)
 	})
 	if errors.Is(err, errRowLocked) {
-		err = fmt.Errorf("%w: release of %q: %w", dblock.ErrUnavailable, name, err)
+		err = releaseLocked(name, err)
 	}
 	return released, err
 }

@@ -440,6 +440,49 @@ SELECT name, owner, token, reentry, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00
 -- SharedSQL.AcquireFallback
 CALL dblock_acquire_share(?, ?, ?, ?);
 
+-- SharedSQL.TakeFree
+SET STATEMENT innodb_lock_wait_timeout=0 FOR UPDATE dblock_locks SET
+    reentry      = 1,
+    version      = LAST_INSERT_ID(version + 1),
+    mode         = 'read',
+    acquired_at  = UTC_TIMESTAMP(6),
+    metadata     = ?,
+    expires_at   = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+    shared_until = NULL,
+    next_owner   = NULL,
+    next_since   = NULL,
+    next_until   = NULL,
+    updated_at   = UTC_TIMESTAMP(6),
+    reader       = ?,
+    owner        = ''
+WHERE name = ? AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))
+  AND (next_until IS NULL OR next_until <= UTC_TIMESTAMP(6) OR next_owner <=> ?);
+
+-- SharedSQL.ReleaseRecorded
+SET STATEMENT innodb_lock_wait_timeout=1 FOR UPDATE dblock_locks SET
+    owner      = IF(reentry > 1, owner, NULL),
+    reader     = IF(reentry > 1, reader, NULL),
+    expires_at = IF(reentry > 1, expires_at, NULL),
+    metadata   = IF(reentry > 1, metadata, NULL),
+    updated_at = UTC_TIMESTAMP(6),
+    reentry    = IF(reentry > 1, reentry - 1, 0)
+WHERE name = ? AND owner = '' AND reader = ? AND version = ?;
+
+-- SharedSQL.Join
+SET STATEMENT innodb_lock_wait_timeout=1 FOR INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
+SELECT l.name, ?, l.version, 1, UTC_TIMESTAMP(6), LEAST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, l.expires_at), ?
+FROM dblock_locks l
+WHERE l.name = ? AND l.owner = '' AND l.reader IS NULL AND l.expires_at > UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+  AND (l.wanted_until IS NULL OR l.wanted_until <= UTC_TIMESTAMP(6))
+LOCK IN SHARE MODE
+ON DUPLICATE KEY UPDATE
+    reentry     = IF(dblock_shares.token = VALUES(token), dblock_shares.reentry + 1, 1),
+    expires_at  = IF(dblock_shares.token = VALUES(token), GREATEST(dblock_shares.expires_at, VALUES(expires_at)), VALUES(expires_at)),
+    acquired_at = IF(dblock_shares.token = VALUES(token), dblock_shares.acquired_at, VALUES(acquired_at)),
+    metadata    = IF(dblock_shares.token = VALUES(token), dblock_shares.metadata, VALUES(metadata)),
+    token       = VALUES(token)
+RETURNING token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at);
+
 -- SharedSQL.Acquire
 CALL dblock_acquire_read(?, ?, ?, ?);
 
