@@ -44,10 +44,13 @@
 //
 // Every read statement runs in one short transaction that locks the
 // name's row (PostgreSQL, MySQL) or the database (SQLite); on PostgreSQL a
-// release locks the row only when it may be the last reader, and its
-// releasers count the readers left one at a time under a transaction-level
-// advisory lock of the name (pg_advisory_xact_lock(1684171883, hashtext of
-// the name): keep that class id out of your own advisory locks). It works
+// release locks the row only when it may be the last reader: while another
+// reader's share reaches the end of the period, the release row-locks that
+// share until its commit instead, and the releasers that find none count
+// the readers left one at a time under a transaction-level advisory lock of
+// the name (pg_advisory_xact_lock(1684171883, hashtext of the name): keep
+// that class id out of your own advisory locks). On MariaDB the common
+// reads and releases are plain statements, the rest procedures. It works
 // behind PgBouncer in transaction mode like the lease modes. The write side is
 // the optimistic mode's engine (one statement per try).
 package rwlock

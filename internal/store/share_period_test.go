@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -130,4 +131,68 @@ func TestReleaseJoinedShare(t *testing.T) {
 			t.Fatal("the writer was refused after the last (joined) reader's release")
 		}
 	})
+}
+
+// TestConcurrentLastReleases: the readers of one name released all at
+// once leave the name free at once, however their releases interleave (on
+// PostgreSQL a release that row-locks another reader's share, or counts
+// under the name's advisory lock; on MariaDB the joined release of MySQL
+// migration 00023): a writer takes it right after, in every round, and no
+// share is left.
+func TestConcurrentLastReleases(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		db := iso.Store()
+		ctx := context.Background()
+		const readers, rounds = 8, 25
+		for round := range rounds {
+			name := fmt.Sprintf("share:last-releases/%d", round)
+			res := make([]store.ShareResult, readers)
+			for i := range res {
+				var err error
+				res[i], err = db.AcquireShare(ctx, store.ShareParams{Name: name, Owner: fmt.Sprintf("r%d", i), TTL: time.Minute})
+				if err != nil || !res[i].Acquired {
+					t.Fatalf("round %d: read r%d: %+v, %v", round, i, res[i], err)
+				}
+			}
+			releaseAll(t, db, name, res)
+			w, err := db.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "w", Mode: dblock.ModeOptimistic, TTL: time.Minute})
+			if err != nil || !w.Acquired {
+				t.Fatalf("round %d: the writer after every reader's release: %+v, %v", round, w, err)
+			}
+			var left int
+			if err := db.GetContext(ctx, &left, db.Rebind("SELECT COUNT(*) FROM dblock_shares WHERE name = ?"), name); err != nil || left != 0 {
+				t.Fatalf("round %d: shares left: %d, %v", round, left, err)
+			}
+		}
+	})
+}
+
+// releaseAll releases the readers' shares of name at once, each on its
+// goroutine, through the release their acquisition asks for.
+func releaseAll(t *testing.T, db *store.DB, name string, res []store.ShareResult) {
+	t.Helper()
+	ctx := context.Background()
+	start := make(chan struct{})
+	errs := make(chan error, len(res))
+	for i, r := range res {
+		go func() {
+			<-start
+			rel := db.ReleaseShare
+			if r.Joined {
+				rel = db.ReleaseJoinedShare
+			}
+			ok, err := rel(ctx, name, fmt.Sprintf("r%d", i), r.Token)
+			if err == nil && !ok {
+				err = fmt.Errorf("release of r%d refused", i)
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range res {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
