@@ -605,8 +605,35 @@ FOR UPDATE`
 	s.TakeFree = mariadbNoWait + mariadbTakeFreeRead
 	s.ReleaseRecorded = mariadbShortWait + mariadbReleaseRecorded
 	s.Join = mariadbShortWait + mariadbJoinRead
+	s.LeaveJoined = mariadbNoWait + mariadbLeaveJoined
 	return s
 }()
+
+// mariadbLeaveJoined deletes a joined share with one entry where another
+// reader's share reaches the end of the period, and row-locks one such
+// share to the commit (see SharedSQL.LeaveJoined): the fast way of
+// dblock_release_joined_share (MySQL migration 00023) as one statement.
+// The share locked is the next owner's after this one (else the first
+// before it), so the releasers of one name lock different shares. The
+// server evaluates the subqueries before it locks the share to delete, so
+// the statement must not wait (mariadbNoWait): a share to delete that
+// another release holds locked fails it at once (1205), as a lock wait
+// could close a cycle. Arguments: name, owner, token, then name, owner,
+// token, name, token twice (the share after, the share before).
+var mariadbLeaveJoined = `DELETE FROM dblock_shares
+WHERE name = ? AND owner = ? AND token = ? AND reentry = 1
+  AND (EXISTS (` + mariadbReachingShare(">") + `) OR EXISTS (` + mariadbReachingShare("<") + `))`
+
+// mariadbReachingShare is the lock of one share of another reader, owner
+// cmp the releaser's, that reaches the period's end (arguments name,
+// owner, token, name, token).
+func mariadbReachingShare(cmp string) string {
+	return `SELECT 1 FROM dblock_shares o
+      WHERE o.name = ? AND o.owner ` + cmp + ` ? AND o.token = ?
+        AND o.expires_at >= (SELECT l.expires_at FROM dblock_locks l
+                             WHERE l.name = ? AND l.owner = '' AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6))
+      LIMIT 1 FOR UPDATE SKIP LOCKED`
+}
 
 // mariadbJoinRead joins a readers' period without writing the name's row
 // (see SharedSQL.Join): dblock_acquire_read's join without the row's lock

@@ -24,14 +24,14 @@ import (
 // as text, as before.
 
 // preparedSet is the statements prepared on MySQL and MariaDB: a lease's
-// acquisition, release and holder read, a read's plain take, release and
-// join (MariaDB's SharedSQL.TakeFree, ReleaseRecorded and Join), and the fair queue's
+// acquisition, release and holder read, a read's plain statements
+// (MariaDB's SharedSQL.TakeFree, ReleaseRecorded, Join and LeaveJoined), and the fair queue's
 // statements on the pool (a renewal runs in a transaction: see lockedCAS); and a
 // pessimistic hold's NOWAIT lock statements, in its transaction.
 func preparedSet(d Dialect) []string {
 	l, q := d.Lease(), d.Queue()
 	r, sh := d.Row(), d.Shared()
-	return []string{l.Acquire, l.AcquireReturning, l.TakeFree, l.Release, l.Holder, sh.TakeFree, sh.ReleaseRecorded, sh.Join,
+	return []string{l.Acquire, l.AcquireReturning, l.TakeFree, l.Release, l.Holder, sh.TakeFree, sh.ReleaseRecorded, sh.Join, sh.LeaveJoined,
 		q.Enqueue, q.Check, q.Peek, q.Take, q.Leave, q.Heartbeat,
 		r.LockNoWait, r.LockSharedNoWait}
 }

@@ -136,9 +136,11 @@ func TestReleaseJoinedShare(t *testing.T) {
 // TestConcurrentLastReleases: the readers of one name released all at
 // once leave the name free at once, however their releases interleave (on
 // PostgreSQL a release that row-locks another reader's share, or counts
-// under the name's advisory lock; on MariaDB the joined release of MySQL
-// migration 00023): a writer takes it right after, in every round, and no
-// share is left.
+// under the name's advisory lock; on MariaDB the joined release, one
+// statement or MySQL migration 00023's procedure): a writer takes it right
+// after, in every round, and no share is left. Every other round releases
+// the readers that did not join first, so that the last releases are all
+// joined ones.
 func TestConcurrentLastReleases(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
@@ -155,6 +157,9 @@ func TestConcurrentLastReleases(t *testing.T) {
 					t.Fatalf("round %d: read r%d: %+v, %v", round, i, res[i], err)
 				}
 			}
+			if round%2 == 1 {
+				res = releaseUnjoined(t, db, name, res)
+			}
 			releaseAll(t, db, name, res)
 			w, err := db.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "w", Mode: dblock.ModeOptimistic, TTL: time.Minute})
 			if err != nil || !w.Acquired {
@@ -168,14 +173,37 @@ func TestConcurrentLastReleases(t *testing.T) {
 	})
 }
 
-// releaseAll releases the readers' shares of name at once, each on its
-// goroutine, through the release their acquisition asks for.
+// releaseUnjoined releases, one by one, the readers of res (reader i is
+// owner ri) whose share did not join a running period, and returns res
+// with those left out (zero values).
+func releaseUnjoined(t *testing.T, db *store.DB, name string, res []store.ShareResult) []store.ShareResult {
+	t.Helper()
+	left := make([]store.ShareResult, len(res))
+	for i, r := range res {
+		if r.Joined {
+			left[i] = r
+			continue
+		}
+		if ok, err := db.ReleaseShare(context.Background(), name, fmt.Sprintf("r%d", i), r.Token); err != nil || !ok {
+			t.Fatalf("release of r%d: %v, %v", i, ok, err)
+		}
+	}
+	return left
+}
+
+// releaseAll releases the readers' shares of name at once (reader i is
+// owner ri; a zero result was released already), each on its goroutine,
+// through the release its acquisition asks for.
 func releaseAll(t *testing.T, db *store.DB, name string, res []store.ShareResult) {
 	t.Helper()
 	ctx := context.Background()
 	start := make(chan struct{})
 	errs := make(chan error, len(res))
 	for i, r := range res {
+		if !r.Acquired {
+			errs <- nil
+			continue
+		}
 		go func() {
 			<-start
 			rel := db.ReleaseShare

@@ -119,6 +119,14 @@ type SharedSQL struct {
 	// same among its other ways; Join is tried first for a name whose
 	// last read here joined a period (see shared_take.go).
 	Join string
+	// LeaveJoined, where not empty (MariaDB), releases a joined share
+	// with one entry while another reader's share reaches the period's
+	// end, in autocommit mode (name, owner, token, then name, owner,
+	// token, name, token twice): it deletes the share and row-locks one
+	// such share of another reader until its commit, as
+	// ReleaseJoined's procedure does first, or does nothing (or fails
+	// at once on a locked row), and ReleaseJoined decides.
+	LeaveJoined string
 
 	// Acquire, Release and Renew do AcquireShare, ReleaseShare and
 	// RenewShare each in one round trip where the database can

@@ -27,8 +27,10 @@ func (db *DB) AcquireShare(ctx context.Context, p ShareParams) (ShareResult, err
 	return res, err
 }
 
-// acquireShare is AcquireShare in one statement where the database has it,
-// else in a transaction of sharedTx.
+// acquireShare is AcquireShare: a plain statement first where one most
+// likely does it (MariaDB: see shared_take.go), else one call of a
+// function or procedure where the database has it, else a transaction of
+// sharedTx.
 func (db *DB) acquireShare(ctx context.Context, p ShareParams) (ShareResult, error) {
 	if res, took, err := db.readPlain(ctx, p); took || err != nil {
 		return res, err
@@ -184,6 +186,9 @@ func (db *DB) beginPeriod(ctx context.Context, tx *sqlx.Tx, name string, now, ex
 // it), the refused call did nothing, and this DB uses ReleaseShare from
 // then on.
 func (db *DB) ReleaseJoinedShare(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+	if left, err := db.leaveJoined(ctx, name, owner, token); left || err != nil {
+		return left, err
+	}
 	if q := db.Dialect.Shared().ReleaseJoined; q != "" && !db.noJoinedRelease.Load() {
 		released, err := db.releaseShareOne(ctx, q, name, owner, token)
 		if !ProcedureRefused(err) {

@@ -11,7 +11,9 @@ import (
 
 // The cheaper reads (MariaDB): of a free name (SharedSQL.TakeFree, with
 // the release of the reader it records, SharedSQL.ReleaseRecorded), and of
-// a name whose readers' period runs (SharedSQL.Join). They are plain
+// a name whose readers' period runs (SharedSQL.Join, with the release of a
+// joined share while another reader holds to the period's end,
+// SharedSQL.LeaveJoined). They are plain
 // statements, where AcquireShare and ReleaseShare CALL procedures, which
 // MariaDB runs at a cost of their own (a CALL and the statements in it
 // cost more than one statement sent alone). As for a lease's TakeFree
@@ -171,4 +173,21 @@ func (db *DB) joinRead(ctx context.Context, p ShareParams) (ShareResult, bool, e
 	res := ShareResult{Acquired: true, Token: dblock.Token(token), Granted: time.Duration(grantedUs) * time.Microsecond}
 	res.Joined = res.Granted > 0 && res.Granted < p.TTL
 	return res, true, nil
+}
+
+// leaveJoined runs SharedSQL.LeaveJoined once where the dialect has it:
+// true when it released the share; false, with no error, when it did
+// nothing (the share re-entered, no other reader's share to lock, a row
+// locked by another transaction): ReleaseJoinedShare goes on.
+func (db *DB) leaveJoined(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+	q := db.Dialect.Shared().LeaveJoined
+	if q == "" {
+		return false, nil
+	}
+	tok := int64(token)
+	left, err := db.execOne(ctx, db.DB, q, name, owner, tok, name, owner, tok, name, tok, name, owner, tok, name, tok)
+	if errors.Is(err, dblock.ErrNotAcquired) || errors.Is(err, dblock.ErrDeadlock) {
+		return false, nil
+	}
+	return left, err
 }

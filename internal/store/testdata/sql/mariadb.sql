@@ -483,6 +483,19 @@ ON DUPLICATE KEY UPDATE
     token       = VALUES(token)
 RETURNING token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at);
 
+-- SharedSQL.LeaveJoined
+SET STATEMENT innodb_lock_wait_timeout=0 FOR DELETE FROM dblock_shares
+WHERE name = ? AND owner = ? AND token = ? AND reentry = 1
+  AND (EXISTS (SELECT 1 FROM dblock_shares o
+      WHERE o.name = ? AND o.owner > ? AND o.token = ?
+        AND o.expires_at >= (SELECT l.expires_at FROM dblock_locks l
+                             WHERE l.name = ? AND l.owner = '' AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6))
+      LIMIT 1 FOR UPDATE SKIP LOCKED) OR EXISTS (SELECT 1 FROM dblock_shares o
+      WHERE o.name = ? AND o.owner < ? AND o.token = ?
+        AND o.expires_at >= (SELECT l.expires_at FROM dblock_locks l
+                             WHERE l.name = ? AND l.owner = '' AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6))
+      LIMIT 1 FOR UPDATE SKIP LOCKED));
+
 -- SharedSQL.Acquire
 CALL dblock_acquire_read(?, ?, ?, ?);
 
