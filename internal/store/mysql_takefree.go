@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 
 	"github.com/dblock-go/dblock"
 )
@@ -39,11 +38,7 @@ func (a *mysqlAcquisition) takeFree() (AcquireResult, freeTake, error) {
 	}
 	switch {
 	case err != nil:
-		err = a.db.Classify(err)
-		if errors.Is(err, dblock.ErrNotAcquired) || errors.Is(err, dblock.ErrDeadlock) {
-			return AcquireResult{}, takeMissed, nil
-		}
-		return AcquireResult{}, takeMissed, err
+		return AcquireResult{}, takeMissed, notBusy(a.db.Classify(err))
 	case affected != 1:
 		return AcquireResult{}, takeMissed, nil
 	case id == 0:

@@ -184,6 +184,14 @@ type ShareResult struct {
 	Recorded bool
 }
 
+// grant records how long the share lasts (µs, as the database counted it
+// from its acquisition) and whether it joined a running period: granted
+// shorter than the TTL asked for.
+func (r *ShareResult) grant(grantedUs int64, ttl time.Duration) {
+	r.Granted = time.Duration(grantedUs) * time.Microsecond
+	r.Joined = r.Granted > 0 && r.Granted < ttl
+}
+
 // sharedRow is a name's row as LockRow read it (times in µs).
 type sharedRow struct {
 	owner               string

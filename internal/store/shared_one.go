@@ -43,8 +43,8 @@ func (db *DB) acquireShareOne(ctx context.Context, p ShareParams) (ShareResult, 
 	case err != nil:
 		return ShareResult{}, err
 	case res.Acquired:
-		res.Token, res.Granted = dblock.Token(token), time.Duration(grantedUs)*time.Microsecond
-		res.Joined = res.Granted > 0 && res.Granted < p.TTL
+		res.Token = dblock.Token(token)
+		res.grant(grantedUs, p.TTL)
 		return res, nil
 	}
 	h := Holder{Exists: true, Owner: owner, Version: token, Mode: mode, Now: Micros(nowUs)}

@@ -4,25 +4,24 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"time"
 
 	"github.com/dblock-go/dblock"
 )
 
 // The cheaper reads (MariaDB): of a free name (SharedSQL.TakeFree, with
-// the release of the reader it records, SharedSQL.ReleaseRecorded), and of
-// a name whose readers' period runs (SharedSQL.Join, with the release of a
-// joined share while another reader holds to the period's end,
-// SharedSQL.LeaveJoined). They are plain
-// statements, where AcquireShare and ReleaseShare CALL procedures, which
-// MariaDB runs at a cost of their own (a CALL and the statements in it
-// cost more than one statement sent alone). As for a lease's TakeFree
-// (takefree.go), each goes first only where it most likely succeeds: the
-// take for a name this DB freed lately, the join for a name whose last
-// read here joined a period; one that does nothing costs its statement,
-// the name is forgotten, and the CALL follows. Both are tried only once a
-// CALL of SharedSQL.Acquire succeeded here, which proves a schema whose
-// procedures know a reader recorded in the row (MySQL migration 00025).
+// the release of the reader it records, SharedSQL.ReleaseRecorded; here),
+// and of a name whose readers' period runs (SharedSQL.Join, with the
+// release of a joined share while another reader holds to the period's
+// end, SharedSQL.LeaveJoined; shared_join.go). They are plain statements,
+// where AcquireShare and ReleaseShare CALL procedures, which MariaDB runs
+// at a cost of their own (a CALL and the statements in it cost more than
+// one statement sent alone). As for a lease's TakeFree (takefree.go), a
+// read goes first to one only where it most likely succeeds: the take for
+// a name this DB freed lately, the join for a name whose last read here
+// joined a period; one that does nothing costs its statement, the name is
+// forgotten, and the CALL follows. Reads try them only once a CALL of
+// SharedSQL.Acquire succeeded here, which proves a schema whose procedures
+// know a reader recorded in the row (MySQL migration 00025).
 
 // readPlain tries the plain take or join where they apply: a share, or
 // nothing taken (took false, AcquireShare goes on), or an error.
@@ -61,12 +60,8 @@ func (db *DB) takeFreeRead(ctx context.Context, p ShareParams) (ShareResult, boo
 	}
 	switch {
 	case err != nil:
-		err = db.Classify(err)
-		if errors.Is(err, dblock.ErrNotAcquired) || errors.Is(err, dblock.ErrDeadlock) {
-			err = nil
-		}
 		db.free.Forget(p.Name)
-		return ShareResult{}, false, err
+		return ShareResult{}, false, notBusy(db.Classify(err))
 	case affected != 1:
 		db.free.Forget(p.Name)
 		return ShareResult{}, false, nil
@@ -131,63 +126,4 @@ func (db *DB) noteShareReleased(name string) {
 	if db.Dialect.Shared().TakeFree != "" {
 		db.free.Mark(name)
 	}
-}
-
-// joinsRead reports whether a read of name tries SharedSQL.Join first:
-// where the dialect has it and the schema records readers, for a name
-// whose last read here joined a running period.
-func (db *DB) joinsRead(name string) bool {
-	return db.Dialect.Shared().Join != "" && db.readRecords.Load() && db.joined.Within(name, freeFor)
-}
-
-// noteJoined records a read that joined a running period where
-// SharedSQL.Join is in use: the next read of the name tries it first.
-func (db *DB) noteJoined(name string, res ShareResult) {
-	if res.Joined && db.Dialect.Shared().Join != "" {
-		db.joined.Mark(name)
-	}
-}
-
-// joinRead runs SharedSQL.Join once: a joined share, or nothing joined
-// (the period too short or gone, a reader recorded in the row, a writer
-// waiting, the row locked past the statement's wait: AcquireShare then
-// decides, and the name is forgotten). Only errors that are not a busy row
-// end the read.
-func (db *DB) joinRead(ctx context.Context, p ShareParams) (ShareResult, bool, error) {
-	var token, grantedUs int64
-	ttlUs := p.TTL.Microseconds()
-	err := db.queryRow(ctx, db.DB, db.Dialect.Shared().Join,
-		[]any{p.Owner, ttlUs, nullString(p.Metadata), p.Name, ttlUs / 2}, &token, &grantedUs)
-	if err != nil {
-		db.joined.Forget(p.Name)
-		if errors.Is(err, sql.ErrNoRows) {
-			return ShareResult{}, false, nil
-		}
-		err = db.Classify(err)
-		if errors.Is(err, dblock.ErrNotAcquired) || errors.Is(err, dblock.ErrDeadlock) {
-			err = nil
-		}
-		return ShareResult{}, false, err
-	}
-	db.joined.Mark(p.Name)
-	res := ShareResult{Acquired: true, Token: dblock.Token(token), Granted: time.Duration(grantedUs) * time.Microsecond}
-	res.Joined = res.Granted > 0 && res.Granted < p.TTL
-	return res, true, nil
-}
-
-// leaveJoined runs SharedSQL.LeaveJoined once where the dialect has it:
-// true when it released the share; false, with no error, when it did
-// nothing (the share re-entered, no other reader's share to lock, a row
-// locked by another transaction): ReleaseJoinedShare goes on.
-func (db *DB) leaveJoined(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
-	q := db.Dialect.Shared().LeaveJoined
-	if q == "" {
-		return false, nil
-	}
-	tok := int64(token)
-	left, err := db.execOne(ctx, db.DB, q, name, owner, tok, name, owner, tok, name, tok, name, owner, tok, name, tok)
-	if errors.Is(err, dblock.ErrNotAcquired) || errors.Is(err, dblock.ErrDeadlock) {
-		return false, nil
-	}
-	return left, err
 }

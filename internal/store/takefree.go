@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/dblock-go/dblock"
 )
 
 // The cheaper acquisition of a free name (LeaseSQL.TakeFree, PostgreSQL and
@@ -56,4 +59,14 @@ func (db *DB) acquireFreeFirst(ctx context.Context, q Querier, p AcquireParams) 
 // name this DB released lately.
 func (db *DB) takesFree(q Querier, name string) bool {
 	return db.Dialect.Lease().TakeFree != "" && q == Querier(db.DB) && db.free.Within(name, freeFor)
+}
+
+// notBusy is err, or nil where it says a row was busy (locked past the
+// statement's wait, or a deadlock's victim): a plain statement that met
+// one did nothing, and the procedure decides.
+func notBusy(err error) error {
+	if errors.Is(err, dblock.ErrNotAcquired) || errors.Is(err, dblock.ErrDeadlock) {
+		return nil
+	}
+	return err
 }
