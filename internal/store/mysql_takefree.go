@@ -27,15 +27,8 @@ func (mysqlDialect) takeFree(ctx context.Context, db *DB, p AcquireParams) (Acqu
 func (a *mysqlAcquisition) takeFree() (AcquireResult, freeTake, error) {
 	p := a.p
 	owner := any(p.Owner) // Boxed once for its four places.
-	r, err := a.db.exec(a.ctx, a.q, a.db.Dialect.Lease().TakeFree,
+	affected, id, err := a.db.execID(a.ctx, a.db.Dialect.Lease().TakeFree,
 		modeArg(p.Mode), nullString(p.Metadata), ttlArg(p.TTL), owner, owner, owner, p.Name, owner)
-	var affected, id int64
-	if err == nil {
-		affected, err = r.RowsAffected()
-	}
-	if err == nil && affected == 1 {
-		id, err = r.LastInsertId()
-	}
 	switch {
 	case err != nil:
 		return AcquireResult{}, takeMissed, notBusy(a.db.Classify(err))

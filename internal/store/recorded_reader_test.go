@@ -29,7 +29,14 @@ func (r readers) read(owner string) store.ShareResult {
 
 func (r readers) release(owner string, token dblock.Token, want bool) {
 	r.t.Helper()
-	if ok, err := r.db.ReleaseShare(context.Background(), r.name, owner, token); err != nil || ok != want {
+	r.releaseWith(r.db.ReleaseShare, owner, token, want)
+}
+
+// releaseWith releases owner's share through rel, one of the DB's
+// releases of a share, and checks it reports want.
+func (r readers) releaseWith(rel func(context.Context, string, string, dblock.Token) (bool, error), owner string, token dblock.Token, want bool) {
+	r.t.Helper()
+	if ok, err := rel(context.Background(), r.name, owner, token); err != nil || ok != want {
 		r.t.Fatalf("release of %s: %v, %v; want %v", owner, ok, err, want)
 	}
 }

@@ -50,14 +50,7 @@ func (db *DB) takesFreeRead(name string) bool {
 // forgotten). Only errors that are not a busy row end the read.
 func (db *DB) takeFreeRead(ctx context.Context, p ShareParams) (ShareResult, bool, error) {
 	owner := any(p.Owner)
-	r, err := db.exec(ctx, db.DB, db.Dialect.Shared().TakeFree, nullString(p.Metadata), ttlArg(p.TTL), owner, p.Name, owner)
-	var affected, id int64
-	if err == nil {
-		affected, err = r.RowsAffected()
-	}
-	if err == nil && affected == 1 {
-		id, err = r.LastInsertId()
-	}
+	affected, id, err := db.execID(ctx, db.Dialect.Shared().TakeFree, nullString(p.Metadata), ttlArg(p.TTL), owner, p.Name, owner)
 	switch {
 	case err != nil:
 		db.free.Forget(p.Name)

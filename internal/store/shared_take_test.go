@@ -34,13 +34,6 @@ func (r readers) freedByRead(owner string) dblock.Token {
 	return res.Token
 }
 
-func (r readers) releaseRecorded(owner string, token dblock.Token, want bool) {
-	r.t.Helper()
-	if ok, err := r.db.ReleaseRecordedShare(context.Background(), r.name, owner, token); err != nil || ok != want {
-		r.t.Fatalf("recorded release of %s: %v, %v; want %v", owner, ok, err, want)
-	}
-}
-
 // TestReadTakeFree (MariaDB): a name this DB freed is read again by the
 // plain take, a new period's token, the reader recorded in the row (its
 // holder, listing and count as the procedure records them), and released
@@ -67,13 +60,13 @@ func TestReadTakeFree(t *testing.T) {
 		t.Fatalf("re-entry: %+v, want the procedure's, token %d", again, first.Token)
 	}
 	r.holds("r1", first.Token, 2)
-	r.releaseRecorded("r2", first.Token, false)
-	r.releaseRecorded("r1", first.Token, true)
+	r.releaseWith(r.db.ReleaseRecordedShare, "r2", first.Token, false)
+	r.releaseWith(r.db.ReleaseRecordedShare, "r1", first.Token, true)
 	r.holds("r1", first.Token, 1)
 	second := r.read("r2") // Moves r1 into dblock_shares.
 	r.listed(first.Token, map[string]int{"r1": 1, "r2": 1})
-	r.releaseRecorded("r1", first.Token, true)
-	r.releaseRecorded("r1", first.Token, false)
+	r.releaseWith(r.db.ReleaseRecordedShare, "r1", first.Token, true)
+	r.releaseWith(r.db.ReleaseRecordedShare, "r1", first.Token, false)
 	if r.writeTry("w") {
 		t.Fatal("a writer took the name while r2 read it")
 	}
@@ -87,7 +80,7 @@ func TestReadTakeFree(t *testing.T) {
 	if !third.Recorded {
 		t.Fatalf("read after a release: %+v, want a take", third)
 	}
-	r.releaseRecorded("r3", third.Token, true)
+	r.releaseWith(r.db.ReleaseRecordedShare, "r3", third.Token, true)
 	if !store.TakesFreeRead(r.db, r.name) || !r.writeTry("w") {
 		t.Fatal("the recorded release did not free the name")
 	}
@@ -159,7 +152,7 @@ func TestReadTakeFreeHistory(t *testing.T) {
 		t.Fatalf("read: %+v, want a take", res)
 	}
 	r.holds("r1", res.Token, 1)
-	o.releaseRecorded("r1", res.Token, true)
+	o.releaseWith(o.db.ReleaseRecordedShare, "r1", res.Token, true)
 	entries, err := r.db.ListHistory(ctx, r.name, time.Hour, 10)
 	if err != nil || len(entries) == 0 {
 		t.Fatalf("history: %+v, %v", entries, err)
@@ -181,13 +174,6 @@ func (r readers) joined(owner string, token dblock.Token, plain bool) store.Shar
 		r.t.Fatalf("read of %s: %+v, want joined at token %d", owner, res, token)
 	}
 	return res
-}
-
-func (r readers) releaseJoined(owner string, token dblock.Token, want bool) {
-	r.t.Helper()
-	if ok, err := r.db.ReleaseJoinedShare(context.Background(), r.name, owner, token); err != nil || ok != want {
-		r.t.Fatalf("joined release of %s: %v, %v; want %v", owner, ok, err, want)
-	}
 }
 
 // TestReadJoin (MariaDB): once a read of a name joined its running period,
@@ -213,9 +199,9 @@ func TestReadJoin(t *testing.T) {
 	if err != nil || !h.ExpiresAt.After(h.Now.Add(again.Granted-time.Second)) {
 		t.Fatalf("r2's share: %+v, %v; the joiner was granted %v", h, err, again.Granted)
 	}
-	r.releaseJoined("r4", tok, true)
-	r.releaseJoined("r4", tok, true)
-	r.releaseJoined("r4", tok, false)
+	r.releaseWith(r.db.ReleaseJoinedShare, "r4", tok, true)
+	r.releaseWith(r.db.ReleaseJoinedShare, "r4", tok, true)
+	r.releaseWith(r.db.ReleaseJoinedShare, "r4", tok, false)
 	if err := r.db.WantWrite(ctx, r.name, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -233,11 +219,11 @@ func TestReadJoin(t *testing.T) {
 	for _, o := range []string{"r1", "r2"} {
 		r.release(o, tok, true)
 	}
-	r.releaseJoined("r3", tok, true)
+	r.releaseWith(r.db.ReleaseJoinedShare, "r3", tok, true)
 	if r.writeTry("w") {
 		t.Fatal("a writer took the name while r5 read it")
 	}
-	r.releaseJoined("r5", tok, true)
+	r.releaseWith(r.db.ReleaseJoinedShare, "r5", tok, true)
 	if !r.writeTry("w") {
 		t.Fatal("the writer was refused after the last release")
 	}
@@ -257,8 +243,8 @@ func TestReadJoin(t *testing.T) {
 	for _, o := range []string{"r6", "r7"} {
 		r.release(o, alone.Token, true)
 	}
-	r.releaseJoined("r8", alone.Token, true)
-	r.releaseJoined("r9", alone.Token, true)
+	r.releaseWith(r.db.ReleaseJoinedShare, "r8", alone.Token, true)
+	r.releaseWith(r.db.ReleaseJoinedShare, "r9", alone.Token, true)
 	if !r.writeTry("w") {
 		t.Fatal("the writer was refused after the last release")
 	}

@@ -70,3 +70,16 @@ func notBusy(err error) error {
 	}
 	return err
 }
+
+// execID runs an update on the pool and reads its OK packet (MariaDB's
+// takes): the rows it affected and, where one was, the insert id.
+func (db *DB) execID(ctx context.Context, query string, args ...any) (affected, id int64, err error) {
+	r, err := db.exec(ctx, db.DB, query, args...)
+	if err == nil {
+		affected, err = r.RowsAffected()
+	}
+	if err == nil && affected == 1 {
+		id, err = r.LastInsertId()
+	}
+	return affected, id, err
+}
