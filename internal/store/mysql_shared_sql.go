@@ -63,8 +63,10 @@ ORDER BY 1 DESC LIMIT 1`,
 // which records a reader alone in the name's row, with
 // dblock_acquire_share as its fallback), which run that transaction on the
 // server (MySQL 8 has them too, but keeps the transaction driven from
-// here: the test servers run MariaDB only). Renewals are the transaction
-// of RenewShare, which renews a recorded reader in the row.
+// here: the test servers run MariaDB only), after a plain statement where
+// one most likely does the whole job (TakeFree, ReleaseRecorded, Join,
+// LeaveJoined: see shared_take.go). Renewals are the transaction of
+// RenewShare, which renews a recorded reader in the row.
 var mariadbShared = func() SharedSQL {
 	s := mysqlShared
 	s.LockRow = "SET STATEMENT innodb_lock_wait_timeout=1 FOR " + mysqlShareLock + `
@@ -75,6 +77,7 @@ FOR UPDATE`
 	s.ReleaseJoined = `CALL dblock_release_joined_share(?, ?, ?)`
 	s.TakeFree = mariadbNoWait + mariadbTakeFreeRead
 	s.ReleaseRecorded = mariadbShortWait + mariadbReleaseRecorded
+	s.RecordedToken = "SELECT version FROM dblock_locks WHERE name = ? AND owner = ''"
 	s.Join = mariadbShortWait + mariadbJoinRead
 	s.LeaveJoined = mariadbNoWait + mariadbLeaveJoined
 	return s

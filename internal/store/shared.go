@@ -111,6 +111,9 @@ type SharedSQL struct {
 	// recorded there (a second reader moved it into dblock_shares), and
 	// Release then does it.
 	ReleaseRecorded string
+	// RecordedToken, with TakeFree, reads the token of the period a take
+	// began (name), where a trigger hid the insert id.
+	RecordedToken string
 	// Join, where not empty (MariaDB), joins a readers' period that lasts
 	// half the TTL or more, has no reader recorded in the row and no
 	// waiting writer, in autocommit mode: a share of the period's token

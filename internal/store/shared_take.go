@@ -40,8 +40,8 @@ func (db *DB) readPlain(ctx context.Context, p ShareParams) (ShareResult, bool, 
 // trigger seen lately (one would hide the insert id), for a name this DB
 // freed lately.
 func (db *DB) takesFreeRead(name string) bool {
-	return db.Dialect.Shared().TakeFree != "" && db.readRecords.Load() && !db.noAcquireRead.Load() &&
-		!db.returningAcquire() && db.free.Within(name, freeFor)
+	return db.Dialect.Shared().TakeFree != "" && db.readRecords.Load() && !db.returningAcquire() &&
+		db.free.Within(name, freeFor)
 }
 
 // takeFreeRead runs SharedSQL.TakeFree once: a recorded reader's share, or
@@ -77,7 +77,7 @@ func (db *DB) takeFreeRead(ctx context.Context, p ShareParams) (ShareResult, boo
 func (db *DB) recordedToken(ctx context.Context, p ShareParams) (ShareResult, bool, error) {
 	db.history.noteTrigger(true)
 	var version int64
-	err := db.DB.QueryRowxContext(ctx, "SELECT version FROM dblock_locks WHERE name = ? AND owner = ''", p.Name).Scan(&version)
+	err := db.DB.QueryRowxContext(ctx, db.Dialect.Shared().RecordedToken, p.Name).Scan(&version)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			err = errors.New("the row of a name just read was taken from its readers")

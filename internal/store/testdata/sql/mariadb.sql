@@ -468,6 +468,9 @@ SET STATEMENT innodb_lock_wait_timeout=1 FOR UPDATE dblock_locks SET
     reentry    = IF(reentry > 1, reentry - 1, 0)
 WHERE name = ? AND owner = '' AND reader = ? AND version = ?;
 
+-- SharedSQL.RecordedToken
+SELECT version FROM dblock_locks WHERE name = ? AND owner = '';
+
 -- SharedSQL.Join
 SET STATEMENT innodb_lock_wait_timeout=1 FOR INSERT INTO dblock_shares (name, owner, token, reentry, acquired_at, expires_at, metadata)
 SELECT l.name, ?, l.version, 1, UTC_TIMESTAMP(6), LEAST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, l.expires_at), ?
