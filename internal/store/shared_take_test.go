@@ -102,15 +102,8 @@ func TestReadTakeFreeRefused(t *testing.T) {
 	if err != nil || !w.Acquired {
 		t.Fatalf("writer: %+v, %v", w, err)
 	}
-	if !store.TakesFreeRead(r.db, r.name) {
-		t.Fatal("the read would not try the take")
-	}
-	res, err := r.db.AcquireShare(ctx, store.ShareParams{Name: r.name, Owner: "r1", TTL: time.Minute})
-	if err != nil || res.Acquired || res.Holder.Owner != "w" {
-		t.Fatalf("read of a written name: %+v, %v; want refused by w", res, err)
-	}
-	if store.TakesFreeRead(r.db, r.name) {
-		t.Fatal("the name the take missed was not forgotten")
+	if res := r.takeRefused("r1"); res.Holder.Owner != "w" {
+		t.Fatalf("read of a written name: %+v; want refused by w", res)
 	}
 	if ok, err := r.db.ReleaseLease(ctx, nil, r.name, "w", w.Token); err != nil || !ok {
 		t.Fatalf("writer's release: %v, %v", ok, err)
@@ -118,13 +111,26 @@ func TestReadTakeFreeRefused(t *testing.T) {
 	if ok, err := r.db.ReserveLease(ctx, r.name, "w2", time.Now(), time.Minute); err != nil || !ok {
 		t.Fatalf("reserve for w2: %v, %v", ok, err)
 	}
+	if res := r.takeRefused("r1"); res.Holder.Next.Owner != "w2" {
+		t.Fatalf("read of a name kept for w2: %+v; want refused, kept for w2", res)
+	}
+}
+
+// takeRefused reads as owner a name this DB freed lately, and checks the
+// read tried the take, was refused, and forgot the name.
+func (r readers) takeRefused(owner string) store.ShareResult {
+	r.t.Helper()
 	if !store.TakesFreeRead(r.db, r.name) {
-		t.Fatal("after the writer's release, the read would not try the take")
+		r.t.Fatal("the read would not try the take")
 	}
-	res, err = r.db.AcquireShare(ctx, store.ShareParams{Name: r.name, Owner: "r1", TTL: time.Minute})
-	if err != nil || res.Acquired || res.Holder.Next.Owner != "w2" {
-		t.Fatalf("read of a name kept for w2: %+v, %v; want refused, kept for w2", res, err)
+	res, err := r.db.AcquireShare(context.Background(), store.ShareParams{Name: r.name, Owner: owner, TTL: time.Minute})
+	if err != nil || res.Acquired {
+		r.t.Fatalf("read of %s: %+v, %v; want refused", owner, res, err)
 	}
+	if store.TakesFreeRead(r.db, r.name) {
+		r.t.Fatal("the name the take missed was not forgotten")
+	}
+	return res
 }
 
 // TestReadTakeFreeHistory (MariaDB): the history's trigger hides the
