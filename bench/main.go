@@ -243,12 +243,17 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 		contended = append(contended, c)
 	}
 	runGroup(contended)
-	var procs *procCell
+	var procs, handoff *procCell
 	if only == nil || only[keyOptAcquire] {
 		fmt.Fprintf(os.Stderr, "bench: %s %d processes x %d goroutines on one name\n", e.label, procCount, procGoroutines)
-		procs = runProcCell(ctx, e, procName(e), warm, dur)
+		procs = runProcCell(ctx, e, procName(e), false, warm, dur)
 		if rerr := e.reset(ctx); rerr != nil && procs.err == nil {
 			procs.err = rerr
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s %d processes x %d goroutines on one name, hand-written hand-off\n", e.label, procCount, procGoroutines)
+		handoff = runProcCell(ctx, e, procName(e)+"/handoff", true, warm, dur)
+		if rerr := e.reset(ctx); rerr != nil && handoff.err == nil {
+			handoff.err = rerr
 		}
 	}
 	paired := runPairings(ctx, e, dur, only)
@@ -264,7 +269,7 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 	printUncontended(w, uncontended)
 	printPaired(w, paired)
 	printContended(w, contended)
-	printProcs(w, e, procs, find(contended, keyOptAcquire, 8))
+	printProcs(w, procs, handoff, find(contended, keyOptAcquire, 8))
 	printNames(w, namesCells)
 	printReaders(w, readerCells)
 	printBars(w, e, uncontended, contended, namesCells, paired)
