@@ -54,10 +54,15 @@
 // hand-off for the next waiter, none for the others. The head re-checks on a
 // release, on a short capped, jittered backoff (Config.HeadPollMax) and at
 // the holder's expiry; waiters behind it poll at a cadence that grows with
-// their distance from the head, capped by Config.PollMax, and wake at the
-// heartbeat deadline of the waiter directly ahead, so a waiter whose process
-// died delays the queue by its heartbeat timeout, no more. On MySQL and
-// SQLite, across processes, the timers are the only mechanism.
+// their distance from the head and doubles while the queue stands still,
+// capped by Config.PollMax, and wake at the heartbeat deadline of the waiter
+// directly ahead, so a waiter whose process died delays the queue by its
+// heartbeat timeout, no more. On MySQL and SQLite, across processes, the
+// timers are the only mechanism: there a waiter k places behind the head
+// first sleeps k times Config.PollMin (the head's first step), so the next
+// head looks about one step after a move (on PostgreSQL, where the timers
+// only back up the notifications, it is Config.HeadPollMax per place and
+// one more).
 //
 // # Order and its limits
 //

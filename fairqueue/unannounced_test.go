@@ -1,0 +1,92 @@
+package fairqueue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/fairqueue"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// TestUnannouncedMove: where no notification announces the queue's moves
+// (MySQL, MariaDB, SQLite), a waiter second in line learns that the waiter
+// ahead of it left, and the lock was freed, in another process only from
+// its own checks. It must look again about a hand-off later (its first
+// sleep is PollMin per place ahead, doubling while the queue stands still),
+// not at a base of HeadPollMax per place, which the test sets far beyond
+// its guard: a queue spread over processes would move one place per
+// HeadPollMax.
+func TestUnannouncedMove(t *testing.T) {
+	for _, kind := range dbtest.Kinds {
+		if kind == store.Postgres {
+			continue // Notifications move its waiters (TestMergedNotifications).
+		}
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			testUnannouncedMove(t, dbtest.New(t, kind))
+		})
+	}
+}
+
+func testUnannouncedMove(t *testing.T, iso *dbtest.Isolated) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	name := "unannounced-move"
+	holder, err := fairqueue.New(iso.Open(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	// Held for an hour; the statements below free the name under it.
+	if _, err := holder.Acquire(ctx, name, dblock.WithTTL(time.Hour), dblock.WithMaxHold(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	dbtest.AddWaiter(t, iso.DB, name, "other-process", time.Hour)
+
+	fair, err := fairqueue.New(iso.Open(t), &fairqueue.Config{HeadPollMax: 2 * time.Minute, PollMax: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fair.Close() })
+	positions := make(chan int, 16)
+	done := make(chan error, 1)
+	go func() {
+		lease, err := fair.Acquire(fairqueue.WithPositionFunc(ctx, func(p fairqueue.Position) { positions <- p.Position }), name)
+		if err == nil {
+			err = lease.Release(context.Background())
+		}
+		done <- err
+	}()
+	select {
+	case p := <-positions:
+		if p != 2 {
+			t.Fatalf("queued at %d, want 2", p)
+		}
+	case err := <-done:
+		t.Fatalf("ended before queueing: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // A few of its sleeps go by.
+
+	// The other process's waiter took the name and gave it back: its row
+	// went, and the lock row is free. Nothing tells this process.
+	db := iso.Store()
+	for _, q := range []string{
+		`UPDATE dblock_locks SET owner = NULL, reentry = 0, expires_at = NULL WHERE name = ?`,
+		`DELETE FROM dblock_waiters WHERE name = ? AND owner = 'other-process'`,
+	} {
+		if _, err := db.ExecContext(ctx, db.Rebind(q), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not look again after the queue moved unannounced")
+	}
+}
