@@ -243,18 +243,13 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 		contended = append(contended, c)
 	}
 	runGroup(contended)
-	var procs, handoff *procCell
+	var procs, fairProcs, handoff *procCell
 	if only == nil || only[keyOptAcquire] {
-		fmt.Fprintf(os.Stderr, "bench: %s %d processes x %d goroutines on one name\n", e.label, procCount, procGoroutines)
-		procs = runProcCell(ctx, e, procName(e), false, warm, dur)
-		if rerr := e.reset(ctx); rerr != nil && procs.err == nil {
-			procs.err = rerr
+		procs = runProcs(ctx, e, procOptimistic, warm, dur)
+		if only == nil || only[keyFair] {
+			fairProcs = runProcs(ctx, e, procFair, warm, dur)
 		}
-		fmt.Fprintf(os.Stderr, "bench: %s %d processes x %d goroutines on one name, hand-written hand-off\n", e.label, procCount, procGoroutines)
-		handoff = runProcCell(ctx, e, procName(e)+"/handoff", true, warm, dur)
-		if rerr := e.reset(ctx); rerr != nil && handoff.err == nil {
-			handoff.err = rerr
-		}
+		handoff = runProcs(ctx, e, procHandoff, warm, dur)
 	}
 	paired := runPairings(ctx, e, dur, only)
 	namesCells := namesCheck(e, newCell, only)
@@ -269,7 +264,7 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 	printUncontended(w, uncontended)
 	printPaired(w, paired)
 	printContended(w, contended)
-	printProcs(w, procs, handoff, find(contended, keyOptAcquire, 8))
+	printProcs(w, procs, fairProcs, handoff, find(contended, keyOptAcquire, 8))
 	printNames(w, namesCells)
 	printReaders(w, readerCells)
 	printBars(w, e, uncontended, contended, namesCells, paired)

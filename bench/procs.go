@@ -13,7 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/dialect"
+	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/optimistic"
 )
 
@@ -38,6 +40,8 @@ type childJob struct {
 	Goroutines int           `json:"goroutines"`
 	Start      time.Time     `json:"start"` // wall clock: the children start together
 	Duration   time.Duration `json:"duration"`
+	// Fair runs fairqueue's Locker instead of optimistic's.
+	Fair bool `json:"fair,omitempty"`
 	// Handoff runs the hand-written reference (handoff.go) instead of
 	// dblock: this child's members are Index*Goroutines on, of Members.
 	Handoff bool `json:"handoff,omitempty"`
@@ -89,7 +93,22 @@ func childMain(job string) int {
 	return 0
 }
 
-// runChild runs j's goroutines on one optimistic Locker of its own.
+// childLocker is what a child acquires with: optimistic's Locker, or
+// fairqueue's (childJob.Fair).
+type childLocker interface {
+	Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error)
+	Close() error
+}
+
+// newChildLocker makes j's Locker on db.
+func newChildLocker(db *dialect.DB, j childJob) (childLocker, error) {
+	if j.Fair {
+		return fairqueue.New(db, nil)
+	}
+	return optimistic.New(db, nil)
+}
+
+// runChild runs j's goroutines on one Locker of its own.
 func runChild(j childJob) childResult {
 	ctx := context.Background()
 	db, err := dialect.Open(ctx, j.DSN)
@@ -97,7 +116,7 @@ func runChild(j childJob) childResult {
 		return childResult{Err: err.Error()}
 	}
 	defer db.Close()
-	l, err := optimistic.New(db, nil)
+	l, err := newChildLocker(db, j)
 	if err != nil {
 		return childResult{Err: err.Error()}
 	}
@@ -140,9 +159,18 @@ func runChild(j childJob) childResult {
 	return res
 }
 
-// runProcCell runs the cross-process cell on e for dur (after warm):
-// dblock's, or with handoff the hand-written reference's.
-func runProcCell(ctx context.Context, e *env, name string, handoff bool, warm, dur time.Duration) *procCell {
+// procKind is what a cross-process cell runs.
+type procKind int
+
+const (
+	procOptimistic procKind = iota // optimistic Acquire+Release
+	procFair                       // fairqueue Acquire+Release
+	procHandoff                    // the hand-written hand-off
+)
+
+// runProcCell runs a cross-process cell of kind on e for dur (after warm).
+func runProcCell(ctx context.Context, e *env, name string, kind procKind, warm, dur time.Duration) *procCell {
+	handoff := kind == procHandoff
 	self, err := os.Executable()
 	if err != nil {
 		return &procCell{err: err}
@@ -153,7 +181,8 @@ func runProcCell(ctx context.Context, e *env, name string, handoff bool, warm, d
 		}
 	}
 	base := childJob{DSN: e.dsn, PgURL: e.pgURL, Name: name, Goroutines: procGoroutines,
-		Start: time.Now().Add(2*time.Second + warm), Duration: dur, Handoff: handoff, Members: procCount * procGoroutines}
+		Start: time.Now().Add(2*time.Second + warm), Duration: dur, Handoff: handoff, Fair: kind == procFair,
+		Members: procCount * procGoroutines}
 	outs := make([][]byte, procCount)
 	errs := make([]error, procCount)
 	var wg sync.WaitGroup
@@ -196,7 +225,7 @@ func runProcCell(ctx context.Context, e *env, name string, handoff bool, warm, d
 // printProcs prints the cross-process table and its bars against the
 // in-process contended cell of the same scenario (inProc) and against the
 // hand-written hand-off across the same processes (handoff).
-func printProcs(w io.Writer, c, handoff *procCell, inProc *cell) {
+func printProcs(w io.Writer, c, fair, handoff *procCell, inProc *cell) {
 	fmt.Fprintf(w, "### Across processes: %d OS processes × %d goroutines on one name (optimistic Acquire+Release, defaults)\n\n", procCount, procGoroutines)
 	switch {
 	case c == nil || c.skip != "":
@@ -210,12 +239,13 @@ func printProcs(w io.Writer, c, handoff *procCell, inProc *cell) {
 	fmt.Fprintln(w, "| scenario | acquisitions/s | ÷ in-process contended | ÷ hand-written hand-off | per process min..max (ratio) | per goroutine min..max (ratio) | wait p50 | wait p99 | wait max |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	ratio, refRatio := procRow(w, "dblock optimistic", c, inProc, handoff), 0.0
-	if handoff != nil && handoff.err != nil {
-		fmt.Fprintf(w, "| hand-written hand-off | failed: %v |\n", handoff.err)
-	} else if handoff != nil {
-		procRow(w, "hand-written hand-off (members take turns)", handoff, inProc, handoff)
+	if handoff != nil && handoff.err == nil {
 		refRatio = ratioOf(c.ops, handoff.ops)
+	} else {
+		handoff = nil
 	}
+	extraProcRow(w, "dblock fair (fairqueue)", fair, inProc, handoff)
+	extraProcRow(w, "hand-written hand-off (members take turns)", handoff, inProc, handoff)
 	fmt.Fprintln(w)
 	pLo, pHi := minMax(c.perProc)
 	gLo, gHi := minMax(c.perG)
@@ -227,6 +257,17 @@ func printProcs(w io.Writer, c, handoff *procCell, inProc *cell) {
 	fmt.Fprintln(w, verdict(c.ops > 0 && refRatio > 0, refRatio >= 0.95, "throughput across processes ÷ hand-written",
 		fmt.Sprintf("across processes: %.3f× the hand-written hand-off across the same processes (the issue's fallback bar where 0.9× the in-process rate is out of reach: ≥ 0.95×)", refRatio)))
 	fmt.Fprintln(w)
+}
+
+// extraProcRow prints a row beside dblock optimistic's, or says why not.
+func extraProcRow(w io.Writer, label string, c *procCell, inProc *cell, ref *procCell) {
+	switch {
+	case c == nil:
+	case c.err != nil:
+		fmt.Fprintf(w, "| %s | failed: %v |\n", label, c.err)
+	default:
+		procRow(w, label, c, inProc, ref)
+	}
 }
 
 // procRow prints one cross-process row; it returns the rate ÷ inProc's.
@@ -258,5 +299,17 @@ func ratioOf(lo, hi int) float64 {
 	return float64(lo) / float64(hi)
 }
 
-// procName is the cross-process cell's lock name.
+// runProcs runs the cross-process cell of kind on e, then empties the
+// tables.
+func runProcs(ctx context.Context, e *env, kind procKind, warm, dur time.Duration) *procCell {
+	label := [...]string{"", ", fairqueue", ", hand-written hand-off"}[kind]
+	fmt.Fprintf(os.Stderr, "bench: %s %d processes x %d goroutines on one name%s\n", e.label, procCount, procGoroutines, label)
+	c := runProcCell(ctx, e, procName(e)+"/"+strconv.Itoa(int(kind)), kind, warm, dur)
+	if err := e.reset(ctx); err != nil && c.err == nil {
+		c.err = err
+	}
+	return c
+}
+
+// procName is the cross-process cells' lock name prefix.
 func procName(e *env) string { return e.prefix + "/procs/" + strconv.Itoa(procCount) }
