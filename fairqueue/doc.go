@@ -57,12 +57,12 @@
 // their distance from the head and doubles while the queue stands still,
 // capped by Config.PollMax, and wake at the heartbeat deadline of the waiter
 // directly ahead, so a waiter whose process died delays the queue by its
-// heartbeat timeout, no more. On MySQL and SQLite, across processes, the
-// timers are the only mechanism: there a waiter k places behind the head
-// first sleeps k times Config.PollMin (the head's first step), so the next
-// head looks about one step after a move (on PostgreSQL, where the timers
-// only back up the notifications, it is Config.HeadPollMax per place and
-// one more).
+// heartbeat timeout, no more. On MySQL and SQLite (and PostgreSQL with
+// Config.DisableNotify), across processes, the timers are the only
+// mechanism: there a waiter k places behind the head first sleeps k times
+// Config.PollMin (the head's first step), so the next head looks about one
+// step after a move (where notifications are on and the timers only back
+// them up, it is Config.HeadPollMax per place and one more).
 //
 // # Order and its limits
 //

@@ -60,9 +60,9 @@ type Config struct {
 	// max(HeartbeatTimeoutDefault, 2 x HeartbeatInterval).
 	HeartbeatTimeout time.Duration
 	// PollMin is a waiter's first backoff step; steps double and are jittered.
-	// Where no notification announces the queue's moves (MySQL, SQLite), a
-	// waiter behind the head first sleeps PollMin per place ahead. Defaults
-	// to PollMinDefault.
+	// Where no notification announces the queue's moves (MySQL, SQLite,
+	// DisableNotify), a waiter behind the head first sleeps PollMin per
+	// place ahead. Defaults to PollMinDefault.
 	PollMin time.Duration
 	// HeadPollMax caps the backoff of the waiter at the head of the queue.
 	// Defaults to HeadPollMaxDefault.

@@ -8,27 +8,19 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
-	"github.com/dblock-go/dblock/internal/store"
 )
 
 // TestUnannouncedMove: where no notification announces the queue's moves
-// (MySQL, MariaDB, SQLite), a waiter second in line learns that the waiter
-// ahead of it left, and the lock was freed, in another process only from
-// its own checks. It must look again about a hand-off later (its first
-// sleep is PollMin per place ahead, doubling while the queue stands still),
-// not at a base of HeadPollMax per place, which the test sets far beyond
-// its guard: a queue spread over processes would move one place per
-// HeadPollMax.
+// (MySQL, MariaDB, SQLite, and PostgreSQL with Config.DisableNotify), a
+// waiter second in line learns that the waiter ahead of it left, and the
+// lock was freed, in another process only from its own checks. It must
+// look again about a hand-off later (its first sleep is PollMin per place
+// ahead, doubling while the queue stands still), not at a base of
+// HeadPollMax per place, which the test sets far beyond its guard: a queue
+// spread over processes would move one place per HeadPollMax. (With
+// notifications, TestMergedNotifications.)
 func TestUnannouncedMove(t *testing.T) {
-	for _, kind := range dbtest.Kinds {
-		if kind == store.Postgres {
-			continue // Notifications move its waiters (TestMergedNotifications).
-		}
-		t.Run(string(kind), func(t *testing.T) {
-			t.Parallel()
-			testUnannouncedMove(t, dbtest.New(t, kind))
-		})
-	}
+	dbtest.ForEach(t, testUnannouncedMove)
 }
 
 func testUnannouncedMove(t *testing.T, iso *dbtest.Isolated) {
@@ -46,7 +38,7 @@ func testUnannouncedMove(t *testing.T, iso *dbtest.Isolated) {
 	}
 	dbtest.AddWaiter(t, iso.DB, name, "other-process", time.Hour)
 
-	fair, err := fairqueue.New(iso.Open(t), &fairqueue.Config{HeadPollMax: 2 * time.Minute, PollMax: 2 * time.Minute})
+	fair, err := fairqueue.New(iso.Open(t), &fairqueue.Config{HeadPollMax: 2 * time.Minute, PollMax: 2 * time.Minute, DisableNotify: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -362,17 +362,18 @@ func (a *attempt) delay(s store.QueueState, step int) time.Duration {
 }
 
 // behindFirst is the first sleep of a waiter ahead places behind the head.
-// Where a release is announced (PostgreSQL), notifications bring waiters
-// forward, and the timer is a fallback: HeadPollMax per place and one more.
-// Elsewhere a waiter whose queue moves through other processes learns of
-// each move only from its own checks, and the next head's first check
-// after a move is the hand-off: PollMin per place, the head's first step
-// for the waiter next to it. (HeadPollMax per place held a queue spread
-// over four processes on MariaDB to 14–23 hand-offs a second; PollMin per
-// place makes 176–194.) While the queue does not move the sleep doubles,
-// so a long hold costs each waiter a few checks.
+// Where releases are announced (PostgreSQL, unless Config.DisableNotify),
+// notifications bring waiters forward, and the timer is a fallback:
+// HeadPollMax per place and one more. Elsewhere a waiter whose queue moves
+// through other processes learns of each move only from its own checks,
+// and the next head's first check after a move is the hand-off: PollMin
+// per place, the head's first step for the waiter next to it. (HeadPollMax
+// per place held a queue spread over four processes on MariaDB to 14–23
+// hand-offs a second; PollMin per place makes 176–197.) While the queue
+// does not move the sleep doubles, so a long hold costs each waiter a few
+// checks.
 func (a *attempt) behindFirst(ahead int) time.Duration {
-	if a.l.db.Dialect.Caps().Notify {
+	if a.l.hub != nil {
 		return a.l.cfg.HeadPollMax * time.Duration(ahead+1)
 	}
 	return a.l.cfg.PollMin * time.Duration(ahead)
