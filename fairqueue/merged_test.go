@@ -42,23 +42,7 @@ func TestMergedNotifications(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = fair.Close() })
 	warmUp(ctx, t, holder, fair)
-	positions := make(chan int, 16)
-	done := make(chan error, 1)
-	go func() {
-		lease, err := fair.Acquire(fairqueue.WithPositionFunc(ctx, func(p fairqueue.Position) { positions <- p.Position }), name)
-		if err == nil {
-			err = lease.Release(context.Background())
-		}
-		done <- err
-	}()
-	select {
-	case p := <-positions:
-		if p != 2 {
-			t.Fatalf("queued at %d, want 2", p)
-		}
-	case err := <-done:
-		t.Fatalf("ended before queueing: %v", err)
-	}
+	done := queueSecond(ctx, t, fair, name)
 	time.Sleep(200 * time.Millisecond) // Its first sleep begins.
 
 	tx, err := iso.Store().BeginTxx(ctx, nil)
@@ -77,13 +61,45 @@ func TestMergedNotifications(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
+	awaitTake(t, done, "the waiter slept past one notification that merged two events")
+}
+
+// queueSecond has fair acquire name (then release it) in the background,
+// and returns once the waiter queued second in line; the channel gives the
+// acquisition's outcome.
+func queueSecond(ctx context.Context, t *testing.T, fair *fairqueue.Locker, name string) <-chan error {
+	t.Helper()
+	positions := make(chan int, 16)
+	done := make(chan error, 1)
+	go func() {
+		lease, err := fair.Acquire(fairqueue.WithPositionFunc(ctx, func(p fairqueue.Position) { positions <- p.Position }), name)
+		if err == nil {
+			err = lease.Release(context.Background())
+		}
+		done <- err
+	}()
+	select {
+	case p := <-positions:
+		if p != 2 {
+			t.Fatalf("queued at %d, want 2", p)
+		}
+	case err := <-done:
+		t.Fatalf("ended before queueing: %v", err)
+	}
+	return done
+}
+
+// awaitTake waits, within a guard far shorter than the waiter's timers, for
+// the acquisition queueSecond started; slept describes the failure.
+func awaitTake(t *testing.T, done <-chan error, slept string) {
+	t.Helper()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("waiter: %v", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter slept past one notification that merged two events")
+		t.Fatal(slept)
 	}
 }
 

@@ -43,23 +43,7 @@ func testUnannouncedMove(t *testing.T, iso *dbtest.Isolated) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fair.Close() })
-	positions := make(chan int, 16)
-	done := make(chan error, 1)
-	go func() {
-		lease, err := fair.Acquire(fairqueue.WithPositionFunc(ctx, func(p fairqueue.Position) { positions <- p.Position }), name)
-		if err == nil {
-			err = lease.Release(context.Background())
-		}
-		done <- err
-	}()
-	select {
-	case p := <-positions:
-		if p != 2 {
-			t.Fatalf("queued at %d, want 2", p)
-		}
-	case err := <-done:
-		t.Fatalf("ended before queueing: %v", err)
-	}
+	done := queueSecond(ctx, t, fair, name)
 	time.Sleep(200 * time.Millisecond) // A few of its sleeps go by.
 
 	// The other process's waiter took the name and gave it back: its row
@@ -73,12 +57,5 @@ func testUnannouncedMove(t *testing.T, iso *dbtest.Isolated) {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("waiter: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter did not look again after the queue moved unannounced")
-	}
+	awaitTake(t, done, "the waiter did not look again after the queue moved unannounced")
 }
