@@ -226,7 +226,7 @@ func runProcCell(ctx context.Context, e *env, name string, kind procKind, warm, 
 // in-process contended cell of the same scenario (inProc) and against the
 // hand-written hand-off across the same processes (handoff).
 func printProcs(w io.Writer, c, fair, handoff *procCell, inProc *cell) {
-	fmt.Fprintf(w, "### Across processes: %d OS processes × %d goroutines on one name (optimistic Acquire+Release, defaults)\n\n", procCount, procGoroutines)
+	fmt.Fprintf(w, "### Across processes: %d OS processes × %d goroutines on one name (Acquire+Release, defaults; the bars read dblock optimistic)\n\n", procCount, procGoroutines)
 	switch {
 	case c == nil || c.skip != "":
 		fmt.Fprintln(w, "not run")
@@ -238,14 +238,13 @@ func printProcs(w io.Writer, c, fair, handoff *procCell, inProc *cell) {
 	}
 	fmt.Fprintln(w, "| scenario | acquisitions/s | ÷ in-process contended | ÷ hand-written hand-off | per process min..max (ratio) | per goroutine min..max (ratio) | wait p50 | wait p99 | wait max |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-	ratio, refRatio := procRow(w, "dblock optimistic", c, inProc, handoff), 0.0
-	if handoff != nil && handoff.err == nil {
-		refRatio = ratioOf(c.ops, handoff.ops)
-	} else {
-		handoff = nil
+	ref := handoff
+	if ref != nil && ref.err != nil {
+		ref = nil // Its failure is printed in its row.
 	}
-	extraProcRow(w, "dblock fair (fairqueue)", fair, inProc, handoff)
-	extraProcRow(w, "hand-written hand-off (members take turns)", handoff, inProc, handoff)
+	ratio, refRatio := procRow(w, "dblock optimistic", c, inProc, ref)
+	extraProcRow(w, "dblock fair (fairqueue)", fair, inProc, ref)
+	extraProcRow(w, "hand-written hand-off (members take turns)", handoff, inProc, ref)
 	fmt.Fprintln(w)
 	pLo, pHi := minMax(c.perProc)
 	gLo, gHi := minMax(c.perG)
@@ -270,25 +269,25 @@ func extraProcRow(w io.Writer, label string, c *procCell, inProc *cell, ref *pro
 	}
 }
 
-// procRow prints one cross-process row; it returns the rate ÷ inProc's.
-func procRow(w io.Writer, label string, c *procCell, inProc *cell, ref *procCell) float64 {
+// procRow prints one cross-process row; it returns the rate ÷ inProc's
+// and ÷ ref's (zero where either is missing).
+func procRow(w io.Writer, label string, c *procCell, inProc *cell, ref *procCell) (ratio, refRatio float64) {
 	pLo, pHi := minMax(c.perProc)
 	gLo, gHi := minMax(c.perG)
 	errNote := ""
 	if c.firstErr != "" {
 		errNote = " (error: " + firstLine(c.firstErr) + ")"
 	}
-	ratio, refRatio := 0.0, 0.0
 	if usable(inProc) {
 		ratio = c.opsPerSec() / inProc.opsPerSec()
 	}
-	if ref != nil && ref.err == nil {
+	if ref != nil {
 		refRatio = ratioOf(c.ops, ref.ops)
 	}
 	fmt.Fprintf(w, "| %s | %.0f%s | %s | %s | %d..%d (%.2f) | %d..%d (%.2f) | %s | %s | %s |\n", label, c.opsPerSec(), errNote,
 		fmtRatio(ratio), fmtRatio(refRatio), pLo, pHi, ratioOf(pLo, pHi), gLo, gHi, ratioOf(gLo, gHi),
 		fmtDur(pct(c.wait, .5)), fmtDur(pct(c.wait, .99)), fmtDur(maxDur(c.wait)))
-	return ratio
+	return ratio, refRatio
 }
 
 // ratioOf is lo/hi, 0 when hi is 0.
