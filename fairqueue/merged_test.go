@@ -2,6 +2,7 @@ package fairqueue_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -24,23 +25,9 @@ func TestMergedNotifications(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	name := "merged-notifications"
-	holder, err := fairqueue.New(iso.Open(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = holder.Close() })
 	// Held for an hour; the transaction below frees the name under it.
-	if _, err := holder.Acquire(ctx, name, dblock.WithTTL(time.Hour), dblock.WithMaxHold(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	dbtest.AddWaiter(t, iso.DB, name, "gone-waiter", time.Hour)
-
-	cfg := &fairqueue.Config{HeadPollMax: 2 * time.Minute, PollMax: 2 * time.Minute}
-	fair, err := fairqueue.New(iso.Open(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fair.Close() })
+	holder := holdBehind(ctx, t, iso, name, "gone-waiter")
+	fair := slowTimers(t, iso, false)
 	warmUp(ctx, t, holder, fair)
 	done := queueSecond(ctx, t, fair, name)
 	time.Sleep(200 * time.Millisecond) // Its first sleep begins.
@@ -61,7 +48,39 @@ func TestMergedNotifications(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	awaitTake(t, done, "the waiter slept past one notification that merged two events")
+	if err := awaitTake(done); err != nil {
+		t.Fatalf("the waiter slept past one notification that merged two events: %v", err)
+	}
+}
+
+// holdBehind has a Locker of its own hold name for an hour, with a live
+// waiter row of owner ahead of anyone who queues next, as another
+// process's would be; it returns the holder.
+func holdBehind(ctx context.Context, t *testing.T, iso *dbtest.Isolated, name, owner string) *fairqueue.Locker {
+	t.Helper()
+	holder, err := fairqueue.New(iso.Open(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	if _, err := holder.Acquire(ctx, name, dblock.WithTTL(time.Hour), dblock.WithMaxHold(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	dbtest.AddWaiter(t, iso.DB, name, owner, time.Hour)
+	return holder
+}
+
+// slowTimers opens a Locker whose waiters' timers, but for the head's
+// first steps, run far beyond awaitTake's guard (without notifications
+// where quiet).
+func slowTimers(t *testing.T, iso *dbtest.Isolated, quiet bool) *fairqueue.Locker {
+	t.Helper()
+	fair, err := fairqueue.New(iso.Open(t), &fairqueue.Config{HeadPollMax: 2 * time.Minute, PollMax: 2 * time.Minute, DisableNotify: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fair.Close() })
+	return fair
 }
 
 // queueSecond has fair acquire name (then release it) in the background,
@@ -89,17 +108,18 @@ func queueSecond(ctx context.Context, t *testing.T, fair *fairqueue.Locker, name
 	return done
 }
 
+// errNoTake: the acquisition queueSecond started did not end within
+// awaitTake's guard.
+var errNoTake = errors.New("no take within 10 s")
+
 // awaitTake waits, within a guard far shorter than the waiter's timers, for
-// the acquisition queueSecond started; slept describes the failure.
-func awaitTake(t *testing.T, done <-chan error, slept string) {
-	t.Helper()
+// the acquisition queueSecond started, and returns its error, or errNoTake.
+func awaitTake(done <-chan error) error {
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatalf("waiter: %v", err)
-		}
+		return err
 	case <-time.After(10 * time.Second):
-		t.Fatal(slept)
+		return errNoTake
 	}
 }
 
