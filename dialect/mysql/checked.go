@@ -84,9 +84,17 @@ func (c *checkedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (drive
 	if !ok {
 		return nil, errNoInterface
 	}
-	tx, err := b.BeginTx(ctx, opts)
-	if err != nil || !store.CheckedCommit(ctx) {
-		return tx, err
+	if !store.CheckedCommit(ctx) {
+		return b.BeginTx(ctx, opts)
+	}
+	// A hold's transaction context is cancelled only to end a hold that
+	// was lost or whose end overran its bound (pessimistic's txCancel),
+	// never while its BEGIN is under way: the driver need not watch it,
+	// which would hand ctx to its watcher goroutine and back (a wake-up
+	// of another thread on every hold). database/sql watches ctx itself.
+	tx, err := b.BeginTx(context.WithoutCancel(ctx), opts)
+	if err != nil {
+		return nil, err
 	}
 	return &checkedTx{Tx: tx, conn: c}, nil
 }
