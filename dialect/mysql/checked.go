@@ -18,7 +18,13 @@ import (
 // Where open dials itself (dialRecorded), each connection also keeps its
 // socket, so that a statement in flight can be ended from another goroutine
 // (Interrupt).
-type checkedConnector struct{ driver.Connector }
+type checkedConnector struct {
+	driver.Connector
+	// interpolate: the driver sends statements with arguments as text
+	// (its InterpolateParams), so a hold's BEGIN may be deferred (see
+	// lazybegin.go).
+	interpolate bool
+}
 
 func (c checkedConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	slot := &netSlot{}
@@ -26,7 +32,7 @@ func (c checkedConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &checkedConn{conn: conn, net: slot.conn}, nil
+	return &checkedConn{conn: conn, net: slot.conn, interpolate: c.interpolate}, nil
 }
 
 // netSlot receives the socket dialRecorded dials for one Connect.
@@ -54,6 +60,11 @@ type checkedConn struct {
 	// MySQL migration 00018) or the account may not execute it; this
 	// connection sends the block instead.
 	noProc bool
+	// interpolate, noLockProc and tx: a hold's deferred BEGIN (see
+	// lazybegin.go).
+	interpolate bool
+	noLockProc  bool
+	tx          *checkedTx
 }
 
 // errNoInterface is returned if the driver's connection lacks an interface
@@ -71,8 +82,10 @@ func (c *checkedConn) Interrupt() {
 // Interruptible reports whether Interrupt can end a statement.
 func (c *checkedConn) Interruptible() bool { return c.net != nil }
 
-func (c *checkedConn) Prepare(query string) (driver.Stmt, error) { return c.conn.Prepare(query) }
-func (c *checkedConn) Close() error                              { return c.conn.Close() }
+func (c *checkedConn) Prepare(query string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+func (c *checkedConn) Close() error { return c.conn.Close() }
 
 // Begin is the deprecated form; database/sql calls BeginTx.
 func (c *checkedConn) Begin() (driver.Tx, error) {
@@ -87,6 +100,10 @@ func (c *checkedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (drive
 	if !store.CheckedCommit(ctx) {
 		return b.BeginTx(ctx, opts)
 	}
+	if c.defers(ctx, opts) {
+		c.tx = &checkedTx{conn: c, pending: true}
+		return c.tx, nil
+	}
 	// A hold's transaction context is cancelled only to end a hold that
 	// was lost or whose end overran its bound (pessimistic's txCancel),
 	// never while its BEGIN is under way: the driver need not watch it,
@@ -100,6 +117,9 @@ func (c *checkedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (drive
 }
 
 func (c *checkedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	if err := c.begun(ctx); err != nil {
+		return nil, err
+	}
 	if p, ok := c.conn.(driver.ConnPrepareContext); ok {
 		return p.PrepareContext(ctx, query)
 	}
@@ -107,6 +127,9 @@ func (c *checkedConn) PrepareContext(ctx context.Context, query string) (driver.
 }
 
 func (c *checkedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if err := c.begun(ctx); err != nil {
+		return nil, err
+	}
 	if e, ok := c.conn.(driver.ExecerContext); ok {
 		return e.ExecContext(ctx, query, args)
 	}
@@ -114,6 +137,12 @@ func (c *checkedConn) ExecContext(ctx context.Context, query string, args []driv
 }
 
 func (c *checkedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if query == store.MariaDBLockBegin && c.BeginPending() {
+		return c.lockBegin(ctx, args)
+	}
+	if err := c.begun(ctx); err != nil {
+		return nil, err
+	}
 	if q, ok := c.conn.(driver.QueryerContext); ok {
 		return q.QueryContext(ctx, query, args)
 	}
@@ -148,17 +177,30 @@ func (c *checkedConn) CheckNamedValue(nv *driver.NamedValue) error {
 	return driver.ErrSkip
 }
 
-// checkedTx commits with the check; its rollback is the driver's.
+// checkedTx commits with the check. Its rollback is the driver's, or a
+// ROLLBACK of its own for a transaction whose BEGIN was deferred (Tx nil).
 type checkedTx struct {
-	driver.Tx
-	conn *checkedConn
+	driver.Tx // The driver's; nil when the BEGIN was deferred.
+	conn      *checkedConn
+	// pending: the deferred BEGIN is still to be sent (nothing was sent);
+	// failed: sending it failed, and the transaction never began.
+	pending bool
+	failed  error
 }
 
 // Commit calls the checked commit's procedure, or sends its block where the
 // procedure is missing (error 1305) or the account may not execute it (1370:
 // grants written before MySQL migration 00018); either refusal leaves the
-// transaction open.
+// transaction open. A transaction that never began on the server commits
+// nothing.
 func (t *checkedTx) Commit() error {
+	defer t.conn.ended(t)
+	if t.pending {
+		return nil
+	}
+	if t.failed != nil {
+		return t.failed
+	}
 	ctx := context.Background()
 	if !t.conn.noProc {
 		_, err := t.conn.ExecContext(ctx, store.MariaDBCheckedCommitCall, nil)
@@ -168,5 +210,19 @@ func (t *checkedTx) Commit() error {
 		t.conn.noProc = true
 	}
 	_, err := t.conn.ExecContext(ctx, store.MariaDBCheckedCommit, nil)
+	return err
+}
+
+// Rollback is the driver's, or for a deferred BEGIN a ROLLBACK once it was
+// sent (nothing before).
+func (t *checkedTx) Rollback() error {
+	defer t.conn.ended(t)
+	switch {
+	case t.Tx != nil:
+		return t.Tx.Rollback()
+	case t.pending || t.failed != nil:
+		return nil
+	}
+	_, err := t.conn.ExecContext(context.Background(), "ROLLBACK", nil)
 	return err
 }

@@ -22,8 +22,10 @@ func init() {
 		Open:        open,
 		ServerError: serverError,
 		ConnLost:    func(err error) bool { return errors.Is(err, mysql.ErrInvalidConn) },
-		// The pools open opens send a checked commit where asked.
+		// The pools open opens send a checked commit where asked, and
+		// MariaDB's holds begin with their lock statement (lazybegin.go).
 		CheckedCommit: true,
+		DeferredBegin: true,
 		SetLog: func(w io.Writer) {
 			_ = mysql.SetLogger(log.New(w, "[mysql] ", log.Ldate|log.Ltime|log.Lshortfile))
 		},
@@ -70,7 +72,7 @@ func open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: mysql DSN: %w", dblock.ErrInvalidOption, err)
 	}
-	db := sql.OpenDB(checkedConnector{conn})
+	db := sql.OpenDB(checkedConnector{Connector: conn, interpolate: cfg.InterpolateParams})
 	db.SetMaxIdleConns(32)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	return db, nil

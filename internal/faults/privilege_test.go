@@ -50,7 +50,13 @@ var MySQLGrants = []string{
 	"GRANT EXECUTE ON PROCEDURE %[1]s.dblock_take_head TO %[2]s",
 	mysqlJoinedReleaseGrant,
 	mysqlAcquireReadGrant,
+	mysqlLockBeginGrant,
 }
+
+// mysqlLockBeginGrant lets MariaDB's pessimistic holds begin with their
+// lock, the procedure of MySQL migration 00026; without it they send START
+// TRANSACTION first.
+const mysqlLockBeginGrant = "GRANT EXECUTE ON PROCEDURE %[1]s.dblock_lock_begin TO %[2]s"
 
 // mysqlAcquireReadGrant lets MariaDB's readers begin a period recorded in
 // the name's row with the procedure of MySQL migration 00025; without it
@@ -121,6 +127,11 @@ func TestFaultLeastPrivilege(t *testing.T) {
 	// may not call dblock_acquire_read, and acquires as before.
 	t.Run("mysql-grants-before-00025", func(t *testing.T) {
 		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlAcquireReadGrant }))
+	})
+	// Grants written before MySQL migration 00026: a pessimistic hold may
+	// not begin with its lock's call, and begins as before.
+	t.Run("mysql-grants-before-00026", func(t *testing.T) {
+		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlLockBeginGrant }))
 	})
 	// The README's alternative to the procedure grants: EXECUTE on the
 	// database outlives a migration that replaces a procedure (dropped and

@@ -39,6 +39,11 @@ func (d mysqlDialect) ensureRow(ctx context.Context, db *DB, q Querier, name str
 func (d mysqlDialect) lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, dest []any) error {
 	query := d.Row().lockText(p)
 	switch {
+	case p.NoWait && d.mariadb && db.DefersBegin():
+		if done, err := lockBegin(ctx, p.Conn, name, p.Shared, dest); done {
+			return err
+		}
+		return db.txQueryRow(ctx, tx, query, []any{name}, dest...)
 	case p.NoWait:
 		return db.txQueryRow(ctx, tx, query, []any{name}, dest...)
 	case d.mariadb:

@@ -1,0 +1,164 @@
+package pessimistic_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
+	"github.com/dblock-go/dblock/pessimistic"
+)
+
+// TestMariaDBHoldStatements: a MariaDB hold on a pool dblock opened sends
+// two statements, its lock's call (dblock_lock_begin, which begins the
+// transaction) and its checked commit, where a hand-written one sends
+// three; and the transaction does begin with that call: fn's write is
+// rolled back with fn's error and committed with nil, and no other session
+// can lock the row while fn runs.
+func TestMariaDBHoldStatements(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, store.MySQL)
+	if !iso.Store().ChecksCommit() {
+		t.Skip("only MariaDB begins a hold with its lock")
+	}
+	l := newLocker(t, iso.DB, nil)
+	perHold, err := statementsPerHold(t, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perHold != 2 {
+		t.Fatalf("a hold sent %d statements, want 2 (the lock's call and the checked commit)", perHold)
+	}
+	rolledBack, committed, othersLocked := holdTransaction(t, iso, l)
+	if rolledBack != 0 || committed != 1 {
+		t.Fatalf("fn's writes after an error / nil: %d / %d rows, want 0 / 1", rolledBack, committed)
+	}
+	if othersLocked != nil {
+		t.Fatalf("another session locked the row while fn ran: %v", othersLocked)
+	}
+}
+
+// TestMariaDBLockBeginRefused: where the schema lacks dblock_lock_begin
+// (it predates MySQL migration 00026; an account that may not execute it
+// is alike), a hold sends START TRANSACTION and the plain lock statement,
+// and holds as before.
+func TestMariaDBLockBeginRefused(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, store.MySQL)
+	if !iso.Store().ChecksCommit() {
+		t.Skip("only MariaDB begins a hold with its lock")
+	}
+	mustExec(t, iso, "DROP PROCEDURE dblock_lock_begin")
+	l := newLocker(t, iso.DB, nil)
+	perHold, err := statementsPerHold(t, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perHold != 3 {
+		t.Fatalf("a hold sent %d statements, want 3 (START TRANSACTION, the lock, the checked commit)", perHold)
+	}
+	rolledBack, committed, othersLocked := holdTransaction(t, iso, l)
+	if rolledBack != 0 || committed != 1 {
+		t.Fatalf("fn's writes after an error / nil: %d / %d rows, want 0 / 1", rolledBack, committed)
+	}
+	if othersLocked != nil {
+		t.Fatalf("another session locked the row while fn ran: %v", othersLocked)
+	}
+}
+
+// statementsPerHold counts the statements the server received from the
+// client (status Questions, which counts none run inside a procedure)
+// between the reads of two consecutive holds on one connection, less the
+// second hold's reads. The Locker's one-time statements (its first hold
+// checks for the history's trigger) are past: the first read is a hold's
+// too.
+func statementsPerHold(t *testing.T, l *pessimistic.Locker) (int64, error) {
+	ctx := testCtx(t)
+	name := randName(t)
+	read := func() (id, questions int64, err error) {
+		err = l.Do(ctx, name, func(ctx context.Context, tx *sql.Tx) error {
+			var v string
+			if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+				return err
+			}
+			return tx.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Questions'").Scan(&v, &questions)
+		})
+		return id, questions, err
+	}
+	if _, _, err := read(); err != nil {
+		return 0, err
+	}
+	for range 20 {
+		id1, q1, err := read()
+		if err != nil {
+			return 0, err
+		}
+		id2, q2, err := read()
+		if err != nil {
+			return 0, err
+		}
+		if id1 == id2 {
+			return q2 - q1 - 2, nil // Less the second hold's two reads.
+		}
+	}
+	return 0, errors.New("no two consecutive holds on one connection")
+}
+
+// holdTransaction runs a hold whose fn writes a row and fails, and one
+// whose fn writes a row and succeeds: it returns the rows each left, and
+// the error of another session's lock of the name while the second fn ran
+// (nil: it locked the row).
+func holdTransaction(t *testing.T, iso *dbtest.Isolated, l *pessimistic.Locker) (rolledBack, committed int, othersLocked error) {
+	ctx := testCtx(t)
+	name := randName(t)
+	mustExec(t, iso, "CREATE TABLE p_marks (id INT PRIMARY KEY)")
+	failed := errors.New("fn failed")
+	err := l.Do(ctx, name, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO p_marks (id) VALUES (1)"); err != nil {
+			return err
+		}
+		return failed
+	})
+	if !errors.Is(err, failed) {
+		t.Fatalf("Do whose fn failed = %v", err)
+	}
+	other := iso.Open(t).SQL()
+	err = l.Do(ctx, name, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO p_marks (id) VALUES (2)"); err != nil {
+			return err
+		}
+		othersLocked = lockElsewhere(ctx, other, name)
+		if othersLocked == nil {
+			othersLocked = fmt.Errorf("locked")
+		} else {
+			othersLocked = nil
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	count := func(id int) int {
+		var n int
+		if err := iso.Store().GetContext(ctx, &n, fmt.Sprintf("SELECT COUNT(*) FROM p_marks WHERE id = %d", id)); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	return count(1), count(2), othersLocked
+}
+
+// lockElsewhere locks name's row without waiting in a transaction of its
+// own on db, and rolls it back.
+func lockElsewhere(ctx context.Context, db *sql.DB, name string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var got string
+	return tx.QueryRowContext(ctx, "SELECT name FROM dblock_locks WHERE name = ? FOR UPDATE NOWAIT", name).Scan(&got)
+}
