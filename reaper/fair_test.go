@@ -65,10 +65,13 @@ func TestPassLetsFairWaiterProceed(t *testing.T) {
 		exec(t, db, "UPDATE dblock_waiters SET expires_at = "+shifted(db, 1)+" WHERE owner = "+store.Of(db).Dialect.Placeholder(2),
 			(-time.Minute).Microseconds(), "crashed-waiter")
 		st := runOnce(t, newReaper(t, iso.Open(t), nil))
-		// Without notifications the live waiter polls: it may skip the dead
-		// waiter and take the expired lease itself before the pass frees it.
-		freed := st.ExpiredFreed == 1 || !store.Of(db).Dialect.Caps().Notify && st.ExpiredFreed == 0
-		if !freed || st.WaitersDeleted != 1 {
+		// A check of the live waiter's own may come first and find the dead
+		// waiter's heartbeat and the lease expired: it then skips the one
+		// and takes the other itself, before the pass frees the lease. Its
+		// timer can bring that check where nothing announces the queue's
+		// moves, and on PostgreSQL a notification arriving late (its own
+		// enqueue's) can.
+		if st.ExpiredFreed > 1 || st.WaitersDeleted != 1 {
 			t.Fatalf("pass: %+v, want the crashed lease freed (or already taken over by the polling waiter) and the crashed waiter deleted", st)
 		}
 		var r result
