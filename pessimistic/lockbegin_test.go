@@ -5,7 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/store"
@@ -161,4 +164,66 @@ func lockElsewhere(ctx context.Context, db *sql.DB, name string) error {
 	defer func() { _ = tx.Rollback() }()
 	var got string
 	return tx.QueryRowContext(ctx, "SELECT name FROM dblock_locks WHERE name = ? FOR UPDATE NOWAIT", name).Scan(&got)
+}
+
+// BenchmarkDoLockBegin compares MariaDB holds that begin with their lock's
+// call against holds on a schema without the procedure (START TRANSACTION
+// first), at 1, 8 and 32 goroutines (a name each), in cells that alternate
+// between the two; the metric "call/plain" is the ratio of their rates.
+func BenchmarkDoLockBegin(b *testing.B) {
+	withCall := dbtest.New(b, store.MySQL)
+	if !withCall.Store().ChecksCommit() {
+		b.Skip("only MariaDB begins a hold with its lock")
+	}
+	plain := dbtest.New(b, store.MySQL)
+	if _, err := plain.Store().ExecContext(context.Background(), "DROP PROCEDURE dblock_lock_begin"); err != nil {
+		b.Fatal(err)
+	}
+	for _, g := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			lockers := [2]*pessimistic.Locker{}
+			for i, iso := range []*dbtest.Isolated{withCall, plain} {
+				iso.DB.SQL().SetMaxOpenConns(g + 4)
+				l, err := pessimistic.New(iso.DB, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = l.Close() })
+				lockers[i] = l
+			}
+			var holds [2]int64
+			for b.Loop() {
+				for i, l := range lockers {
+					holds[i] += holdFor(b, l, g, 200*time.Millisecond)
+				}
+			}
+			b.ReportMetric(float64(holds[0])/float64(holds[1]), "call/plain")
+		})
+	}
+}
+
+// holdFor runs g goroutines of Do on a name each for d, and returns how
+// many holds they made.
+func holdFor(b *testing.B, l *pessimistic.Locker, g int, d time.Duration) int64 {
+	ctx := context.Background()
+	fn := func(context.Context, *sql.Tx) error { return nil }
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	for i := range g {
+		wg.Go(func() {
+			name := fmt.Sprintf("bench:begin:%d", i)
+			n := int64(0)
+			for time.Now().Before(deadline) {
+				if err := l.Do(ctx, name, fn); err != nil {
+					b.Error(err)
+					return
+				}
+				n++
+			}
+			total.Add(n)
+		})
+	}
+	wg.Wait()
+	return total.Load()
 }
