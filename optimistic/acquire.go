@@ -80,7 +80,7 @@ func (a *acquisition) run() (*dblock.Lease, error) {
 		if a.waitCtx.Err() != nil {
 			return nil, a.l.waitEnded(a.name, a.unknown, a.lastErr, context.Cause(a.waitCtx))
 		}
-		if ask && a.polled && a.unknown == nil {
+		if ask && (a.polled || a.keptFromMe()) && a.unknown == nil {
 			ask = a.readFirst()
 		}
 		if ask && a.unknown == nil {
@@ -115,22 +115,39 @@ func (a *acquisition) settleUnknown() (*dblock.Lease, error) {
 	return nil, nil
 }
 
-// readFirst reads the row on a timer wake-up, and reports whether to ask:
-// a read takes no write lock, so pollers never compete with the holder's
-// release (SQLite has one writer) and cost one round trip while the name
-// stays held.
+// readFirst reads the row on a timer wake-up, or on any wake-up while the
+// name was kept for another waiter (keptFromMe), and reports whether to
+// ask: a read takes no write lock, so pollers never compete with the
+// holder's release (SQLite has one writer), cost one round trip while the
+// name stays held, and leave a freed name to the waiter it is kept for
+// without sending the acquire statement it would refuse.
 func (a *acquisition) readFirst() bool {
 	rctx, cancel := context.WithTimeout(a.waitCtx, a.l.cfg.StatementTimeout)
 	h, err := a.l.db.LeaseHolder(rctx, nil, a.name)
 	cancel()
-	if err == nil && h.Held() && h.Owner != a.o.Owner && (a.l.writer == nil || h.Mode != dblock.ModeRead) {
-		// (A writer held off by readers asks, which renews its mark.)
-		a.res, a.lastErr = store.AcquireResult{Holder: h}, nil
-		a.l.gates.note(a.name, h)
-		a.keep(h)
-		return false
+	if err != nil {
+		return true
 	}
-	return true
+	// (A writer held off by readers asks, which renews its mark.)
+	heldByOther := h.Held() && h.Owner != a.o.Owner && (a.l.writer == nil || h.Mode != dblock.ModeRead)
+	kept := !h.Held() && h.ReservedFor(a.o.Owner)
+	if !heldByOther && !kept {
+		return true
+	}
+	a.res, a.lastErr = store.AcquireResult{Holder: h}, nil
+	a.l.gates.note(a.name, h)
+	a.keep(h)
+	// A free name kept for another waiter: ask only if this call has just
+	// taken the reservation over (it began waiting earlier).
+	return !heldByOther && a.reserved
+}
+
+// keptFromMe reports whether the name was last seen kept for another
+// waiter (a reservation of another owner, live by the database clock): a
+// wake-up then reads the row before it asks, since a release leaves the
+// name to that waiter, and a read takes no lock.
+func (a *acquisition) keptFromMe() bool {
+	return !a.reserved && a.res.Holder.ReservedFor(a.o.Owner)
 }
 
 // ask sends the acquire statement: the lease, an error that ends the call,

@@ -22,7 +22,10 @@ import (
 // (reserverPoll) and renews the reservation when half of it is left; its
 // take clears it, and a wait that ends without the name gives it up. A
 // reserver that crashes keeps the name free but unclaimed until the
-// reservation lapses (reserveFor).
+// reservation lapses (reserveFor). A waiter that last saw the name kept
+// for another reads the row when it wakes (readFirst) instead of sending
+// the acquire statement, which would be refused: at a release every
+// process's head wakes, and only the reserver takes.
 
 // reserveFor is how long a reservation lasts unless renewed, by the
 // database clock: four of the reserver's longest sleeps, at least a second.
