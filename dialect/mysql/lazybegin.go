@@ -20,7 +20,12 @@ import (
 //
 // Only where the driver sends statements with arguments as text
 // (InterpolateParams, which open sets unless the DSN says otherwise): a
-// statement it prepared first would run before the BEGIN.
+// statement it prepared first would run before the BEGIN. For the same
+// reason the hold's first statement must come through this connection's
+// Exec, Query or Prepare: one that database/sql had prepared on the
+// connection earlier would run through the driver's statement directly,
+// outside the transaction. A hold's first statement is always its lock
+// (LockRow, or LockRows as text), and is never such a one.
 
 // defers reports whether a checked transaction begun with ctx and opts
 // defers its BEGIN.
