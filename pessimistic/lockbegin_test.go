@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/pessimistic"
@@ -18,57 +19,47 @@ import (
 // TestMariaDBHoldStatements: a MariaDB hold on a pool dblock opened sends
 // two statements, its lock's call (dblock_lock_begin, which begins the
 // transaction) and its checked commit, where a hand-written one sends
-// three; and the transaction does begin with that call: fn's write is
-// rolled back with fn's error and committed with nil, and no other session
-// can lock the row while fn runs.
+// three; where the schema lacks the procedure (it predates MySQL migration
+// 00026; an account that may not execute it is alike) it sends START
+// TRANSACTION and the plain lock statement, and holds as before. Either
+// way the hold is a transaction: fn's write is rolled back with fn's error
+// and committed with nil, and no other session can lock the row while fn
+// runs.
 func TestMariaDBHoldStatements(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, store.MySQL)
-	if !iso.Store().ChecksCommit() {
-		t.Skip("only MariaDB begins a hold with its lock")
-	}
-	l := newLocker(t, iso.DB, nil)
-	perHold, err := statementsPerHold(t, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if perHold != 2 {
-		t.Fatalf("a hold sent %d statements, want 2 (the lock's call and the checked commit)", perHold)
-	}
-	rolledBack, committed, othersLocked := holdTransaction(t, iso, l)
-	if rolledBack != 0 || committed != 1 {
-		t.Fatalf("fn's writes after an error / nil: %d / %d rows, want 0 / 1", rolledBack, committed)
-	}
-	if othersLocked != nil {
-		t.Fatalf("another session locked the row while fn ran: %v", othersLocked)
-	}
-}
-
-// TestMariaDBLockBeginRefused: where the schema lacks dblock_lock_begin
-// (it predates MySQL migration 00026; an account that may not execute it
-// is alike), a hold sends START TRANSACTION and the plain lock statement,
-// and holds as before.
-func TestMariaDBLockBeginRefused(t *testing.T) {
-	t.Parallel()
-	iso := dbtest.New(t, store.MySQL)
-	if !iso.Store().ChecksCommit() {
-		t.Skip("only MariaDB begins a hold with its lock")
-	}
-	mustExec(t, iso, "DROP PROCEDURE dblock_lock_begin")
-	l := newLocker(t, iso.DB, nil)
-	perHold, err := statementsPerHold(t, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if perHold != 3 {
-		t.Fatalf("a hold sent %d statements, want 3 (START TRANSACTION, the lock, the checked commit)", perHold)
-	}
-	rolledBack, committed, othersLocked := holdTransaction(t, iso, l)
-	if rolledBack != 0 || committed != 1 {
-		t.Fatalf("fn's writes after an error / nil: %d / %d rows, want 0 / 1", rolledBack, committed)
-	}
-	if othersLocked != nil {
-		t.Fatalf("another session locked the row while fn ran: %v", othersLocked)
+	for _, c := range []struct {
+		name    string
+		drop    bool
+		perHold int64
+	}{
+		{"the lock's call and the checked commit", false, 2},
+		{"START TRANSACTION, the lock, the checked commit", true, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, store.MySQL)
+			if !iso.Store().ChecksCommit() {
+				t.Skip("only MariaDB begins a hold with its lock")
+			}
+			if c.drop {
+				mustExec(t, iso, "DROP PROCEDURE dblock_lock_begin")
+			}
+			l := newLocker(t, iso.DB, nil)
+			perHold, err := statementsPerHold(t, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if perHold != c.perHold {
+				t.Fatalf("a hold sent %d statements, want %d", perHold, c.perHold)
+			}
+			rolledBack, committed, othersLock := holdTransaction(t, iso, l)
+			if rolledBack != 0 || committed != 1 {
+				t.Fatalf("fn's writes after an error / nil: %d / %d rows, want 0 / 1", rolledBack, committed)
+			}
+			if !errors.Is(othersLock, dblock.ErrNotAcquired) {
+				t.Fatalf("another session's lock of the row while fn ran: %v, want ErrNotAcquired", othersLock)
+			}
+		})
 	}
 }
 
@@ -112,9 +103,9 @@ func statementsPerHold(t *testing.T, l *pessimistic.Locker) (int64, error) {
 
 // holdTransaction runs a hold whose fn writes a row and fails, and one
 // whose fn writes a row and succeeds: it returns the rows each left, and
-// the error of another session's lock of the name while the second fn ran
-// (nil: it locked the row).
-func holdTransaction(t *testing.T, iso *dbtest.Isolated, l *pessimistic.Locker) (rolledBack, committed int, othersLocked error) {
+// the outcome of another session's lock of the name while the second fn
+// ran (nil: it locked the row), classified.
+func holdTransaction(t *testing.T, iso *dbtest.Isolated, l *pessimistic.Locker) (rolledBack, committed int, othersLock error) {
 	ctx := testCtx(t)
 	name := randName(t)
 	mustExec(t, iso, "CREATE TABLE p_marks (id INT PRIMARY KEY)")
@@ -133,12 +124,7 @@ func holdTransaction(t *testing.T, iso *dbtest.Isolated, l *pessimistic.Locker) 
 		if _, err := tx.ExecContext(ctx, "INSERT INTO p_marks (id) VALUES (2)"); err != nil {
 			return err
 		}
-		othersLocked = lockElsewhere(ctx, other, name)
-		if othersLocked == nil {
-			othersLocked = fmt.Errorf("locked")
-		} else {
-			othersLocked = nil
-		}
+		othersLock = iso.Store().Classify(lockElsewhere(ctx, other, name))
 		return nil
 	})
 	if err != nil {
@@ -151,7 +137,7 @@ func holdTransaction(t *testing.T, iso *dbtest.Isolated, l *pessimistic.Locker) 
 		}
 		return n
 	}
-	return count(1), count(2), othersLocked
+	return count(1), count(2), othersLock
 }
 
 // lockElsewhere locks name's row without waiting in a transaction of its
