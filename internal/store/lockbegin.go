@@ -41,15 +41,17 @@ func beginPending(conn *sql.Conn) bool {
 	return pending
 }
 
-// lockBegin runs MariaDBLockBegin on conn when its transaction's BEGIN is
+// lockBegin runs MariaDBLockBegin in tx, open on conn, when its BEGIN is
 // pending (done reports whether it ran; its error is the lock's). A refused
 // procedure is not done: the driver has begun the transaction meanwhile,
-// and the caller sends the plain statement.
-func lockBegin(ctx context.Context, conn *sql.Conn, name string, shared bool, dest []any) (done bool, err error) {
+// and the caller sends the plain statement. The call goes through tx, not
+// conn: database/sql closes a Conn whose statement fails with
+// driver.ErrBadConn, and would wait there for the transaction it holds.
+func lockBegin(ctx context.Context, tx Querier, conn *sql.Conn, name string, shared bool, dest []any) (done bool, err error) {
 	if conn == nil || !beginPending(conn) {
 		return false, nil
 	}
-	err = conn.QueryRowContext(ctx, MariaDBLockBegin, name, shared).Scan(dest...)
+	err = tx.QueryRowxContext(ctx, MariaDBLockBegin, name, shared).Scan(dest...)
 	if ProcedureRefused(err) {
 		return false, nil
 	}
