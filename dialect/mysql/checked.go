@@ -137,7 +137,7 @@ func (c *checkedConn) ExecContext(ctx context.Context, query string, args []driv
 }
 
 func (c *checkedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	if query == store.MariaDBLockBegin && c.BeginPending() {
+	if query == store.MariaDBLockBegin {
 		return c.lockBegin(ctx, args)
 	}
 	if err := c.begun(ctx); err != nil {

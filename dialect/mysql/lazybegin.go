@@ -12,7 +12,8 @@ import (
 // sends nothing at BeginTx: the hold's first statement is its lock, which
 // the store sends as store.MariaDBLockBegin (MySQL migration 00026's
 // dblock_lock_begin, which begins the transaction and locks the row in one
-// call) while BeginPending says so. Any other first statement has START
+// call) while the BEGIN is pending (else it answers store.ErrBegun,
+// sending nothing). Any other first statement has START
 // TRANSACTION sent before it, and so does the lock where the procedure is
 // refused (missing, or not executable by the account): the BEGIN is then
 // no longer deferred on this connection. A transaction that ends before
@@ -34,10 +35,6 @@ func (c *checkedConn) defers(ctx context.Context, opts driver.TxOptions) bool {
 		opts.Isolation == driver.IsolationLevel(0) && !opts.ReadOnly
 }
 
-// BeginPending reports whether the connection's transaction has its BEGIN
-// still to send (store.BeginPender).
-func (c *checkedConn) BeginPending() bool { return c.tx != nil && c.tx.pending }
-
 // begun sends a deferred BEGIN on its own, before a statement that cannot
 // carry it. After a failed BEGIN every statement of the transaction fails:
 // none may run outside it.
@@ -54,12 +51,16 @@ func (c *checkedConn) begun(ctx context.Context) error {
 	return c.tx.failed
 }
 
-// lockBegin sends the hold's lock with its BEGIN (store.MariaDBLockBegin).
-// Whatever it answers, the transaction has begun on the server after it
-// (a refused lock leaves it open), unless the procedure itself was refused:
+// lockBegin sends the hold's lock with its BEGIN (store.MariaDBLockBegin)
+// while the BEGIN is pending, and answers store.ErrBegun otherwise. Whatever
+// the call answers, the transaction has begun on the server after it (a
+// refused lock leaves it open), unless the procedure itself was refused:
 // then START TRANSACTION is sent at once, and the error returned for the
 // store to send its plain lock statement.
 func (c *checkedConn) lockBegin(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	if c.tx == nil || !c.tx.pending {
+		return nil, store.ErrBegun
+	}
 	q, ok := c.conn.(driver.QueryerContext)
 	if !ok {
 		return nil, errNoInterface

@@ -40,7 +40,7 @@ func (d mysqlDialect) lockRow(ctx context.Context, db *DB, tx Querier, name stri
 	query := d.Row().lockText(p)
 	switch {
 	case p.NoWait && d.mariadb && db.DefersBegin():
-		if done, err := lockBegin(ctx, tx, p.Conn, name, p.Shared, dest); done {
+		if done, err := lockBegin(ctx, tx, name, p.Shared, dest); done {
 			return err
 		}
 		return db.txQueryRow(ctx, tx, query, []any{name}, dest...)
