@@ -17,80 +17,11 @@ import (
 	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
-	"github.com/dblock-go/dblock/telemetry"
-)
-
-// Defaults of Config.
-const (
-	ScheduleDefault     = "@every 15s"
-	BatchSizeDefault    = 1000
-	RetentionDefault    = 24 * time.Hour
-	WaiterGraceDefault  = 10 * time.Second
-	QueryTimeoutDefault = 30 * time.Second
-	BatchPauseDefault   = 100 * time.Millisecond
-
-	// RetentionMin is the shortest Retention accepted. A deleted row's name
-	// starts again from the fencing floor, so deletions must come long after
-	// the row's last acquisition.
-	RetentionMin = time.Minute
-	// BatchSizeMax is the largest BatchSize accepted.
-	BatchSizeMax = 10000
 )
 
 // LeaseName is the name of the reaper's own lease: a pass runs only while its
 // replica holds it, so several replicas never work at once.
 const LeaseName = "dblock:reaper"
-
-// Config configures a Reaper. The zero value means "every default".
-type Config struct {
-	// Schedule is a cron spec: five standard fields ("*/5 * * * *"), a
-	// descriptor ("@hourly") or an interval ("@every 15s"), evaluated in UTC.
-	// Defaults to "@every 15s".
-	Schedule string
-	// BatchSize bounds the rows one statement frees or deletes (1 to 10000).
-	// On SQLite, where a batch holds the database's only write lock, batches
-	// start at a sixteenth of it and grow (or shrink back) to hold that lock
-	// about 20 ms, a fifth of what a lease acquisition waits for it.
-	// Defaults to 1000.
-	BatchSize int
-	// Retention is how long a free row stays before it is deleted (at least
-	// one minute). Defaults to 24h.
-	Retention time.Duration
-	// HistoryRetention, when positive, is how long an entry of the
-	// acquisition history (package history) is kept: each pass deletes
-	// the entries that ended longer ago (where the database keeps a
-	// history: not MySQL 8). Defaults to zero: kept for good.
-	HistoryRetention time.Duration
-	// WaiterGrace is how long past its heartbeat deadline a fair-queue waiter
-	// is kept before it is deleted. Defaults to 10s.
-	WaiterGrace time.Duration
-	// BatchPause is the pause after each full batch, before the next, so a
-	// large backlog is worked off without crowding out foreground locking; a
-	// pass with less than a batch of work never pauses. Negative means no
-	// pause. Defaults to 100ms.
-	BatchPause time.Duration
-	// QueryTimeout bounds each batch (and each statement on the reaper's own
-	// lease). The reaper's lease lasts four times this and is renewed before
-	// a batch once a third of it has passed; no batch runs past the lease's
-	// local deadline. Defaults to 30s.
-	QueryTimeout time.Duration
-	// Owner names this replica. Each pass holds the reaper lease as Owner
-	// followed by "#" and a random pass id, so two passes never share an
-	// owner (and never re-enter each other's lease), even two passes of one
-	// Reaper or of replicas given the same Owner. At most 238 bytes.
-	// Defaults to dblock.NewOwner().
-	Owner string
-	// Logger receives per-pass counts (Info when the pass freed or deleted
-	// rows, Debug when it found nothing to do), skipped passes and retries
-	// (Debug, Warn) and failed scheduled passes (Error). Defaults to none: the library logs nothing unless given a logger.
-	Logger *slog.Logger
-	// Hooks observe passes, for metrics and tracing. Optional.
-	Hooks *Hooks
-	// Telemetry's MeterProvider receives the reaper's instruments (see
-	// package telemetry), as Handler's /metrics serves them. Defaults to
-	// the global OpenTelemetry provider.
-	Telemetry *telemetry.Config
-}
 
 // Hooks observe passes. Every field is optional. Hooks run synchronously on
 // the pass's goroutine and must not block.
@@ -184,13 +115,6 @@ type Reaper struct {
 // maxOrphans bounds Reaper.orphans; older entries have expired long since.
 const maxOrphans = 8
 
-// passIDLen is the length of the suffix "#" + 16 hex digits that makes each
-// pass's lease owner unique.
-const passIDLen = 17
-
-// cronParser accepts five standard fields and descriptors (including @every).
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
 // New returns a Reaper on db. cfg may be nil (every default). Configuration
 // errors wrap dblock.ErrInvalidOption. New does not touch the database: call
 // Check to verify the schema at start.
@@ -203,62 +127,9 @@ func New(handle *dialect.DB, cfg *Config) (*Reaper, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.Schedule == "" {
-		c.Schedule = ScheduleDefault
-	}
-	sched, err := cronParser.Parse(c.Schedule)
+	sched, leaseTTL, err := c.resolve()
 	if err != nil {
-		return nil, fmt.Errorf("reaper: %w: schedule %q: %w (want five cron fields, a descriptor such as @hourly, or @every 15s)",
-			dblock.ErrInvalidOption, c.Schedule, err)
-	}
-	switch {
-	case c.BatchSize == 0:
-		c.BatchSize = BatchSizeDefault
-	case c.BatchSize < 0 || c.BatchSize > BatchSizeMax:
-		return nil, fmt.Errorf("reaper: %w: batch size %d out of range [1, %d]", dblock.ErrInvalidOption, c.BatchSize, BatchSizeMax)
-	}
-	if c.HistoryRetention < 0 {
-		return nil, fmt.Errorf("reaper: %w: history retention %v is negative", dblock.ErrInvalidOption, c.HistoryRetention)
-	}
-	switch {
-	case c.Retention == 0:
-		c.Retention = RetentionDefault
-	case c.Retention < RetentionMin:
-		return nil, fmt.Errorf("reaper: %w: retention %v shorter than %v", dblock.ErrInvalidOption, c.Retention, RetentionMin)
-	}
-	switch {
-	case c.WaiterGrace == 0:
-		c.WaiterGrace = WaiterGraceDefault
-	case c.WaiterGrace < 0:
-		return nil, fmt.Errorf("reaper: %w: waiter grace %v is negative", dblock.ErrInvalidOption, c.WaiterGrace)
-	}
-	switch {
-	case c.BatchPause == 0:
-		c.BatchPause = BatchPauseDefault
-	case c.BatchPause < 0:
-		c.BatchPause = 0
-	case c.BatchPause > time.Minute:
-		return nil, fmt.Errorf("reaper: %w: batch pause %v longer than a minute", dblock.ErrInvalidOption, c.BatchPause)
-	}
-	switch {
-	case c.QueryTimeout == 0:
-		c.QueryTimeout = QueryTimeoutDefault
-	case c.QueryTimeout < 10*time.Millisecond:
-		return nil, fmt.Errorf("reaper: %w: query timeout %v shorter than 10ms", dblock.ErrInvalidOption, c.QueryTimeout)
-	}
-	leaseTTL := 4 * c.QueryTimeout
-	if err := mode.ValidateTTL(leaseTTL); err != nil {
-		return nil, fmt.Errorf("reaper: query timeout %v: %w", c.QueryTimeout, err)
-	}
-	if c.Owner == "" {
-		c.Owner = dblock.NewOwner()
-	}
-	if err := mode.ValidateOwner(c.Owner); err != nil {
-		return nil, fmt.Errorf("reaper: %w", err)
-	}
-	if len(c.Owner) > dblock.MaxOwnerLen-passIDLen {
-		return nil, fmt.Errorf("reaper: %w: owner of %d bytes, at most %d (a pass id is appended)",
-			dblock.ErrInvalidOption, len(c.Owner), dblock.MaxOwnerLen-passIDLen)
+		return nil, err
 	}
 	m, err := newMetrics(c.Telemetry)
 	if err != nil {
@@ -455,27 +326,9 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **passLease) (s
 		return st, fmt.Errorf("reaper: %w", err)
 	}
 	st.Owner = r.passOwner()
-	actx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-	res, err := r.db.AcquireLease(actx, nil, store.AcquireParams{
-		Name: LeaseName, Owner: st.Owner, Mode: dblock.ModeOptimistic, TTL: r.leaseTTL, Metadata: "dblock reaper",
-	})
-	cancel()
+	res, err := r.takeLease(ctx, st.Owner)
 	if err != nil {
-		r.orphan(st.Owner) // The acquire may have committed.
-		return st, fmt.Errorf("reaper: take lease %q: %w", LeaseName, err)
-	}
-	if !res.Acquired && r.reclaim(ctx, res.Holder) {
-		// An earlier pass of this Reaper left the lease held; freed, so
-		// this pass takes it.
-		actx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-		res, err = r.db.AcquireLease(actx, nil, store.AcquireParams{
-			Name: LeaseName, Owner: st.Owner, Mode: dblock.ModeOptimistic, TTL: r.leaseTTL, Metadata: "dblock reaper",
-		})
-		cancel()
-		if err != nil {
-			r.orphan(st.Owner)
-			return st, fmt.Errorf("reaper: take lease %q: %w", LeaseName, err)
-		}
+		return st, err
 	}
 	if !res.Acquired {
 		st.Skipped = true
@@ -490,16 +343,55 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **passLease) (s
 	if h := r.hooks.OnPassStart; h != nil {
 		h(res.Token)
 	}
+	if err := r.readGauges(ctx, l, &st); err != nil {
+		return st, err
+	}
+	for _, s := range r.steps(&st) {
+		if err := r.runStep(ctx, l, s, &st); err != nil || st.Stopped {
+			return st, err
+		}
+	}
+	return st, nil
+}
 
-	// The gauges describe what the pass found: read before it frees anything
-	// (the oldest stale age says how far behind the reaper is).
+// takeLease tries to take the reaper lease for owner; when an earlier pass
+// of this Reaper left it held, it frees it and tries once more.
+func (r *Reaper) takeLease(ctx context.Context, owner string) (store.AcquireResult, error) {
+	res, err := r.acquireLease(ctx, owner)
+	if err == nil && !res.Acquired && r.reclaim(ctx, res.Holder) {
+		res, err = r.acquireLease(ctx, owner)
+	}
+	return res, err
+}
+
+// acquireLease is one bounded try at the reaper lease.
+func (r *Reaper) acquireLease(ctx context.Context, owner string) (store.AcquireResult, error) {
+	actx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	res, err := r.db.AcquireLease(actx, nil, store.AcquireParams{
+		Name: LeaseName, Owner: owner, Mode: dblock.ModeOptimistic, TTL: r.leaseTTL, Metadata: "dblock reaper",
+	})
+	if err != nil {
+		r.orphan(owner) // The acquire may have committed.
+		return res, fmt.Errorf("reaper: take lease %q: %w", LeaseName, err)
+	}
+	return res, nil
+}
+
+// readGauges stores in st what the pass finds, read before it frees
+// anything (the oldest stale age says how far behind the reaper is).
+func (r *Reaper) readGauges(ctx context.Context, l *passLease, st *Stats) error {
 	g, err := step(ctx, r, l, "read gauges", r.db.ReapGauges)
 	if err != nil {
-		return st, err
+		return err
 	}
 	// The reaper's own lease is held while the gauges are read: leave it out.
 	st.LocksHeld, st.Waiters, st.DeadWaiters, st.OldestStale = max(g.LocksHeld-1, 0), g.Waiters, g.DeadWaiters, g.OldestStale
+	return nil
+}
 
+// steps lists the work of a pass, in order, counting into st.
+func (r *Reaper) steps(st *Stats) []reapStep {
 	steps := []reapStep{
 		{"free expired leases", &st.ExpiredFreed, 0, r.db.ReapExpired},
 		{"delete dead waiters", &st.WaitersDeleted, r.cfg.WaiterGrace, r.db.ReapWaiters},
@@ -511,43 +403,57 @@ func (r *Reaper) pass(ctx context.Context, start time.Time, held **passLease) (s
 	if r.cfg.HistoryRetention > 0 && r.db.HistorySupported() {
 		steps = append(steps, reapStep{"prune history", &st.HistoryPruned, r.cfg.HistoryRetention, r.db.ReapHistory})
 	}
+	return steps
+}
+
+// runStep runs s in batches until it has nothing more to do, a batch fails,
+// or Stop is called (st.Stopped). Where the database has one writer
+// (SQLite), the batch size follows how long batches hold it.
+func (r *Reaper) runStep(ctx context.Context, l *passLease, s reapStep, st *Stats) error {
 	oneWriter := !r.db.Dialect.Caps().RowLocks
-	for _, s := range steps {
-		p := store.ReapParams{Limit: r.cfg.BatchSize, Age: s.age}
-		if oneWriter {
-			p.Limit = r.writeLimit(0)
+	p := store.ReapParams{Limit: r.cfg.BatchSize, Age: s.age}
+	if oneWriter {
+		p.Limit = r.writeLimit(0)
+	}
+	for more := true; more; {
+		if r.isStopping() {
+			st.Stopped = true
+			return nil
 		}
-		for more := true; more; {
-			if r.isStopping() {
-				st.Stopped = true
-				return st, nil
-			}
-			began := time.Now()
-			res, err := step(ctx, r, l, s.what, func(ctx context.Context) (store.ReapResult, error) { return s.run(ctx, p) })
-			if err != nil {
-				return st, err
-			}
-			if oneWriter {
-				p.Limit = r.writeLimit(writeBudgetLimit(p.Limit, r.cfg.BatchSize, time.Since(began)))
-			}
-			*s.count += res.Rows
-			if res.Rows > 0 {
-				st.Batches++
-			}
-			r.progress()
-			more = res.More
-			if more && r.cfg.BatchPause > 0 {
-				t := time.NewTimer(r.cfg.BatchPause)
-				select {
-				case <-ctx.Done():
-				case <-r.stopping:
-				case <-t.C:
-				}
-				t.Stop()
-			}
+		began := time.Now()
+		res, err := step(ctx, r, l, s.what, func(ctx context.Context) (store.ReapResult, error) { return s.run(ctx, p) })
+		if err != nil {
+			return err
+		}
+		if oneWriter {
+			p.Limit = r.writeLimit(writeBudgetLimit(p.Limit, r.cfg.BatchSize, time.Since(began)))
+		}
+		*s.count += res.Rows
+		if res.Rows > 0 {
+			st.Batches++
+		}
+		r.progress()
+		more = res.More
+		if more {
+			r.batchPause(ctx)
 		}
 	}
-	return st, nil
+	return nil
+}
+
+// batchPause waits Config.BatchPause between two batches, or until ctx ends
+// or Stop is called.
+func (r *Reaper) batchPause(ctx context.Context) {
+	if r.cfg.BatchPause <= 0 {
+		return
+	}
+	t := time.NewTimer(r.cfg.BatchPause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-r.stopping:
+	case <-t.C:
+	}
 }
 
 // reapStep is one kind of work of a pass, run in batches: what it is, where
