@@ -57,30 +57,13 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 	}
 	h.spMu.Lock()
 	defer h.spMu.Unlock()
-
-	lk.mu.Lock()
-	if h.ended || h.lost != nil {
-		lk.mu.Unlock()
-		return fmt.Errorf("pessimistic: %s %q: %w", op, label, dblock.ErrReleased)
+	add, withTokens, err := lk.namesToAdd(h, names)
+	if err != nil {
+		return fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
 	}
-	var add []string
-	for _, n := range names {
-		if slices.Contains(h.names, n) || slices.Contains(add, n) {
-			continue
-		}
-		if o, ok := lk.holds[holdKey{n, h.owner}]; ok && o != h && !o.ended && o.lost == nil {
-			lk.mu.Unlock()
-			return fmt.Errorf("pessimistic: %s %q: %w: %q is already held by this owner in another transaction (it would wait for itself)",
-				op, label, dblock.ErrInvalidOption, n)
-		}
-		add = append(add, n)
-	}
-	withTokens := h.tokens != nil
-	lk.mu.Unlock()
 	if len(add) == 0 {
 		return nil
 	}
-	slices.Sort(add)
 	if withTokens && !lk.caps.RowLocks {
 		return fmt.Errorf("pessimistic: %s %q: %w: on SQLite a lock that asked for tokens cannot take more names; take them all at once (AcquireMany)",
 			op, label, dblock.ErrInvalidOption)
@@ -97,15 +80,46 @@ func (l *Lease) lockMore(ctx context.Context, op string, names []string, try boo
 	}
 	var tokens map[string]dblock.Token
 	if withTokens {
-		var err error
 		if tokens, err = lk.moreTokens(ctx, h, add); err != nil {
 			return fmt.Errorf("pessimistic: %s %q: token: %w", op, label, err)
 		}
 	}
+	if err := lk.addNames(h, add, tokens); err != nil {
+		return fmt.Errorf("pessimistic: %s %q: %w", op, label, err)
+	}
+	return nil
+}
+
+// namesToAdd returns, sorted, the names of names that h does not hold yet,
+// and whether h carries fencing tokens. A name this owner holds in another
+// transaction is refused: locking it would wait for itself.
+func (lk *Locker) namesToAdd(h *hold, names []string) (add []string, withTokens bool, err error) {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	if h.ended || h.lost != nil {
-		return fmt.Errorf("pessimistic: %s %q: %w: the hold ended meanwhile", op, label, dblock.ErrNotAcquired)
+		return nil, false, dblock.ErrReleased
+	}
+	for _, n := range names {
+		if slices.Contains(h.names, n) || slices.Contains(add, n) {
+			continue
+		}
+		if o, ok := lk.holds[holdKey{n, h.owner}]; ok && o != h && !o.ended && o.lost == nil {
+			return nil, false, fmt.Errorf("%w: %q is already held by this owner in another transaction (it would wait for itself)",
+				dblock.ErrInvalidOption, n)
+		}
+		add = append(add, n)
+	}
+	slices.Sort(add)
+	return add, h.tokens != nil, nil
+}
+
+// addNames records names add, now locked in h's transaction, and their
+// tokens (nil: none), unless the hold ended while they were taken.
+func (lk *Locker) addNames(h *hold, add []string, tokens map[string]dblock.Token) error {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if h.ended || h.lost != nil {
+		return fmt.Errorf("%w: the hold ended meanwhile", dblock.ErrNotAcquired)
 	}
 	for _, n := range add {
 		h.names = append(h.names, n)

@@ -222,80 +222,105 @@ func (l *Locker) watch() {
 			return
 		case <-t.C:
 		}
-		// side.mu before mu: an acquisition that reserved the connection
-		// has already counted itself in acquiring.
-		l.side.mu.Lock()
-		l.mu.Lock()
-		var holds []*hold
-		for h := range l.all {
-			if h.session.ID != 0 && !h.ended && h.lost == nil {
-				holds = append(holds, h)
-			}
-		}
-		if len(l.all) == 0 && l.acquiring == 0 {
-			l.watching = false
-			conn := l.side.conn
-			l.side.set(nil)
-			l.mu.Unlock()
-			l.side.mu.Unlock()
-			if conn != nil {
-				closeConn(conn, false)
-			}
+		holds, idle := l.watchedHolds()
+		if idle {
 			return
 		}
-		l.mu.Unlock()
-		l.side.mu.Unlock()
 		if len(holds) == 0 {
 			continue
 		}
-		timeout := max(4*l.interval, 2*time.Second)
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		alive := make([]bool, len(holds))
-		err := l.withSide(ctx, false, func(q store.Querier) error {
-			inc, err := l.sideIncarnation(ctx, q)
-			if err != nil {
-				return err
-			}
-			// Holds taken on an earlier incarnation (or another server)
-			// are lost whatever runs under their ids now.
-			var (
-				ask []store.SessionRef
-				at  []int
-			)
-			for i, h := range holds {
-				if l.onIncarnation(h, inc) {
-					ask = append(ask, h.session)
-					at = append(at, i)
-				}
-			}
-			found, err := l.db.SessionsAlive(ctx, q, ask)
-			for j, ok := range found {
-				alive[at[j]] = ok
-			}
-			return err
-		})
-		cancel()
-		now := time.Now()
-		unknown := errors.Is(err, ErrPoolExhausted) || errors.Is(err, errNoSide)
-		for i, h := range holds {
-			switch {
-			case err == nil && alive[i], unknown:
-				l.mu.Lock()
-				h.lastSeen = now
-				l.mu.Unlock()
-			case err == nil:
-				l.lose(h, dblock.ErrConnLost, false)
-			default:
-				l.mu.Lock()
-				stale := !h.ended && now.Sub(h.lastSeen) > h.ttl/2
-				l.mu.Unlock()
-				if stale {
-					l.loseUnreachable(h, fmt.Errorf("%w: session unconfirmed: %w", dblock.ErrConnLost, err))
-				}
-			}
-		}
+		alive, err := l.askAlive(holds)
+		l.judge(holds, alive, err)
 		if l.hooks4test.watched != nil {
 			l.hooks4test.watched(err)
+		}
+	}
+}
+
+// watchedHolds lists the holds whose sessions the watcher asks after. When
+// the Locker neither holds nor takes a lock, the watcher stops instead
+// (idle), giving back the Locker's own connection.
+func (l *Locker) watchedHolds() (holds []*hold, idle bool) {
+	// side.mu before mu: an acquisition that reserved the connection
+	// has already counted itself in acquiring.
+	l.side.mu.Lock()
+	l.mu.Lock()
+	for h := range l.all {
+		if h.session.ID != 0 && !h.ended && h.lost == nil {
+			holds = append(holds, h)
+		}
+	}
+	if len(l.all) == 0 && l.acquiring == 0 {
+		l.watching = false
+		conn := l.side.conn
+		l.side.set(nil)
+		l.mu.Unlock()
+		l.side.mu.Unlock()
+		if conn != nil {
+			closeConn(conn, false)
+		}
+		return nil, true
+	}
+	l.mu.Unlock()
+	l.side.mu.Unlock()
+	return holds, false
+}
+
+// askAlive asks the server, on the Locker's own connection, which of the
+// holds' sessions are alive. Holds taken on an earlier incarnation (or
+// another server) are not asked: they are lost whatever runs under their
+// ids now.
+func (l *Locker) askAlive(holds []*hold) ([]bool, error) {
+	timeout := max(4*l.interval, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	alive := make([]bool, len(holds))
+	err := l.withSide(ctx, false, func(q store.Querier) error {
+		inc, err := l.sideIncarnation(ctx, q)
+		if err != nil {
+			return err
+		}
+		var (
+			ask []store.SessionRef
+			at  []int
+		)
+		for i, h := range holds {
+			if l.onIncarnation(h, inc) {
+				ask = append(ask, h.session)
+				at = append(at, i)
+			}
+		}
+		found, err := l.db.SessionsAlive(ctx, q, ask)
+		for j, ok := range found {
+			alive[at[j]] = ok
+		}
+		return err
+	})
+	return alive, err
+}
+
+// judge acts on the watcher's answer: a hold whose session is alive (or
+// that could not be asked for want of a connection) was seen now; one
+// whose session is gone is lost; one the server could not be asked about
+// is lost once it has gone unconfirmed for half its TTL.
+func (l *Locker) judge(holds []*hold, alive []bool, err error) {
+	now := time.Now()
+	unknown := errors.Is(err, ErrPoolExhausted) || errors.Is(err, errNoSide)
+	for i, h := range holds {
+		switch {
+		case err == nil && alive[i], unknown:
+			l.mu.Lock()
+			h.lastSeen = now
+			l.mu.Unlock()
+		case err == nil:
+			l.lose(h, dblock.ErrConnLost, false)
+		default:
+			l.mu.Lock()
+			stale := !h.ended && now.Sub(h.lastSeen) > h.ttl/2
+			l.mu.Unlock()
+			if stale {
+				l.loseUnreachable(h, fmt.Errorf("%w: session unconfirmed: %w", dblock.ErrConnLost, err))
+			}
 		}
 	}
 }
