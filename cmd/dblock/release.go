@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/dialect"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -71,22 +72,8 @@ func (a *app) release(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("release %q: %w", *name, a.schemaError(err))
 	}
-	// A live lease is the hold (pessimistic acquirers wait for it), except
-	// on SQLite, where a transaction holding the write lock would make the
-	// release wait and fail.
-	if !before.Held() || !store.Of(db).Dialect.Caps().RowLocks {
-		tx, err := store.Of(db).ProbeTxHolds(ctx, []string{*name}, 0)
-		if err != nil {
-			return fmt.Errorf("release %q: probe for a transaction hold: %w", *name, a.schemaError(err))
-		}
-		switch {
-		case tx.WriteLocked:
-			return withCode(exitNotAcquired, fmt.Errorf("release: cannot free %q: the database is write-locked by a transaction "+
-				"(SQLite: a pessimistic hold locks the whole file), which only ending that transaction can free; nothing released", *name))
-		case tx.Held(*name):
-			return withCode(exitNotAcquired, fmt.Errorf("release: %q is held by a transaction (pessimistic mode), which only ending "+
-				"that transaction or its database session can free; nothing released", *name))
-		}
+	if err := a.refuseTxHold(ctx, db, *name, before); err != nil {
+		return err
 	}
 	freed, err := store.Of(db).ForceRelease(ctx, nil, *name)
 	if err != nil {
@@ -96,14 +83,44 @@ func (a *app) release(ctx context.Context, args []string) error {
 		fmt.Fprintf(a.stdout, "%q is not held: nothing to release\n", *name)
 		return nil
 	}
-	if before.Owner != "" {
-		state := ""
-		if !before.ExpiresAt.IsZero() && !before.ExpiresAt.After(before.Now) {
-			state = ", lease already expired"
-		}
-		fmt.Fprintf(a.stdout, "released %q (was held by owner %q, token %d%s)\n", *name, before.Owner, before.Version, state)
+	a.printReleased(*name, before)
+	return nil
+}
+
+// refuseTxHold refuses to free name while a transaction holds it (a
+// pessimistic hold), which only ending that transaction can free. A live
+// lease is the hold (pessimistic acquirers wait for it), except on SQLite,
+// where a transaction holding the write lock would make the release wait
+// and fail: there the probe always runs.
+func (a *app) refuseTxHold(ctx context.Context, db *dialect.DB, name string, before store.Holder) error {
+	if before.Held() && store.Of(db).Dialect.Caps().RowLocks {
 		return nil
 	}
-	fmt.Fprintf(a.stdout, "released %q\n", *name)
+	tx, err := store.Of(db).ProbeTxHolds(ctx, []string{name}, 0)
+	if err != nil {
+		return fmt.Errorf("release %q: probe for a transaction hold: %w", name, a.schemaError(err))
+	}
+	switch {
+	case tx.WriteLocked:
+		return withCode(exitNotAcquired, fmt.Errorf("release: cannot free %q: the database is write-locked by a transaction "+
+			"(SQLite: a pessimistic hold locks the whole file), which only ending that transaction can free; nothing released", name))
+	case tx.Held(name):
+		return withCode(exitNotAcquired, fmt.Errorf("release: %q is held by a transaction (pessimistic mode), which only ending "+
+			"that transaction or its database session can free; nothing released", name))
+	}
 	return nil
+}
+
+// printReleased says what was freed: the owner and token it was held by
+// (and whether its lease had already expired), when it was a lease.
+func (a *app) printReleased(name string, before store.Holder) {
+	if before.Owner == "" {
+		fmt.Fprintf(a.stdout, "released %q\n", name)
+		return
+	}
+	state := ""
+	if !before.ExpiresAt.IsZero() && !before.ExpiresAt.After(before.Now) {
+		state = ", lease already expired"
+	}
+	fmt.Fprintf(a.stdout, "released %q (was held by owner %q, token %d%s)\n", name, before.Owner, before.Version, state)
 }

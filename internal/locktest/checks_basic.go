@@ -334,29 +334,16 @@ func checkDo(t *testing.T, s *suite) {
 	wantFree(t, other, ctx, name)
 }
 
-func checkClose(t *testing.T, s *suite) {
-	ctx := s.ctx()
-	l := s.env.Locker(t, false)
-	other := s.otherLocker()
-	a, b, busy := RandomName("close-a"), RandomName("close-b"), RandomName("close-busy")
-	la := mustAcquire(t, l, ctx, a)
-	lb := mustAcquire(t, l, ctx, b, dblock.WithTTL(time.Minute))
-	released := mustAcquire(t, l, ctx, RandomName("close-released"))
-	release(t, released)
-	holder := mustAcquire(t, other, ctx, busy)
-	waiter := make(chan error, 1)
-	go func() {
-		_, err := l.Acquire(ctx, busy, opts()...)
-		waiter <- err
-	}()
-	// A Do whose fn runs while Close runs: Close must tell fn (cancel its
-	// context) that the lock is gone, not free the name under it silently.
-	doName := RandomName("close-do")
+// doUntilCancelled starts l.Do on name with an fn that waits for its
+// context to end, and returns once fn runs: fnCause receives the cause of
+// that context's end (nil if it did not end within hangGuard), doErr what
+// Do returned.
+func doUntilCancelled(t *testing.T, ctx context.Context, l dblock.Locker, name string) (fnCause, doErr chan error) {
+	t.Helper()
 	fnRunning := make(chan struct{})
-	fnCause := make(chan error, 1)
-	doErr := make(chan error, 1)
+	fnCause, doErr = make(chan error, 1), make(chan error, 1)
 	go func() {
-		doErr <- l.Do(ctx, doName, func(fctx context.Context) error {
+		doErr <- l.Do(ctx, name, func(fctx context.Context) error {
 			close(fnRunning)
 			select {
 			case <-fctx.Done():
@@ -375,6 +362,28 @@ func checkClose(t *testing.T, s *suite) {
 	case <-time.After(hangGuard):
 		t.Fatalf("Do's fn did not start")
 	}
+	return fnCause, doErr
+}
+
+func checkClose(t *testing.T, s *suite) {
+	ctx := s.ctx()
+	l := s.env.Locker(t, false)
+	other := s.otherLocker()
+	a, b, busy := RandomName("close-a"), RandomName("close-b"), RandomName("close-busy")
+	la := mustAcquire(t, l, ctx, a)
+	lb := mustAcquire(t, l, ctx, b, dblock.WithTTL(time.Minute))
+	released := mustAcquire(t, l, ctx, RandomName("close-released"))
+	release(t, released)
+	holder := mustAcquire(t, other, ctx, busy)
+	waiter := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, busy, opts()...)
+		waiter <- err
+	}()
+	// A Do whose fn runs while Close runs: Close must tell fn (cancel its
+	// context) that the lock is gone, not free the name under it silently.
+	doName := RandomName("close-do")
+	fnCause, doErr := doUntilCancelled(t, ctx, l, doName)
 	time.Sleep(100 * time.Millisecond)
 	if err := call(t, l.Close); err != nil {
 		t.Fatalf("Close: %v", err)

@@ -267,56 +267,77 @@ func worker(newLocker func(db *dialect.DB) dblock.Locker) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, shared.Close()) }()
-	opts := []dblock.Option{dblock.WithToken()}
-	renewing := false
+	pw := &procWorker{l: l, name: name, shared: shared, out: bufio.NewWriter(out), pid: os.Getpid(),
+		opts: []dblock.Option{dblock.WithToken()}}
 	if v := os.Getenv(envTTL); v != "" {
 		ttl, err := time.ParseDuration(v)
 		if err != nil {
 			return fmt.Errorf("ttl: %w", err)
 		}
-		opts = append(opts, dblock.WithTTL(ttl))
-		renewing = true
+		pw.opts = append(pw.opts, dblock.WithTTL(ttl))
+		pw.renewing = true
 	}
-	pid := os.Getpid()
-	w := bufio.NewWriter(out)
 	for i := 0; i < iterations; i++ {
-		lease, err := l.Acquire(ctx, name, opts...)
-		if err != nil {
+		if err := pw.iterate(ctx, i); err != nil {
 			return fmt.Errorf("iteration %d: %w", i, err)
 		}
-		start := time.Now().UnixNano()
-		rec := fmt.Sprintf("%d %d\n", lease.Token(), pid)
-		if _, err := shared.WriteString("B " + rec); err != nil {
-			return err
-		}
-		if renewing {
-			hold := holdShort
-			if i%holdLongEvery == holdLongEvery-1 {
-				hold = holdLong
-			}
-			time.Sleep(hold)
-		}
-		if _, err := shared.WriteString("E " + rec); err != nil {
-			return err
-		}
-		end := time.Now().UnixNano()
-		// Trusted: the section ended while the lease still held (the local
-		// deadline is never later than the database's expiry).
-		trusted := lease.Err() == nil
-		if dl, ok := lease.Deadline(); ok && !time.Now().Before(dl) {
-			trusted = false
-		}
-		if !trusted && !renewing {
-			return fmt.Errorf("iteration %d: lease ended inside the critical section: %v", i, lease.Err())
-		}
-		if err := lease.Release(ctx); err != nil && !(renewing && errors.Is(err, dblock.ErrLost)) {
-			return fmt.Errorf("iteration %d: release: %w", i, err)
-		}
-		t := 0
-		if trusted {
-			t = 1
-		}
-		fmt.Fprintf(w, "%d %d %d %d\n", lease.Token(), start, end, t)
 	}
-	return w.Flush()
+	return pw.out.Flush()
+}
+
+// procWorker is a worker process's state: its Locker and name, the log
+// shared by every worker (a begin and an end line per section, appended)
+// and its own output (a line per section).
+type procWorker struct {
+	l        dblock.Locker
+	name     string
+	opts     []dblock.Option
+	renewing bool // a TTL was given: sections sleep, and a lease may end inside one
+	shared   *os.File
+	out      *bufio.Writer
+	pid      int
+}
+
+// iterate runs the i-th critical section: acquire, log its begin and end
+// in the shared log (sleeping between where leases renew), release, and
+// write the token, start, end and whether the lease held throughout.
+func (pw *procWorker) iterate(ctx context.Context, i int) error {
+	lease, err := pw.l.Acquire(ctx, pw.name, pw.opts...)
+	if err != nil {
+		return err
+	}
+	start := time.Now().UnixNano()
+	rec := fmt.Sprintf("%d %d\n", lease.Token(), pw.pid)
+	if _, err := pw.shared.WriteString("B " + rec); err != nil {
+		return err
+	}
+	if pw.renewing {
+		hold := holdShort
+		if i%holdLongEvery == holdLongEvery-1 {
+			hold = holdLong
+		}
+		time.Sleep(hold)
+	}
+	if _, err := pw.shared.WriteString("E " + rec); err != nil {
+		return err
+	}
+	end := time.Now().UnixNano()
+	// Trusted: the section ended while the lease still held (the local
+	// deadline is never later than the database's expiry).
+	trusted := lease.Err() == nil
+	if dl, ok := lease.Deadline(); ok && !time.Now().Before(dl) {
+		trusted = false
+	}
+	if !trusted && !pw.renewing {
+		return fmt.Errorf("lease ended inside the critical section: %v", lease.Err())
+	}
+	if err := lease.Release(ctx); err != nil && !(pw.renewing && errors.Is(err, dblock.ErrLost)) {
+		return fmt.Errorf("release: %w", err)
+	}
+	t := 0
+	if trusted {
+		t = 1
+	}
+	_, err = fmt.Fprintf(pw.out, "%d %d %d %d\n", lease.Token(), start, end, t)
+	return err
 }
