@@ -360,6 +360,7 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell, ps []*pairedC
 	} else {
 		fmt.Fprintln(w, verdict(false, false, "fair: min/max ≥ 0.9, zero FIFO violations, ≥ 0.5× optimistic rate", ""))
 	}
+	printCostBars(w, un)
 	o1, oN := findNames(names, keyOptTry, 1), findNames(names, keyOptTry, manyNames)
 	if usable(o1) && usable(oN) {
 		ra, rc := oN.allocs()/o1.allocs(), float64(oN.cpu())/float64(o1.cpu())
@@ -370,6 +371,27 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell, ps []*pairedC
 		fmt.Fprintln(w, verdict(false, false, fmt.Sprintf("optimistic allocs and CPU per op do not grow from 1 to %d names", manyNames), ""))
 	}
 	fmt.Fprintln(w)
+}
+
+// printCostBars prints the bars read from the uncontended cells at 1
+// goroutine: fair against optimistic, and what an optimistic pair costs the
+// client (allocations; CPU against the floor's).
+func printCostBars(w io.Writer, un []*cell) {
+	barVs(w, find(un, keyFair, 1), find(un, keyOptAcquire, 1), 0.7, "fair vs optimistic at 1 goroutine",
+		"fair Acquire+Release, 1 goroutine: %.3f× optimistic Acquire+Release (bar ≥ 0.7×)")
+	floor := find(un, keyFloor, 1)
+	for _, key := range []string{keyOptTry, keyOptAcquire} {
+		c := find(un, key, 1)
+		title := registry[key].title
+		if !usable(c) || !usable(floor) {
+			fmt.Fprintln(w, verdict(false, false, title+": allocations ≤ 60 and client CPU ≤ 1.1× the floor's per pair", ""))
+			continue
+		}
+		rc := float64(c.cpu()) / float64(floor.cpu())
+		fmt.Fprintln(w, verdict(true, c.allocs() <= 60, "", fmt.Sprintf("%s, 1 goroutine: %.0f allocations per pair (bar ≤ 60; the floor: %.0f)",
+			title, c.allocs(), floor.allocs())))
+		fmt.Fprintln(w, verdict(true, rc <= 1.1, "", fmt.Sprintf("%s, 1 goroutine: client CPU per pair %.2f× the floor's (bar ≤ 1.1×)", title, rc)))
+	}
 }
 
 // barVs prints the verdict of c ÷ base ≥ min; text has one %.3f for the ratio.
