@@ -135,6 +135,9 @@ type DB struct {
 	// native runs the pool's single statements through the driver's own
 	// interface where it has one (nil: database/sql).
 	native *Native
+	// windows holds the deadline that statements bounded by
+	// StatementContext share.
+	windows stmtWindows
 	// history caches whether the acquisition history is enabled.
 	history historyProbe
 	// prepared holds the hottest statements prepared (MySQL, a pool Open
