@@ -53,7 +53,9 @@ type Config struct {
 	// Defaults to ReleaseTimeoutDefault.
 	ReleaseTimeout time.Duration
 	// StatementTimeout bounds each acquire statement and each read of a
-	// waiter. The acquire statement is not
+	// waiter (statements that begin within a tenth of it of each other
+	// share one deadline, so each is given between nine tenths of it and
+	// all of it). The acquire statement is not
 	// cut short when ctx ends: a statement cancelled in flight may have
 	// taken the lock without the caller knowing, leaving the name held until
 	// the lease expires. A cancelled wait therefore returns after at most

@@ -56,7 +56,9 @@ type Config struct {
 	// lease still held, and each attempt of any release. Defaults to
 	// ReleaseTimeoutDefault.
 	ReleaseTimeout time.Duration
-	// StatementTimeout bounds each acquire statement or transaction.
+	// StatementTimeout bounds each acquire statement or transaction
+	// (statements that begin within a tenth of it of each other share one
+	// deadline, so each is given between nine tenths of it and all of it).
 	// Defaults to StatementTimeoutDefault.
 	StatementTimeout time.Duration
 	// DisableNotify turns off the PostgreSQL LISTEN connections (waiters

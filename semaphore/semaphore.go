@@ -50,7 +50,9 @@ type Config struct {
 	// ReleaseTimeout bounds the release run by Do and by Close for every
 	// grant still held, and each attempt of any release.
 	ReleaseTimeout time.Duration
-	// StatementTimeout bounds each acquire transaction.
+	// StatementTimeout bounds each acquire transaction (statements that
+	// begin within a tenth of it of each other share one deadline, so each
+	// is given between nine tenths of it and all of it).
 	StatementTimeout time.Duration
 	// DisableNotify turns off the PostgreSQL LISTEN connection.
 	DisableNotify bool
