@@ -39,6 +39,12 @@ func (c *deadlineOnly) Deadline() (time.Time, bool) { return c.w.deadline, true 
 func (c *deadlineOnly) Done() <-chan struct{}       { return c.w.ctx.Done() }
 func (c *deadlineOnly) Err() error                  { return c.w.ctx.Err() }
 
+// AfterFunc arranges for f to run when the window ends, as
+// context.AfterFunc does: a context derived from this one (database/sql
+// derives one per query, pgx watches one per statement) registers with the
+// window's context instead of starting a goroutine to watch it.
+func (c *deadlineOnly) AfterFunc(f func()) func() bool { return context.AfterFunc(c.w.ctx, f) }
+
 // DeadlineOnly reports, for a context made by StatementContext whose only
 // end is its deadline, that deadline and the context without it: a caller
 // that enforces the deadline by other means (a deadline on the connection)

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -14,7 +15,9 @@ type ctxKey struct{}
 // TestStatementContextWindow: statements whose parent context can never be
 // cancelled share a deadline while they begin within a tenth of their bound
 // (one timer, not one each), each bounded by between nine tenths of the
-// bound and the bound, each with its own parent's values; the shared
+// bound and the bound, each with its own parent's values, contexts derived
+// from them registering with the window's rather than starting a goroutine
+// each (database/sql derives one per query); the shared
 // context ends at its deadline with context.DeadlineExceeded, and a
 // native path reads the parent from it (DeadlineOnly). Statements of
 // another bound get windows of their own; a statement that begins later
@@ -49,6 +52,9 @@ func TestStatementContextWindow(t *testing.T) {
 	if !ok || !deadline.Equal(dl) || bare != pb || bare.Done() != nil {
 		t.Fatalf("DeadlineOnly: %v %v %v, want the deadline and the never-cancelled parent", deadline, bare, ok)
 	}
+	if n := derivedGoroutines(b, 1000); n > 500 {
+		t.Fatalf("1,000 contexts derived from a statement's started %d goroutines, want none", n)
+	}
 	time.Sleep(d / 5)
 	later, cancelLater := db.StatementContext(pa, d)
 	defer cancelLater()
@@ -74,4 +80,20 @@ func TestStatementContextWindow(t *testing.T) {
 	if !errors.Is(own.Err(), context.Canceled) {
 		t.Fatalf("a cancellable parent's statement after its cancel: %v, want context.Canceled", own.Err())
 	}
+}
+
+// derivedGoroutines derives n contexts from parent and returns how many
+// goroutines more run while they are live (context starts one per child
+// of a parent it cannot register with).
+func derivedGoroutines(parent context.Context, n int) int {
+	before := runtime.NumGoroutine()
+	cancels := make([]context.CancelFunc, n)
+	for i := range cancels {
+		_, cancels[i] = context.WithCancel(parent)
+	}
+	during := runtime.NumGoroutine()
+	for _, cancel := range cancels {
+		cancel()
+	}
+	return during - before
 }
