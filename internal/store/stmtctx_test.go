@@ -36,13 +36,16 @@ func TestStatementContextWindow(t *testing.T) {
 	defer cancelOther()
 	b, cancelB := db.StatementContext(pb, d)
 	defer cancelB()
-	if a.Done() != b.Done() || a.Done() == other.Done() {
-		t.Fatalf("windows: same bound shared %v, other bound shared %v; want true, false", a.Done() == b.Done(), a.Done() == other.Done())
+	made := time.Now()
+	// Two statements begun within a tenth of the bound share its window;
+	// a machine that stalled the test longer between them may not.
+	if shared := a.Done() == b.Done(); !shared && made.Sub(begin) < d/10 || a.Done() == other.Done() {
+		t.Fatalf("windows: same bound shared %v (made %v apart), other bound shared %v; want true, false",
+			shared, made.Sub(begin), a.Done() == other.Done())
 	}
 	if got := [2]any{a.Value(ctxKey{}), b.Value(ctxKey{})}; got != [2]any{"a", "b"} {
 		t.Fatalf("values %v, want each parent's [a b]", got)
 	}
-	made := time.Now()
 	dl, ok := b.Deadline()
 	if !ok || dl.Before(begin.Add(d-d/10)) || dl.After(made.Add(d)) {
 		t.Fatalf("deadline %v after the first statement began, %v after the last (set %v), want at least %v and at most %v",
@@ -61,10 +64,12 @@ func TestStatementContextWindow(t *testing.T) {
 	if ldl, _ := later.Deadline(); later.Done() == a.Done() || time.Until(ldl) < d-d/10 {
 		t.Fatalf("a statement begun %v later: shared the window %v, %v left; want a new window with at least %v", d/5, later.Done() == a.Done(), time.Until(ldl), d-d/10)
 	}
-	select {
-	case <-a.Done():
-	case <-time.After(10 * d):
-		t.Fatalf("the window did not end within %v", 10*d)
+	for _, c := range []context.Context{a, b} {
+		select {
+		case <-c.Done():
+		case <-time.After(10 * d):
+			t.Fatalf("the window did not end within %v", 10*d)
+		}
 	}
 	if ended := time.Since(begin); ended < d-d/10 || !errors.Is(a.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(b), context.DeadlineExceeded) {
 		t.Fatalf("the window ended after %v with %v (cause %v), want after at least %v with context.DeadlineExceeded", ended, a.Err(), context.Cause(b), d-d/10)
