@@ -69,17 +69,19 @@ func (l *Locker) do(ctx context.Context, acquire func(context.Context, string, .
 func run(ctx context.Context, lease *Lease, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	fnCtx, cancel := lease.Context(ctx)
 	defer cancel()
-	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer relCancel()
 	panicked := true
 	defer func() {
 		if panicked {
+			relCtx, relCancel := lease.endContext(ctx)
+			defer relCancel()
 			_ = lease.Rollback(relCtx)
 		}
 	}()
 	fnErr := fn(fnCtx, lease.Tx())
 	panicked = false
 	cancel()
+	relCtx, relCancel := lease.endContext(ctx)
+	defer relCancel()
 	var relErr error
 	if fnErr != nil {
 		relErr = lease.Rollback(relCtx)
@@ -90,6 +92,15 @@ func run(ctx context.Context, lease *Lease, fn func(ctx context.Context, tx *sql
 		return fnErr
 	}
 	return errjoin.Join(fnErr, relErr)
+}
+
+// endContext bounds the commit or rollback that ends Do's transaction by
+// the Locker's endBound from now, whatever ctx says: the caller's cancellation
+// must not leave the transaction open. Ends begun close together share one
+// deadline (store.StatementContext), so that a Do does not start a timer
+// of its own.
+func (l *Lease) endContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return l.h.l.db.StatementContext(context.WithoutCancel(ctx), l.h.l.endBound)
 }
 
 // kind is what an acquisition asks for.

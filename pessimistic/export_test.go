@@ -45,3 +45,7 @@ func GiveConnTwice(conn *sqlx.Conn) {
 	}
 	wg.Wait()
 }
+
+// SetEndBound sets the bound of the commit or rollback that ends l's Do
+// transactions (cleanupTimeout); call it before l is used.
+func SetEndBound(l *Locker, d time.Duration) { l.endBound = d }

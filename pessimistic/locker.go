@@ -128,6 +128,9 @@ type Locker struct {
 	lockWait time.Duration
 	ttl      time.Duration
 	interval time.Duration
+	// endBound bounds the commit or rollback that ends Do's transaction,
+	// from fn's return: cleanupTimeout (tests shorten it).
+	endBound time.Duration
 
 	// closing is cancelled by Close, ending the waits under way.
 	closing   context.Context
@@ -189,6 +192,7 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 		lockWait: cfg.LockTimeout,
 		ttl:      cfg.TTL,
 		interval: cfg.WatchInterval,
+		endBound: cleanupTimeout,
 		holds:    make(map[holdKey]*hold),
 		all:      make(map[*hold]struct{}),
 		gates:    make(map[string]*gate),
