@@ -24,6 +24,10 @@ type checkedConnector struct {
 	// (its InterpolateParams), so a hold's BEGIN may be deferred (see
 	// lazybegin.go).
 	interpolate bool
+	// ownDeadlines: the driver sets no socket deadlines of its own (no
+	// readTimeout or writeTimeout), so a statement's may be set there
+	// (deadline.go).
+	ownDeadlines bool
 }
 
 func (c checkedConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -32,7 +36,8 @@ func (c checkedConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &checkedConn{conn: conn, net: slot.conn, interpolate: c.interpolate}, nil
+	return &checkedConn{conn: conn, net: slot.conn, interpolate: c.interpolate,
+		deadlines: slot.conn != nil && c.ownDeadlines}, nil
 }
 
 // netSlot receives the socket dialRecorded dials for one Connect.
@@ -56,6 +61,9 @@ func dialRecorded(ctx context.Context, network, addr string) (net.Conn, error) {
 type checkedConn struct {
 	conn driver.Conn
 	net  net.Conn // The socket, where dialRecorded dialed it.
+	// deadlines: an Exec may be bounded by the socket's deadline
+	// (deadline.go).
+	deadlines bool
 	// noProc: the schema lacks the checked commit's procedure (it predates
 	// MySQL migration 00018) or the account may not execute it; this
 	// connection sends the block instead.
@@ -120,20 +128,28 @@ func (c *checkedConn) PrepareContext(ctx context.Context, query string) (driver.
 	if err := c.begun(ctx); err != nil {
 		return nil, err
 	}
+	var st driver.Stmt
+	var err error
 	if p, ok := c.conn.(driver.ConnPrepareContext); ok {
-		return p.PrepareContext(ctx, query)
+		st, err = p.PrepareContext(ctx, query)
+	} else {
+		st, err = c.conn.Prepare(query)
 	}
-	return c.conn.Prepare(query)
+	if err != nil || !c.deadlines {
+		return st, err
+	}
+	return &boundedStmt{Stmt: st, conn: c}, nil
 }
 
 func (c *checkedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	if err := c.begun(ctx); err != nil {
 		return nil, err
 	}
-	if e, ok := c.conn.(driver.ExecerContext); ok {
-		return e.ExecContext(ctx, query, args)
+	e, ok := c.conn.(driver.ExecerContext)
+	if !ok {
+		return nil, driver.ErrSkip
 	}
-	return nil, driver.ErrSkip
+	return c.boundedExec(ctx, func(ctx context.Context) (driver.Result, error) { return e.ExecContext(ctx, query, args) })
 }
 
 func (c *checkedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {

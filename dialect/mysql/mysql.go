@@ -72,7 +72,8 @@ func open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: mysql DSN: %w", dblock.ErrInvalidOption, err)
 	}
-	db := sql.OpenDB(checkedConnector{Connector: conn, interpolate: cfg.InterpolateParams})
+	db := sql.OpenDB(checkedConnector{Connector: conn, interpolate: cfg.InterpolateParams,
+		ownDeadlines: cfg.ReadTimeout == 0 && cfg.WriteTimeout == 0})
 	db.SetMaxIdleConns(32)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	return db, nil

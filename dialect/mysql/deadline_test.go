@@ -1,0 +1,85 @@
+package mysql_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// TestStatementDeadline runs lease statements under deadline-only contexts
+// (store.StatementContext), which this package's connections bound by the
+// socket's deadline rather than the driver's watch of the context: a
+// release that waits on a row another transaction locked fails with
+// context.DeadlineExceeded when its deadline passes (before the server's
+// own lock-wait bound of 1 s), its context has ended by then, and the pool
+// goes on; and a deadline does not outlive its statement: a transaction
+// that ran one commits after that deadline passed.
+func TestStatementDeadline(t *testing.T) {
+	iso := dbtest.New(t, store.MySQL)
+	db := iso.Store()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	t.Run("cleared", func(t *testing.T) {
+		tx, err := iso.DB.SQL().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		short, stop := db.StatementContext(context.Background(), 200*time.Millisecond)
+		defer stop()
+		if _, _, ok := store.DeadlineOnly(short); !ok {
+			t.Fatal("the statement context is not deadline-only")
+		}
+		if _, err := tx.ExecContext(short, "DO 1"); err != nil {
+			t.Fatalf("statement under its deadline: %v", err)
+		}
+		<-short.Done()
+		time.Sleep(50 * time.Millisecond)
+		if _, err := tx.ExecContext(ctx, "DO 2"); err != nil {
+			t.Fatalf("statement after an earlier one's deadline: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatalf("commit after an earlier statement's deadline: %v", err)
+		}
+	})
+
+	const name = "deadline"
+	res, err := db.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "o1", TTL: time.Minute, Mode: dblock.ModeOptimistic})
+	if err != nil || !res.Acquired {
+		t.Fatalf("acquire: %+v, %v", res, err)
+	}
+	tx, err := iso.DB.SQL().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE", name); err != nil {
+		t.Fatal(err)
+	}
+	stuck, stop := db.StatementContext(context.Background(), 300*time.Millisecond)
+	start := time.Now()
+	_, err = db.ReleaseLease(stuck, nil, name, "o1", res.Token)
+	took := time.Since(start)
+	ctxErr := stuck.Err()
+	stop()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("release past its deadline (after %v): %v, want context.DeadlineExceeded", took, err)
+	}
+	if !errors.Is(ctxErr, context.DeadlineExceeded) {
+		t.Fatalf("the statement's context when it returned: %v, want context.DeadlineExceeded", ctxErr)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	// The server may still run the release once the row is free: its
+	// outcome is unknown, as after any statement given up on.
+	if _, err := db.LeaseHolder(ctx, nil, name); err != nil {
+		t.Fatalf("the pool after a statement timed out: %v", err)
+	}
+}
