@@ -159,10 +159,11 @@ func (c *checkedConn) QueryContext(ctx context.Context, query string, args []dri
 	if err := c.begun(ctx); err != nil {
 		return nil, err
 	}
-	if q, ok := c.conn.(driver.QueryerContext); ok {
-		return q.QueryContext(ctx, query, args)
+	q, ok := c.conn.(driver.QueryerContext)
+	if !ok {
+		return nil, driver.ErrSkip
 	}
-	return nil, driver.ErrSkip
+	return c.boundedQuery(ctx, func(ctx context.Context) (driver.Rows, error) { return q.QueryContext(ctx, query, args) })
 }
 
 func (c *checkedConn) Ping(ctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -19,41 +20,49 @@ import (
 // statements run under a context whose only end is its deadline
 // (store.DeadlineOnly); on a connection whose socket dialRecorded kept,
 // and where the driver sets no deadlines of its own (no readTimeout or
-// writeTimeout in the DSN), an Exec under such a context has the deadline
-// set on the socket instead and runs under the context without it, which
-// the driver does not watch. Past the deadline the socket's read or write
-// fails, the driver closes the connection, as after a cancellation, and
-// the statement fails with context.DeadlineExceeded. The deadline is
-// cleared as the Exec returns, so nothing later on the connection (a
-// transaction's COMMIT, which the driver sends itself) meets it. Queries
-// keep the driver's watch: their rows are read after the call returns.
+// writeTimeout in the DSN), such a statement has the deadline set on the
+// socket instead and runs under the context without it, which the driver
+// does not watch. Past the deadline the socket's read or write fails, the
+// driver closes the connection, as after a cancellation, and the
+// statement fails with context.DeadlineExceeded. The deadline is cleared
+// as an Exec returns and as a query's rows are closed (they are read after
+// the call), so nothing later on the connection (a transaction's COMMIT,
+// which the driver sends itself) meets it.
 
-// boundedExec runs exec under ctx, bounded by the socket's deadline where
-// ctx allows it (see above).
-func (c *checkedConn) boundedExec(ctx context.Context, exec func(context.Context) (driver.Result, error)) (driver.Result, error) {
+// arm sets ctx's deadline on the socket where it can (see above): run is
+// the context to run the statement under, and armed says whether the
+// deadline was set (then call disarm once the statement is done). A
+// deadline already past fails at once, sending nothing.
+func (c *checkedConn) arm(ctx context.Context) (run context.Context, deadline time.Time, armed bool, err error) {
 	if !c.deadlines {
-		return exec(ctx)
+		return ctx, time.Time{}, false, nil
 	}
 	deadline, bare, ok := store.DeadlineOnly(ctx)
 	if !ok {
-		return exec(ctx)
+		return ctx, time.Time{}, false, nil
 	}
 	if !time.Now().Before(deadline) {
 		<-ctx.Done()
-		return nil, ctx.Err()
+		return nil, deadline, false, ctx.Err()
 	}
-	if err := c.net.SetDeadline(deadline); err != nil {
-		return exec(ctx)
+	if c.net.SetDeadline(deadline) != nil {
+		return ctx, time.Time{}, false, nil
 	}
-	res, err := exec(bare)
-	_ = c.net.SetDeadline(time.Time{})
-	if err != nil && !time.Now().Before(deadline) && connGone(err) {
-		// The connection is closed: the driver's ErrBadConn would have
-		// database/sql try again on another one, past the deadline.
-		<-ctx.Done()
-		return nil, fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
+	return bare, deadline, true, nil
+}
+
+// disarm clears the socket's deadline.
+func (c *checkedConn) disarm() { _ = c.net.SetDeadline(time.Time{}) }
+
+// overran reports a statement's error past its deadline as the deadline's:
+// the driver closed the connection when the socket's read or write failed,
+// and its ErrBadConn would have database/sql try again on another one.
+func overran(ctx context.Context, deadline time.Time, err error) error {
+	if err == nil || err == io.EOF || time.Now().Before(deadline) || !connGone(err) {
+		return err
 	}
-	return res, err
+	<-ctx.Done()
+	return fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
 }
 
 // connGone reports whether err is the driver's answer to a failed read or
@@ -62,39 +71,35 @@ func connGone(err error) bool {
 	return errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn)
 }
 
-// boundedStmt is a prepared statement of a checkedConn whose Exec is
-// bounded by the socket's deadline where its context allows it.
-type boundedStmt struct {
-	driver.Stmt
-	conn *checkedConn
+// boundedExec runs exec under ctx, bounded by the socket's deadline where
+// ctx allows it.
+func (c *checkedConn) boundedExec(ctx context.Context, exec func(context.Context) (driver.Result, error)) (driver.Result, error) {
+	run, deadline, armed, err := c.arm(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !armed {
+		return exec(run)
+	}
+	res, err := exec(run)
+	c.disarm()
+	return res, overran(ctx, deadline, err)
 }
 
-func (s *boundedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	e, ok := s.Stmt.(driver.StmtExecContext)
-	if !ok {
-		return nil, errNoInterface
+// boundedQuery runs query under ctx, bounded by the socket's deadline
+// where ctx allows it, until its rows are closed.
+func (c *checkedConn) boundedQuery(ctx context.Context, query func(context.Context) (driver.Rows, error)) (driver.Rows, error) {
+	run, deadline, armed, err := c.arm(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return s.conn.boundedExec(ctx, func(ctx context.Context) (driver.Result, error) { return e.ExecContext(ctx, args) })
-}
-
-func (s *boundedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	q, ok := s.Stmt.(driver.StmtQueryContext)
-	if !ok {
-		return nil, errNoInterface
+	if !armed {
+		return query(run)
 	}
-	return q.QueryContext(ctx, args)
-}
-
-func (s *boundedStmt) CheckNamedValue(nv *driver.NamedValue) error {
-	if n, ok := s.Stmt.(driver.NamedValueChecker); ok {
-		return n.CheckNamedValue(nv)
+	rows, err := query(run)
+	if err != nil {
+		c.disarm()
+		return nil, overran(ctx, deadline, err)
 	}
-	return driver.ErrSkip
-}
-
-func (s *boundedStmt) ColumnConverter(idx int) driver.ValueConverter {
-	if cc, ok := s.Stmt.(driver.ColumnConverter); ok { //nolint:staticcheck // forwarded as the driver has it
-		return cc.ColumnConverter(idx)
-	}
-	return driver.DefaultParameterConverter
+	return &boundedRows{Rows: rows, conn: c, ctx: ctx, deadline: deadline}, nil
 }

@@ -17,8 +17,9 @@ import (
 // release that waits on a row another transaction locked fails with
 // context.DeadlineExceeded when its deadline passes (before the server's
 // own lock-wait bound of 1 s), its context has ended by then, and the pool
-// goes on; and a deadline does not outlive its statement: a transaction
-// that ran one commits after that deadline passed.
+// goes on; a query past its deadline fails alike; and a deadline does not
+// outlive its statement: a transaction that ran an Exec and a query under
+// one commits after that deadline passed.
 func TestStatementDeadline(t *testing.T) {
 	iso := dbtest.New(t, store.MySQL)
 	db := iso.Store()
@@ -39,6 +40,10 @@ func TestStatementDeadline(t *testing.T) {
 		if _, err := tx.ExecContext(short, "DO 1"); err != nil {
 			t.Fatalf("statement under its deadline: %v", err)
 		}
+		var one int
+		if err := tx.QueryRowContext(short, "SELECT 1").Scan(&one); err != nil || one != 1 {
+			t.Fatalf("query under its deadline: %d, %v", one, err)
+		}
 		<-short.Done()
 		time.Sleep(50 * time.Millisecond)
 		if _, err := tx.ExecContext(ctx, "DO 2"); err != nil {
@@ -46,6 +51,19 @@ func TestStatementDeadline(t *testing.T) {
 		}
 		if err := tx.Commit(); err != nil {
 			t.Fatalf("commit after an earlier statement's deadline: %v", err)
+		}
+	})
+
+	t.Run("query", func(t *testing.T) {
+		stuck, stop := db.StatementContext(context.Background(), 300*time.Millisecond)
+		defer stop()
+		var slept int
+		err := db.QueryRowContext(stuck, "SELECT SLEEP(2)").Scan(&slept)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("query past its deadline: %v (%d), want context.DeadlineExceeded", err, slept)
+		}
+		if !errors.Is(stuck.Err(), context.DeadlineExceeded) {
+			t.Fatalf("the query's context when it returned: %v, want context.DeadlineExceeded", stuck.Err())
 		}
 	})
 
