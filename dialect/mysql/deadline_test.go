@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/store"
 )
@@ -67,37 +66,5 @@ func TestStatementDeadline(t *testing.T) {
 		}
 	})
 
-	const name = "deadline"
-	res, err := db.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "o1", TTL: time.Minute, Mode: dblock.ModeOptimistic})
-	if err != nil || !res.Acquired {
-		t.Fatalf("acquire: %+v, %v", res, err)
-	}
-	tx, err := iso.DB.SQL().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, "SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE", name); err != nil {
-		t.Fatal(err)
-	}
-	stuck, stop := db.StatementContext(context.Background(), 300*time.Millisecond)
-	start := time.Now()
-	_, err = db.ReleaseLease(stuck, nil, name, "o1", res.Token)
-	took := time.Since(start)
-	ctxErr := stuck.Err()
-	stop()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("release past its deadline (after %v): %v, want context.DeadlineExceeded", took, err)
-	}
-	if !errors.Is(ctxErr, context.DeadlineExceeded) {
-		t.Fatalf("the statement's context when it returned: %v, want context.DeadlineExceeded", ctxErr)
-	}
-	if err := tx.Rollback(); err != nil {
-		t.Fatal(err)
-	}
-	// The server may still run the release once the row is free: its
-	// outcome is unknown, as after any statement given up on.
-	if _, err := db.LeaseHolder(ctx, nil, name); err != nil {
-		t.Fatalf("the pool after a statement timed out: %v", err)
-	}
+	dbtest.ReleasePastDeadline(t, iso, "SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE")
 }

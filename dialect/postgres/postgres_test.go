@@ -93,35 +93,7 @@ func TestStatementDeadline(t *testing.T) {
 
 	t.Run("cleared", func(t *testing.T) { deadlineCleared(t, iso) })
 
-	const name = "deadline"
-	res, err := db.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "o1", TTL: time.Minute, Mode: dblock.ModeOptimistic})
-	if err != nil || !res.Acquired {
-		t.Fatalf("acquire: %+v, %v", res, err)
-	}
-	tx, err := iso.DB.SQL().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, "SELECT 1 FROM dblock_locks WHERE name = $1 FOR UPDATE", name); err != nil {
-		t.Fatal(err)
-	}
-	stuck, stop := db.StatementContext(context.Background(), 300*time.Millisecond)
-	_, err = db.ReleaseLease(stuck, nil, name, "o1", res.Token)
-	ctxErr := stuck.Err()
-	stop()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("release past its deadline: %v, want context.DeadlineExceeded", err)
-	}
-	if !errors.Is(ctxErr, context.DeadlineExceeded) {
-		t.Fatalf("the statement's context when it returned timed out: %v, want context.DeadlineExceeded", ctxErr)
-	}
-	if err := tx.Rollback(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.LeaseHolder(ctx, nil, name); err != nil {
-		t.Fatalf("the pool after a statement timed out: %v", err)
-	}
+	dbtest.ReleasePastDeadline(t, iso, "SELECT 1 FROM dblock_locks WHERE name = $1 FOR UPDATE")
 }
 
 // deadlineCleared runs a statement under a short deadline-only context on
