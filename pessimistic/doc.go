@@ -181,11 +181,16 @@
 // client's *sql.Tx still looks open: statements run on it afterwards run in
 // autocommit mode, each committed on its own. When dblock sees such a loss
 // (a deadlock in Lock or LockRows), it ends the Tx in database/sql at once, so
-// later statements fail with sql.ErrTxDone. It cannot see your own
-// statements' errors, so before COMMIT it asks the server whether the
-// transaction is still open (@@in_transaction on MariaDB; on MySQL 8 whether
-// SET TRANSACTION is refused): if not, it sends no COMMIT and Release reports
-// the lock lost (dblock.ErrLost with ErrTxEnded). PostgreSQL keeps a failed
+// later statements fail with sql.ErrTxDone. On a pool it did not open it
+// cannot see your own statements' errors, so before COMMIT it asks the
+// server whether the transaction is still open (@@in_transaction on
+// MariaDB; on MySQL 8 whether SET TRANSACTION is refused): if not, it sends
+// no COMMIT and Release reports the lock lost (dblock.ErrLost with
+// ErrTxEnded). On a MariaDB pool dialect.Open opened the COMMIT asks in the
+// same statement, unless the connection saw every statement of the
+// transaction succeed and each was a plain data statement (SELECT, INSERT,
+// UPDATE, DELETE, REPLACE, WITH, DO) or dblock's own: then the transaction
+// is known to be open and a plain COMMIT is sent. PostgreSQL keeps a failed
 // transaction open and aborted until it ends: its statements fail, and
 // Commit returns ErrRolledBack.
 //

@@ -1,8 +1,10 @@
 package pessimistic_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -208,4 +210,50 @@ func TestUserStatementDeadlockCheckedBlock(t *testing.T) {
 	}
 	mustExec(t, iso, "DROP PROCEDURE dblock_commit_checked")
 	userDeadlock(t, iso, iso.DB, iso.Open(t))
+}
+
+// TestImplicitCommitInDo: on MariaDB a hold's fn sends a statement the
+// server commits the transaction before (DDL): the lock went with that
+// commit, so Do must not report success, on a pool dblock opened (whose
+// commit is plain only while every statement of the hold was a plain data
+// statement that did not fail) and on a caller's pool (EndHold's check).
+// A Do whose fn only reads and writes rows commits them.
+func TestImplicitCommitInDo(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, store.MySQL)
+	ctx := testCtx(t)
+	mustExec(t, iso, "CREATE TABLE p_rows (id INT PRIMARY KEY)")
+	callerPool, err := dialect.New(ctx, iso.Open(t).SQL(), dialect.MySQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, db := range []*dialect.DB{iso.DB, callerPool} {
+		l := newLocker(t, db, nil)
+		name := randName(t)
+		err := l.Do(ctx, name, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, fmt.Sprintf("CREATE TABLE p_ddl_%d (id INT)", i))
+			return err
+		})
+		if !errors.Is(err, dblock.ErrLost) || !errors.Is(err, pessimistic.ErrTxEnded) {
+			t.Errorf("pool %d: Do whose fn committed implicitly: %v, want ErrLost with ErrTxEnded", i, err)
+		}
+		err = l.Do(ctx, name, func(ctx context.Context, tx *sql.Tx) error {
+			var n int
+			if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM p_rows").Scan(&n); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "INSERT INTO p_rows (id) VALUES (?)", n+1)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("pool %d: Do of plain statements: %v", i, err)
+		}
+	}
+	var n int
+	if err := iso.Store().GetContext(ctx, &n, "SELECT COUNT(*) FROM p_rows"); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("rows committed by the two Dos of plain statements: %d, want 2", n)
+	}
 }

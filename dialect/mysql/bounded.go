@@ -9,10 +9,12 @@ import (
 )
 
 // boundedStmt is a prepared statement of a checkedConn, bounded by the
-// socket's deadline where its context allows it (deadline.go).
+// socket's deadline where its context allows it (deadline.go), and
+// observed by the connection's checked transaction (proven.go).
 type boundedStmt struct {
 	driver.Stmt
-	conn *checkedConn
+	conn  *checkedConn
+	query string
 }
 
 func (s *boundedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
@@ -20,7 +22,9 @@ func (s *boundedStmt) ExecContext(ctx context.Context, args []driver.NamedValue)
 	if !ok {
 		return nil, errNoInterface
 	}
-	return s.conn.boundedExec(ctx, func(ctx context.Context) (driver.Result, error) { return e.ExecContext(ctx, args) })
+	res, err := s.conn.boundedExec(ctx, func(ctx context.Context) (driver.Result, error) { return e.ExecContext(ctx, args) })
+	s.conn.observe(s.query, err)
+	return res, err
 }
 
 func (s *boundedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
@@ -28,7 +32,9 @@ func (s *boundedStmt) QueryContext(ctx context.Context, args []driver.NamedValue
 	if !ok {
 		return nil, errNoInterface
 	}
-	return s.conn.boundedQuery(ctx, func(ctx context.Context) (driver.Rows, error) { return q.QueryContext(ctx, args) })
+	rows, err := s.conn.boundedQuery(ctx, func(ctx context.Context) (driver.Rows, error) { return q.QueryContext(ctx, args) })
+	s.conn.observe(s.query, err)
+	return rows, err
 }
 
 func (s *boundedStmt) CheckNamedValue(nv *driver.NamedValue) error {
@@ -38,67 +44,87 @@ func (s *boundedStmt) CheckNamedValue(nv *driver.NamedValue) error {
 	return driver.ErrSkip
 }
 
-// boundedRows are a bounded query's rows: closing them clears the socket's
-// deadline, and a read that fails past it fails with the deadline. The
-// column-type interfaces are forwarded (the driver's rows have them all).
-type boundedRows struct {
+// connRows are a query's rows where the connection must know of them:
+// closing bounded rows (armed) clears the socket's deadline, and a read
+// that fails past it fails with the deadline; rows of a checked
+// transaction (tx) report a failed read to it. The column-type interfaces
+// are forwarded (the driver's rows have them all).
+type connRows struct {
 	driver.Rows
 	conn     *checkedConn
 	ctx      context.Context
 	deadline time.Time
+	armed    bool
+	tx       *checkedTx
 }
 
-func (r *boundedRows) Close() error {
+func (r *connRows) Close() error {
 	err := r.Rows.Close()
-	r.conn.disarm()
+	if r.armed {
+		r.conn.disarm()
+	}
+	return r.failed(err)
+}
+
+func (r *connRows) Next(dest []driver.Value) error {
+	return r.failed(r.Rows.Next(dest))
+}
+
+// failed maps a read's error (see connRows).
+func (r *connRows) failed(err error) error {
+	if err == nil || err == io.EOF {
+		return err
+	}
+	if r.tx != nil {
+		r.tx.unproven = true
+	}
+	if r.armed {
+		return overran(r.ctx, r.deadline, err)
+	}
 	return err
 }
 
-func (r *boundedRows) Next(dest []driver.Value) error {
-	return overran(r.ctx, r.deadline, r.Rows.Next(dest))
-}
-
-func (r *boundedRows) HasNextResultSet() bool {
+func (r *connRows) HasNextResultSet() bool {
 	n, ok := r.Rows.(driver.RowsNextResultSet)
 	return ok && n.HasNextResultSet()
 }
 
-func (r *boundedRows) NextResultSet() error {
+func (r *connRows) NextResultSet() error {
 	if n, ok := r.Rows.(driver.RowsNextResultSet); ok {
-		return overran(r.ctx, r.deadline, n.NextResultSet())
+		return r.failed(n.NextResultSet())
 	}
 	return io.EOF
 }
 
-func (r *boundedRows) ColumnTypeScanType(i int) reflect.Type {
+func (r *connRows) ColumnTypeScanType(i int) reflect.Type {
 	if c, ok := r.Rows.(driver.RowsColumnTypeScanType); ok {
 		return c.ColumnTypeScanType(i)
 	}
 	return reflect.TypeFor[any]()
 }
 
-func (r *boundedRows) ColumnTypeDatabaseTypeName(i int) string {
+func (r *connRows) ColumnTypeDatabaseTypeName(i int) string {
 	if c, ok := r.Rows.(driver.RowsColumnTypeDatabaseTypeName); ok {
 		return c.ColumnTypeDatabaseTypeName(i)
 	}
 	return ""
 }
 
-func (r *boundedRows) ColumnTypeLength(i int) (int64, bool) {
+func (r *connRows) ColumnTypeLength(i int) (int64, bool) {
 	if c, ok := r.Rows.(driver.RowsColumnTypeLength); ok {
 		return c.ColumnTypeLength(i)
 	}
 	return 0, false
 }
 
-func (r *boundedRows) ColumnTypeNullable(i int) (nullable, ok bool) {
+func (r *connRows) ColumnTypeNullable(i int) (nullable, ok bool) {
 	if c, is := r.Rows.(driver.RowsColumnTypeNullable); is {
 		return c.ColumnTypeNullable(i)
 	}
 	return false, false
 }
 
-func (r *boundedRows) ColumnTypePrecisionScale(i int) (precision, scale int64, ok bool) {
+func (r *connRows) ColumnTypePrecisionScale(i int) (precision, scale int64, ok bool) {
 	if c, is := r.Rows.(driver.RowsColumnTypePrecisionScale); is {
 		return c.ColumnTypePrecisionScale(i)
 	}

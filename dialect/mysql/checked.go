@@ -121,7 +121,8 @@ func (c *checkedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (drive
 	if err != nil {
 		return nil, err
 	}
-	return &checkedTx{Tx: tx, conn: c}, nil
+	c.tx = &checkedTx{Tx: tx, conn: c}
+	return c.tx, nil
 }
 
 func (c *checkedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
@@ -135,10 +136,11 @@ func (c *checkedConn) PrepareContext(ctx context.Context, query string) (driver.
 	} else {
 		st, err = c.conn.Prepare(query)
 	}
-	if err != nil || !c.deadlines {
-		return st, err
+	c.observe(query, err)
+	if err != nil {
+		return nil, err
 	}
-	return &boundedStmt{Stmt: st, conn: c}, nil
+	return &boundedStmt{Stmt: st, conn: c, query: query}, nil
 }
 
 func (c *checkedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -149,7 +151,9 @@ func (c *checkedConn) ExecContext(ctx context.Context, query string, args []driv
 	if !ok {
 		return nil, driver.ErrSkip
 	}
-	return c.boundedExec(ctx, func(ctx context.Context) (driver.Result, error) { return e.ExecContext(ctx, query, args) })
+	res, err := c.boundedExec(ctx, func(ctx context.Context) (driver.Result, error) { return e.ExecContext(ctx, query, args) })
+	c.observe(query, err)
+	return res, err
 }
 
 func (c *checkedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
@@ -163,7 +167,9 @@ func (c *checkedConn) QueryContext(ctx context.Context, query string, args []dri
 	if !ok {
 		return nil, driver.ErrSkip
 	}
-	return c.boundedQuery(ctx, func(ctx context.Context) (driver.Rows, error) { return q.QueryContext(ctx, query, args) })
+	rows, err := c.boundedQuery(ctx, func(ctx context.Context) (driver.Rows, error) { return q.QueryContext(ctx, query, args) })
+	c.observe(query, err)
+	return rows, err
 }
 
 func (c *checkedConn) Ping(ctx context.Context) error {
@@ -203,6 +209,10 @@ type checkedTx struct {
 	// failed: sending it failed, and the transaction never began.
 	pending bool
 	failed  error
+	// unproven: a statement of the transaction may have ended it (it failed,
+	// or it was not a plain data statement), so its commit is the checked
+	// one (proven.go).
+	unproven bool
 }
 
 // Commit calls the checked commit's procedure, or sends its block where the
@@ -219,6 +229,9 @@ func (t *checkedTx) Commit() error {
 		return t.failed
 	}
 	ctx := context.Background()
+	if !t.unproven {
+		return t.conn.exec(ctx, "COMMIT")
+	}
 	if !t.conn.noProc {
 		_, err := t.conn.ExecContext(ctx, store.MariaDBCheckedCommitCall, nil)
 		if !store.ProcedureRefused(err) {

@@ -87,19 +87,24 @@ func (c *checkedConn) boundedExec(ctx context.Context, exec func(context.Context
 }
 
 // boundedQuery runs query under ctx, bounded by the socket's deadline
-// where ctx allows it, until its rows are closed.
+// where ctx allows it, until its rows are closed. Rows read in a checked
+// transaction report their errors to it (proven.go).
 func (c *checkedConn) boundedQuery(ctx context.Context, query func(context.Context) (driver.Rows, error)) (driver.Rows, error) {
 	run, deadline, armed, err := c.arm(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if !armed {
-		return query(run)
-	}
 	rows, err := query(run)
 	if err != nil {
-		c.disarm()
-		return nil, overran(ctx, deadline, err)
+		if armed {
+			c.disarm()
+			err = overran(ctx, deadline, err)
+		}
+		return nil, err
 	}
-	return &boundedRows{Rows: rows, conn: c, ctx: ctx, deadline: deadline}, nil
+	tx := c.watched()
+	if !armed && tx == nil {
+		return rows, nil
+	}
+	return &connRows{Rows: rows, conn: c, ctx: ctx, deadline: deadline, armed: armed, tx: tx}, nil
 }

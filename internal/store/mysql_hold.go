@@ -33,7 +33,7 @@ func (d mysqlDialect) setHoldBound(ctx context.Context, db *DB, tx Querier, ttl 
 	case d.stickyHoldBound(db) && current == secs:
 		return nil
 	case d.stickyHoldBound(db):
-		stmt = fmt.Sprintf("SET SESSION idle_transaction_timeout = %d", secs)
+		stmt = fmt.Sprintf("%s%d", MariaDBHoldBoundSet, secs)
 	case d.mariadb:
 		stmt = fmt.Sprintf("SET @dblock_saved_itt = @@SESSION.idle_transaction_timeout, SESSION idle_transaction_timeout = %d", secs)
 	default:
@@ -42,6 +42,12 @@ func (d mysqlDialect) setHoldBound(ctx context.Context, db *DB, tx Querier, ttl 
 	_, err := tx.ExecContext(ctx, stmt)
 	return db.Classify(err)
 }
+
+// MariaDBHoldBoundSet, followed by whole seconds, is the statement that sets
+// a hold's bound on a MariaDB session where it stays (stickyHoldBound). It
+// does not end the transaction it runs in (dialect/mysql's proof of an open
+// transaction counts on that).
+const MariaDBHoldBoundSet = "SET SESSION idle_transaction_timeout = "
 
 // stickyHoldBound reports whether the hold bound stays on the session after
 // a hold (see SetHoldBound): MariaDB, on a pool Open opened.
