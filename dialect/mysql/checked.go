@@ -12,12 +12,14 @@ import (
 // checkedConnector opens the driver's connections wrapped so that a
 // transaction begun with a context from store.WithCheckedCommit commits
 // with store.MariaDBCheckedCommit: the COMMIT of a pessimistic hold checks
-// in the same round trip that the server still has the transaction open.
-// Every other statement and transaction goes to the driver unchanged.
+// in the same round trip that the server still has the transaction open,
+// unless the connection saw that it is (proven.go). Every other statement
+// and transaction goes to the driver as it came.
 //
 // Where open dials itself (dialRecorded), each connection also keeps its
 // socket, so that a statement in flight can be ended from another goroutine
-// (Interrupt).
+// (Interrupt), and a statement under a deadline-only context is bounded by
+// the socket's deadline (deadline.go).
 type checkedConnector struct {
 	driver.Connector
 	// interpolate: the driver sends statements with arguments as text
@@ -57,11 +59,12 @@ func dialRecorded(ctx context.Context, network, addr string) (net.Conn, error) {
 }
 
 // checkedConn forwards every interface of the driver's connection
-// (database/sql asks for each), and wraps checked transactions.
+// (database/sql asks for each), and wraps checked transactions, prepared
+// statements and the rows it must know of.
 type checkedConn struct {
 	conn driver.Conn
 	net  net.Conn // The socket, where dialRecorded dialed it.
-	// deadlines: an Exec may be bounded by the socket's deadline
+	// deadlines: a statement may be bounded by the socket's deadline
 	// (deadline.go).
 	deadlines bool
 	// noProc: the schema lacks the checked commit's procedure (it predates
@@ -215,11 +218,12 @@ type checkedTx struct {
 	unproven bool
 }
 
-// Commit calls the checked commit's procedure, or sends its block where the
-// procedure is missing (error 1305) or the account may not execute it (1370:
-// grants written before MySQL migration 00018); either refusal leaves the
-// transaction open. A transaction that never began on the server commits
-// nothing.
+// Commit sends a plain COMMIT where the connection saw that the transaction
+// is open (proven.go); else it calls the checked commit's procedure, or
+// sends its block where the procedure is missing (error 1305) or the
+// account may not execute it (1370: grants written before MySQL migration
+// 00018); either refusal leaves the transaction open. A transaction that
+// never began on the server commits nothing.
 func (t *checkedTx) Commit() error {
 	defer t.conn.ended(t)
 	if t.pending {

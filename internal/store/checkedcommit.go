@@ -7,7 +7,9 @@ import "context"
 // still has the transaction open, so a hold commits in the round trips of a
 // hand-written transaction instead of sending EndHold's check first. The
 // pool's driver (dialect/mysql) sends MariaDBCheckedCommit in place of
-// COMMIT for a transaction begun with a context from WithCheckedCommit.
+// COMMIT for a transaction begun with a context from WithCheckedCommit,
+// unless it saw every statement of the transaction succeed as one that
+// cannot end it (then a plain COMMIT).
 
 // MariaDBCheckedCommitCall is the checked commit where the schema has the
 // procedure (MySQL migration 00018): the server compiles it once per
