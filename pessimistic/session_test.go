@@ -195,7 +195,9 @@ func TestMySQL8Paths(t *testing.T) {
 		t.Fatalf("next: %v, token %d after %d", err, next.Token(), lease.Token())
 	}
 	_ = next.Release(ctx)
-	userDeadlock(t, iso, mysql8Flavour(t, iso), mysql8Flavour(t, iso))
+	if victims, sum := userDeadlock(t, iso, mysql8Flavour(t, iso), mysql8Flavour(t, iso)); victims != 1 || sum != 2 {
+		t.Fatalf("MySQL 8's statements: %d deadlock victims, sum %d; want 1 victim and a sum of 2", victims, sum)
+	}
 }
 
 // TestSQLiteLockRows: on SQLite LockRows locks the database even in a

@@ -24,11 +24,16 @@ import (
 func TestUserStatementDeadlock(t *testing.T) {
 	t.Parallel()
 	serverKinds(t, func(t *testing.T, iso *dbtest.Isolated) {
-		userDeadlock(t, iso, iso.DB, iso.Open(t))
+		if victims, sum := userDeadlock(t, iso, iso.DB, iso.Open(t)); victims != 1 || sum != 2 {
+			t.Fatalf("%d deadlock victims, sum %d after the survivor's commit; want 1 victim and a sum of 2", victims, sum)
+		}
 	})
 }
 
-func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
+// userDeadlock runs the deadlock of TestUserStatementDeadlock with the
+// holders on db1 and db2, and returns how many of the two were its victims
+// and the table's sum once the survivor committed (want 1 and 2).
+func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) (victims, sum int) {
 	ctx := testCtx(t)
 	mustExec(t, iso, "CREATE TABLE p_acct (id INT PRIMARY KEY, n INT NOT NULL)")
 	mustExec(t, iso, "INSERT INTO p_acct (id, n) VALUES (1, 0), (2, 0)")
@@ -88,16 +93,12 @@ func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
 		}()
 	}
 	wg.Wait()
-	victims := 0
 	for _, err := range errs {
 		if errors.Is(err, dblock.ErrDeadlock) {
 			victims++
 		} else if err != nil {
 			t.Errorf("unexpected error: %v", err)
 		}
-	}
-	if victims != 1 {
-		t.Fatalf("%d deadlock victims (%v), want 1", victims, errs)
 	}
 	for i, lease := range []*pessimistic.Lease{la, lb} {
 		if errs[i] == nil {
@@ -106,13 +107,10 @@ func userDeadlock(t *testing.T, iso *dbtest.Isolated, db1, db2 *dialect.DB) {
 			}
 		}
 	}
-	var sum int
 	if err := iso.Store().GetContext(ctx, &sum, "SELECT SUM(n) FROM p_acct"); err != nil {
 		t.Fatal(err)
 	}
-	if sum != 2 {
-		t.Fatalf("sum %d after one committed transaction of two updates, want 2", sum)
-	}
+	return victims, sum
 }
 
 // TestLockRowsDeadlockEndsTx: on MySQL, a deadlock reported by LockRows
@@ -195,7 +193,9 @@ func TestUserStatementDeadlockCallerPool(t *testing.T) {
 	if want := iso.Store().MariaDB(); iso.Store().ChecksCommit() != want {
 		t.Fatalf("ChecksCommit on a pool Open opened: %v, want %v (MariaDB)", !want, want)
 	}
-	userDeadlock(t, iso, db1, db2)
+	if victims, sum := userDeadlock(t, iso, db1, db2); victims != 1 || sum != 2 {
+		t.Fatalf("caller's pools: %d deadlock victims, sum %d; want 1 victim and a sum of 2", victims, sum)
+	}
 }
 
 // TestUserStatementDeadlockCheckedBlock: the same on MariaDB where the
@@ -209,7 +209,9 @@ func TestUserStatementDeadlockCheckedBlock(t *testing.T) {
 		t.Skip("only MariaDB checks a commit in the statement")
 	}
 	mustExec(t, iso, "DROP PROCEDURE dblock_commit_checked")
-	userDeadlock(t, iso, iso.DB, iso.Open(t))
+	if victims, sum := userDeadlock(t, iso, iso.DB, iso.Open(t)); victims != 1 || sum != 2 {
+		t.Fatalf("checked block: %d deadlock victims, sum %d; want 1 victim and a sum of 2", victims, sum)
+	}
 }
 
 // TestImplicitCommitInDo: on MariaDB a hold's fn sends a statement the
