@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
@@ -29,40 +28,28 @@ import (
 // the call), so nothing later on the connection (a transaction's COMMIT,
 // which the driver sends itself) meets it.
 
-// arm sets ctx's deadline on the socket where it can (see above): run is
-// the context to run the statement under, and armed says whether the
-// deadline was set (then call disarm once the statement is done). A
-// deadline already past fails at once, sending nothing.
+// arm sets ctx's deadline on the socket where it can (see above and
+// store.ArmDeadline): run is the context to run the statement under, and
+// armed says whether the deadline was set (then call disarm once the
+// statement is done).
 func (c *checkedConn) arm(ctx context.Context) (run context.Context, deadline time.Time, armed bool, err error) {
 	if !c.deadlines {
 		return ctx, time.Time{}, false, nil
 	}
-	deadline, bare, ok := store.DeadlineOnly(ctx)
-	if !ok {
-		return ctx, time.Time{}, false, nil
-	}
-	if !time.Now().Before(deadline) {
-		<-ctx.Done()
-		return nil, deadline, false, ctx.Err()
-	}
-	if c.net.SetDeadline(deadline) != nil {
-		return ctx, time.Time{}, false, nil
-	}
-	return bare, deadline, true, nil
+	return store.ArmDeadline(ctx, c.net)
 }
 
 // disarm clears the socket's deadline.
 func (c *checkedConn) disarm() { _ = c.net.SetDeadline(time.Time{}) }
 
-// overran reports a statement's error past its deadline as the deadline's:
-// the driver closed the connection when the socket's read or write failed,
-// and its ErrBadConn would have database/sql try again on another one.
+// overran reports a statement's error past its deadline as the deadline's
+// (store.DeadlinePassed): the driver closed the connection when the
+// socket's read or write failed.
 func overran(ctx context.Context, deadline time.Time, err error) error {
 	if err == nil || err == io.EOF || time.Now().Before(deadline) || !connGone(err) {
 		return err
 	}
-	<-ctx.Done()
-	return fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
+	return store.DeadlinePassed(ctx, err)
 }
 
 // connGone reports whether err is the driver's answer to a failed read or

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"fmt"
 	"os"
 	"time"
 
@@ -125,33 +124,26 @@ func (n pgNative) onConn(ctx context.Context, fn func(context.Context, *pgx.Conn
 }
 
 // bounded runs fn on sc's pgx connection under ctx. A statement context
-// whose only end is its deadline (store.DeadlineOnly) has that deadline
-// set on the connection for the statement, and fn runs under the context
+// whose only end is its deadline has that deadline set on the connection
+// for the statement (store.ArmDeadline), and fn runs under the context
 // without it, which pgx does not need to watch. A statement that runs past
-// the deadline fails as under ctx (context.DeadlineExceeded), and pgx
-// closes its connection, as after a cancellation that the server did not
-// answer in time. It returns once ctx is done too, so that callers that
-// ask ctx whether the statement timed out (ctx.Err) hear so: the
-// connection's deadline can pass a moment before ctx's timer fires.
+// the deadline fails as under ctx (store.DeadlinePassed), and pgx closes
+// its connection, as after a cancellation that the server did not answer
+// in time.
 func bounded(ctx context.Context, sc *stdlib.Conn, fn func(context.Context, *pgx.Conn) error) error {
 	c := sc.Conn()
-	deadline, bare, ok := store.DeadlineOnly(ctx)
-	if !ok {
-		return fn(ctx, c)
-	}
-	if !time.Now().Before(deadline) {
-		<-ctx.Done()
-		return ctx.Err()
-	}
 	nc := c.PgConn().Conn()
-	if err := nc.SetDeadline(deadline); err != nil {
-		return fn(ctx, c)
+	run, _, armed, err := store.ArmDeadline(ctx, nc)
+	if err != nil {
+		return err
 	}
-	err := fn(bare, c)
+	err = fn(run, c)
+	if !armed {
+		return err
+	}
 	_ = nc.SetDeadline(time.Time{})
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		<-ctx.Done()
-		err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		err = store.DeadlinePassed(ctx, err)
 	}
 	return err
 }
