@@ -23,6 +23,12 @@ type LeaseSQL struct {
 	// Release decrements reentry, freeing the row at zero; a CAS on (name,
 	// owner, version). On PostgreSQL it commits asynchronously and notifies.
 	Release string
+	// ReleaseKept: Release returns a row, the owner of another owner's live
+	// reservation of the name it freed ('' when none, or when the name stays
+	// held), and announces the release to that owner alone (see keptfor.go).
+	// It binds a fourth parameter, quiet: a release that frees a name no
+	// reservation keeps announces nothing when quiet (ReleaseLeaseQuiet).
+	ReleaseKept bool
 	// Renew extends an unexpired lease; a CAS on (name, owner, version).
 	Renew string
 	// Holder reads a name's row and the database clock.
@@ -90,7 +96,8 @@ type LeaseSQL struct {
 }
 
 // NotifyChannel is the PostgreSQL channel on which releases are announced;
-// the payload is the lock name.
+// the payload is the lock name, or name + NoticeSep + owner for a release
+// that freed a name a reservation keeps for that owner (see keptfor.go).
 const NotifyChannel = "dblock"
 
 // AcquireParams are the inputs of AcquireLease.
@@ -283,11 +290,38 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // ReleaseLease runs the release CAS; it reports whether the row named (owner,
 // token) and was released (or its reentry count decremented).
 func (db *DB) ReleaseLease(ctx context.Context, q Querier, name, owner string, token dblock.Token) (bool, error) {
-	released, err := db.execOne(ctx, db.q(q), db.Dialect.Lease().Release, name, owner, int64(token))
-	if released {
-		db.noteReleased(name)
+	return db.releaseLease(ctx, q, name, owner, token, false)
+}
+
+// ReleaseLeaseQuiet is ReleaseLease for a name the caller hands on to a
+// waiter of its own (a Locker's next in line): where releases are
+// announced, one that frees a name no reservation keeps for another owner
+// is not, so that other processes' waiters do not wake only to be refused.
+// They look again on their own schedule, and reserve the name.
+func (db *DB) ReleaseLeaseQuiet(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+	return db.releaseLease(ctx, nil, name, owner, token, true)
+}
+
+func (db *DB) releaseLease(ctx context.Context, q Querier, name, owner string, token dblock.Token, quiet bool) (bool, error) {
+	ls := db.Dialect.Lease()
+	if !ls.ReleaseKept {
+		released, err := db.execOne(ctx, db.q(q), ls.Release, name, owner, int64(token))
+		if released {
+			db.noteReleased(name)
+		}
+		return released, err
 	}
-	return released, err
+	var kept string
+	err := db.queryRow(ctx, db.q(q), ls.Release, []any{name, owner, int64(token), quiet}, &kept)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, db.Classify(err)
+	}
+	db.noteReleased(name)
+	db.kept.set(name, kept)
+	return true, nil
 }
 
 // RenewLease extends an unexpired lease by ttl from the database's now; it

@@ -28,6 +28,7 @@ var (
         next_since  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_since END,
         next_until  = CASE WHEN l.next_owner = $2 OR l.next_until <= now() THEN NULL ELSE l.next_until END,`
 	pgAdvisoryWrite = `(SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '100', true)) AS advisory`
+	pgKeptForOther  = `l.next_until > now() AND l.next_owner <> $2`
 	pgNextCols      = `coalesce(next_owner, ''), coalesce(` + pgUs("next_since") + `, 0), coalesce(` + pgUs("next_until") + `, 0)`
 )
 
@@ -129,6 +130,12 @@ RETURNING l.version`,
 	// hands the name to readers on its last release: owner '' and mode
 	// read, the same token, until its read lease ends (a share: reader
 	// NULL).
+	//
+	// A release that frees the name returns the owner of another owner's
+	// live reservation ('' when none) and announces the name to that owner
+	// alone (name, E'\x1f', owner: see keptfor.go). Else it announces the
+	// name unless $4 (quiet: the releasing Locker's own next waiter takes
+	// it, see LeaseSQL.ReleaseKept); a name handed to readers always.
 	Release: `UPDATE dblock_locks l SET
     reentry      = CASE WHEN l.reentry > 1 THEN l.reentry - 1 WHEN l.shared_until > now() THEN 1 ELSE 0 END,
     owner        = CASE WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
@@ -139,7 +146,12 @@ RETURNING l.version`,
     updated_at   = now()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
-RETURNING (CASE WHEN l.reentry = 0 OR l.owner = '' THEN pg_notify('` + NotifyChannel + `', l.name)::text END) IS NOT NULL`,
+RETURNING CASE WHEN l.reentry = 0 AND ` + pgKeptForOther + ` THEN
+        pg_notify('` + NotifyChannel + `', l.name || E'\x1f' || l.next_owner)::text || l.next_owner
+    WHEN l.reentry = 0 AND $4 THEN ''
+    WHEN l.reentry = 0 OR l.owner = '' THEN pg_notify('` + NotifyChannel + `', l.name)::text
+    ELSE '' END`,
+	ReleaseKept: true,
 
 	// Renew and Proclaim lock the row before they check the expiry, by
 	// the clock after the lock (see pgLockedLease).
@@ -155,15 +167,19 @@ FROM dblock_locks WHERE name = $1`,
 
 	// A reservation is advisory (see reserve.go): its writes commit
 	// asynchronously, and wait at most 100 ms for the row (which a
-	// pessimistic holder may keep locked). Giving one up announces the name
-	// when it is free, for the waiters the reservation kept out.
+	// pessimistic holder may keep locked). A reservation of a name that is
+	// free by then (its release found no reservation, and its releaser's
+	// next waiter may not take it) announces the name to the reserver.
+	// Giving one up announces the name when it is free, for the waiters
+	// the reservation kept out.
 	Reserve: `UPDATE dblock_locks SET
     next_owner = $2,
     next_since = timestamptz 'epoch' + $3::bigint * interval '1 microsecond',
     next_until = now() + $4::bigint * interval '1 microsecond'
 FROM ` + pgAdvisoryWrite + `
 WHERE name = $1 AND (next_until IS NULL OR next_until <= now() OR next_owner = $2
-    OR next_since > timestamptz 'epoch' + $3::bigint * interval '1 microsecond')`,
+    OR next_since > timestamptz 'epoch' + $3::bigint * interval '1 microsecond')
+RETURNING (CASE WHEN owner IS NULL OR expires_at <= now() THEN pg_notify('` + NotifyChannel + `', name || E'\x1f' || $2)::text END) IS NOT NULL`,
 
 	Unreserve: `UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
 FROM ` + pgAdvisoryWrite + `

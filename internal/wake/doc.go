@@ -1,6 +1,9 @@
 // Package wake is the per-Locker wake-up hub of the lease modes. On PostgreSQL
 // one dedicated connection LISTENs on store.NotifyChannel and wakes the
-// waiters of a name when its release is announced. On other databases, or
+// waiters of a name when its release is announced; a release announced for
+// one owner (a name a reservation keeps for that owner's waiter, the notice
+// name + store.NoticeSep + owner) wakes only that owner's subscriptions
+// (SubscribeFor) and those of every owner (Subscribe). On other databases, or
 // where LISTEN cannot work (a pooler in transaction mode), the hub is a no-op
 // and waiters rely on their backoff and expiry timers; the hub is an
 // optimisation, never a correctness mechanism.

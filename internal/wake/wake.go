@@ -32,7 +32,13 @@ type Hub struct {
 	closed  bool
 }
 
-type sub struct{ ch chan struct{} }
+// sub is one subscription; owner, when set, is the waiting owner: a
+// release announced for another owner (a name kept for its waiter) does
+// not wake it.
+type sub struct {
+	ch    chan struct{}
+	owner string
+}
 
 // New returns a hub for db. Nothing is started until the first Subscribe.
 func New(db *store.DB, logger *slog.Logger) *Hub {
@@ -48,7 +54,14 @@ func New(db *store.DB, logger *slog.Logger) *Hub {
 // and also after the listening connection was re-established, since
 // notifications may have been missed. cancel unregisters; call it when done.
 func (h *Hub) Subscribe(name string) (wake <-chan struct{}, cancel func()) {
-	s := &sub{ch: make(chan struct{}, 1)}
+	return h.SubscribeFor(name, "")
+}
+
+// SubscribeFor is Subscribe for a waiter of owner: a release announced for
+// another owner, which a reservation keeps the name for (see
+// store.NoticeSep), does not wake it; "" subscribes to every release.
+func (h *Hub) SubscribeFor(name, owner string) (wake <-chan struct{}, cancel func()) {
+	s := &sub{ch: make(chan struct{}, 1), owner: owner}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -92,10 +105,28 @@ func (h *Hub) Close() error {
 	return nil
 }
 
-func (h *Hub) notify(name string) {
+// notify wakes the subscribers of a notice: the payload as a name, and, for
+// each store.NoticeSep in it, the name before it for the owner after it
+// (a name may contain the separator: a notice wakes every reading's
+// subscribers, too many rather than too few).
+func (h *Hub) notify(payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.wake(payload, "")
+	for i := 0; i < len(payload); i++ {
+		if payload[i] == store.NoticeSep {
+			h.wake(payload[:i], payload[i+1:])
+		}
+	}
+}
+
+// wake wakes name's subscribers, only those of owner and those of every
+// owner when owner is set. h.mu is held.
+func (h *Hub) wake(name, owner string) {
 	for s := range h.subs[name] {
+		if owner != "" && s.owner != "" && s.owner != owner {
+			continue
+		}
 		select {
 		case s.ch <- struct{}{}:
 		default:

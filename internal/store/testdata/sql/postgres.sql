@@ -49,7 +49,11 @@ UPDATE dblock_locks l SET
     updated_at   = now()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
-RETURNING (CASE WHEN l.reentry = 0 OR l.owner = '' THEN pg_notify('dblock', l.name)::text END) IS NOT NULL;
+RETURNING CASE WHEN l.reentry = 0 AND l.next_until > now() AND l.next_owner <> $2 THEN
+        pg_notify('dblock', l.name || E'\x1f' || l.next_owner)::text || l.next_owner
+    WHEN l.reentry = 0 AND $4 THEN ''
+    WHEN l.reentry = 0 OR l.owner = '' THEN pg_notify('dblock', l.name)::text
+    ELSE '' END;
 
 -- LeaseSQL.Renew
 WITH cur AS (
@@ -126,7 +130,8 @@ UPDATE dblock_locks SET
     next_until = now() + $4::bigint * interval '1 microsecond'
 FROM (SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '100', true)) AS advisory
 WHERE name = $1 AND (next_until IS NULL OR next_until <= now() OR next_owner = $2
-    OR next_since > timestamptz 'epoch' + $3::bigint * interval '1 microsecond');
+    OR next_since > timestamptz 'epoch' + $3::bigint * interval '1 microsecond')
+RETURNING (CASE WHEN owner IS NULL OR expires_at <= now() THEN pg_notify('dblock', name || E'\x1f' || $2)::text END) IS NOT NULL;
 
 -- LeaseSQL.Unreserve
 UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
