@@ -1,6 +1,7 @@
 package optimistic
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/dblock-go/dblock/internal/store"
@@ -169,11 +170,20 @@ func (g *gates) leave(name string, w *waiter, taken *store.Holder) {
 	}
 }
 
-// kick tells the head of name's line that a release may have freed it.
-func (g *gates) kick(name string) {
+// kick tells the head of name's line that a release may have freed it,
+// unless the release reported that a reservation keeps the name for an
+// owner none of the line's waiters has (kept, "" when none): that waiter,
+// in another process or Locker, takes it next, and the head would only be
+// refused; it looks again on its own schedule.
+func (g *gates) kick(name, kept string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if ln := g.m[name]; ln != nil {
-		ln.q[0].poke()
+	ln := g.m[name]
+	if ln == nil {
+		return
 	}
+	if kept != "" && !slices.ContainsFunc(ln.q, func(w *waiter) bool { return w.owner == kept }) {
+		return
+	}
+	ln.q[0].poke()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
+	"github.com/dblock-go/dblock/internal/store"
 )
 
 // lineLen is the number of this Locker's waiters in name's line.
@@ -318,4 +319,32 @@ func TestLineOwnerReenters(t *testing.T) {
 			t.Fatalf("%d waiters left in line", n)
 		}
 	})
+}
+
+// TestKickKept: a release that a reservation kept for an owner outside the
+// line (another process's waiter) leaves the head asleep; one kept for a
+// waiter of the line, or for nobody, kicks the head.
+func TestKickKept(t *testing.T) {
+	g := newGates()
+	head, _ := g.join("n", "a2", store.Holder{})
+	g.join("n", "a3", store.Holder{})
+	kicked := func() bool {
+		select {
+		case <-head.kick:
+			return true
+		default:
+			return false
+		}
+	}
+	g.kick("n", "b1")
+	if kicked() {
+		t.Fatal("a release kept for another process's waiter kicked the head")
+	}
+	for _, kept := range []string{"", "a2", "a3"} {
+		g.kick("n", kept)
+		if !kicked() {
+			t.Fatalf("a release kept for %q did not kick the head", kept)
+		}
+	}
+	g.kick("other", "") // No line: nothing to kick, and no panic.
 }

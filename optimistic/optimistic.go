@@ -77,7 +77,8 @@ type Locker struct {
 	rec    *obs.Recorder
 	hub    *wake.Hub         // nil when notifications are off or unsupported.
 	gates  *gates            // This Locker's waiters, in line per name.
-	kick   func(name string) // gates.kick, for every lease's OnReleased.
+	kick   func(name string) // gates.kick with the release's kept owner, for every lease's OnReleased.
+	rows   leasekeeper.Rows  // Every lease's statements: lineRows, boxed once.
 	keeper *leasekeeper.Keeper
 	parts  leasemode.Parts
 	life   *leasemode.Life // Closed by Close.
@@ -122,7 +123,8 @@ func newLocker(handle *dialect.DB, cfg *Config, prefix, modeName string) (*Locke
 	}
 	l := &Locker{parts: p, db: db, cfg: c, logger: p.Logger, events: p.Events, rec: p.Events.Recorder(),
 		keeper: p.Keeper, hub: p.Hub, life: p.Life, gates: newGates(), mode: modeName, prefix: prefix}
-	l.kick = l.gates.kick
+	l.kick = func(name string) { l.gates.kick(name, l.db.KeptAtRelease(name)) }
+	l.rows = lineRows{db: db, gates: l.gates}
 	return l, nil
 }
 
@@ -291,6 +293,7 @@ func (l *Locker) newLease(name string, o mode.Options, res store.AcquireResult, 
 		// The next in this Locker's line asks at once, without waiting for
 		// the notification (or, without one, its backoff).
 		OnReleased: l.kick,
+		Rows:       l.rows,
 	})
 	if err != nil {
 		return nil, fmt.Errorf(l.prefix+": acquire %q: %w: %w", name, dblock.ErrNotAcquired, dblock.ErrClosed)

@@ -24,8 +24,16 @@ import (
 // reserver that crashes keeps the name free but unclaimed until the
 // reservation lapses (reserveFor). A waiter that last saw the name kept
 // for another reads the row when it wakes (readFirst) instead of sending
-// the acquire statement, which would be refused: at a release every
-// process's head wakes, and only the reserver takes.
+// the acquire statement, which would be refused.
+//
+// Where releases are announced (PostgreSQL), a release that frees a name
+// kept for another owner's waiter is announced to that owner alone, and
+// the releasing Locker leaves its own next waiter asleep (gates.kick with
+// store.DB.KeptAtRelease): only the reserver wakes, and takes. A release
+// that the Locker's own line waits for is not announced at all (lineRows):
+// its next waiter takes the name, and the other processes' waiters would
+// only be refused; they reserve the name when they next look, and a
+// reservation of a name found free announces it to the reserver.
 
 // reserveFor is how long a reservation lasts unless renewed, by the
 // database clock: four of the reserver's longest sleeps, at least a second.
