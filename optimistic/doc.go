@@ -58,6 +58,13 @@
 // that ends without the name gives its reservation up; a waiter that crashes
 // leaves the name free but unclaimed until its reservation lapses.
 //
+// On PostgreSQL a release that frees a name kept for another owner's waiter
+// is announced to that owner alone, and a release that the Locker's own
+// waiters wait for, with no reservation, is not announced: its next waiter
+// takes the name, and waiters elsewhere reserve it at their next look. So a
+// process serves its own waiters a few times in a row, and a hand-off to
+// another process wakes only the waiter that takes.
+//
 // # Several names at once
 //
 // AcquireMany and TryAcquireMany take a set of names in one transaction, in
