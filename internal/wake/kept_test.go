@@ -97,20 +97,20 @@ func newKeptEnv(t *testing.T) *keptEnv {
 	iso := dbtest.New(t, store.Postgres)
 	hub := wake.New(iso.Store(), nil)
 	e := &keptEnv{t: t, iso: iso, hub: hub, name: locktest.RandomName("kept"), barrier: locktest.RandomName("barrier")}
+	// The hub's first connection wakes the subscribers made before it:
+	// the barrier's alone, so that the others start empty.
 	var cancels [4]func()
-	e.w1, cancels[0] = hub.SubscribeFor(e.name, "w1")
-	e.w2, cancels[1] = hub.SubscribeFor(e.name, "w2")
-	e.all, cancels[2] = hub.Subscribe(e.name)
-	e.bar, cancels[3] = hub.Subscribe(e.barrier)
+	e.bar, cancels[0] = hub.Subscribe(e.barrier)
+	wait(t, e.bar, "first connection")
+	e.w1, cancels[1] = hub.SubscribeFor(e.name, "w1")
+	e.w2, cancels[2] = hub.SubscribeFor(e.name, "w2")
+	e.all, cancels[3] = hub.Subscribe(e.name)
 	t.Cleanup(func() {
 		for _, c := range cancels {
 			c()
 		}
 		_ = hub.Close()
 	})
-	for _, ch := range []<-chan struct{}{e.w1, e.w2, e.all, e.bar} {
-		wait(t, ch, "first connection")
-	}
 	return e
 }
 
