@@ -9,7 +9,6 @@ import (
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/locktest"
 	"github.com/dblock-go/dblock/internal/store"
-	"github.com/dblock-go/dblock/internal/wake"
 )
 
 // TestKeptRelease: PostgreSQL's lease release announces a name that a live
@@ -24,6 +23,7 @@ func TestKeptRelease(t *testing.T) {
 	ctx := context.Background()
 	e := newKeptEnv(t)
 	db := e.iso.Store()
+	hub := e.notices.Hub
 
 	token := e.take("o")
 	if ok, err := db.ReserveLease(ctx, e.name, "w1", time.Now(), time.Minute); err != nil || !ok {
@@ -70,47 +70,31 @@ func TestKeptRelease(t *testing.T) {
 		t.Fatalf("a notice for w2 woke w1 %v, w2 %v, all %v; want w2 and all", w1, w2, all)
 	}
 	long := e.name + string(store.NoticeSep) + "w1"
-	longCh, cancel := e.hub.Subscribe(long)
+	longCh, cancel := hub.Subscribe(long)
 	defer cancel()
 	if _, err := e.iso.DB.SQL().ExecContext(ctx, "SELECT pg_notify($1, $2)", store.NotifyChannel, long); err != nil {
 		t.Fatal(err)
 	}
 	w1, w2, all := e.woken()
-	if own := drained(longCh); !w1 || w2 || !all || !own {
+	if own := dbtest.Woken(longCh); !w1 || w2 || !all || !own {
 		t.Fatalf("a notice of %q woke w1 %v, w2 %v, all %v, its own subscriber %v; want all but w2", long, w1, w2, all, own)
 	}
 }
 
-// keptEnv is a hub over PostgreSQL with subscribers of one name: w1's,
-// w2's and one for every owner, and a barrier name whose release, once
-// its subscriber wakes, proves that every notice sent before was handled
-// (one connection delivers the notices in order).
+// keptEnv watches one name's notices for w1, w2 and every owner.
 type keptEnv struct {
-	t                *testing.T
-	iso              *dbtest.Isolated
-	hub              *wake.Hub
-	name, barrier    string
-	w1, w2, all, bar <-chan struct{}
+	t           *testing.T
+	iso         *dbtest.Isolated
+	notices     *dbtest.Notices
+	name        string
+	w1, w2, all <-chan struct{}
 }
 
 func newKeptEnv(t *testing.T) *keptEnv {
 	iso := dbtest.New(t, store.Postgres)
-	hub := wake.New(iso.Store(), nil)
-	e := &keptEnv{t: t, iso: iso, hub: hub, name: locktest.RandomName("kept"), barrier: locktest.RandomName("barrier")}
-	// The hub's first connection wakes the subscribers made before it:
-	// the barrier's alone, so that the others start empty.
-	var cancels [4]func()
-	e.bar, cancels[0] = hub.Subscribe(e.barrier)
-	wait(t, e.bar, "first connection")
-	e.w1, cancels[1] = hub.SubscribeFor(e.name, "w1")
-	e.w2, cancels[2] = hub.SubscribeFor(e.name, "w2")
-	e.all, cancels[3] = hub.Subscribe(e.name)
-	t.Cleanup(func() {
-		for _, c := range cancels {
-			c()
-		}
-		_ = hub.Close()
-	})
+	n := dbtest.NewNotices(t, iso, locktest.RandomName("barrier"))
+	e := &keptEnv{t: t, iso: iso, notices: n, name: locktest.RandomName("kept")}
+	e.w1, e.w2, e.all = n.Subscribe(e.name, "w1"), n.Subscribe(e.name, "w2"), n.Subscribe(e.name, "")
 	return e
 }
 
@@ -124,20 +108,10 @@ func (e *keptEnv) take(owner string) dblock.Token {
 	return r.Token
 }
 
-// woken reports, after a barrier, which of w1, w2 and all were woken.
+// woken reports, once the notices sent so far are handled, which of w1,
+// w2 and all they woke.
 func (e *keptEnv) woken() (w1, w2, all bool) {
 	e.t.Helper()
-	release(e.t, e.iso.DB, e.barrier)
-	wait(e.t, e.bar, "barrier")
-	return drained(e.w1), drained(e.w2), drained(e.all)
-}
-
-// drained reports whether ch held a wake-up, and empties it.
-func drained(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
+	e.notices.Settle()
+	return dbtest.Woken(e.w1), dbtest.Woken(e.w2), dbtest.Woken(e.all)
 }
