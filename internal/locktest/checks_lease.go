@@ -40,10 +40,13 @@ func checkExpiryAndTakeover(t *testing.T, s *suite) {
 
 func checkRenewal(t *testing.T, s *suite) {
 	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("renew")
-	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(time.Second))
+	// A TTL of 2 s: a renewal every 667 ms, so that the lease is lost only
+	// if renewals stall for 2 s (a 1 s TTL was lost on SQLite under the
+	// whole suite's load with -race on 2 cores).
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(2*time.Second))
 	d0, _ := lease.Deadline()
 	// Hold for several TTLs: the watchdog must keep the lease.
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(5 * time.Second)
 	if err := lease.Err(); err != nil {
 		t.Fatalf("renewed lease lost: %v", err)
 	}
