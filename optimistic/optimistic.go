@@ -124,7 +124,7 @@ func newLocker(handle *dialect.DB, cfg *Config, prefix, modeName string) (*Locke
 	l := &Locker{parts: p, db: db, cfg: c, logger: p.Logger, events: p.Events, rec: p.Events.Recorder(),
 		keeper: p.Keeper, hub: p.Hub, life: p.Life, gates: newGates(), mode: modeName, prefix: prefix}
 	l.kick = func(name string) { l.gates.kick(name, l.db.KeptAtRelease(name)) }
-	l.rows = lineRows{db: db, gates: l.gates}
+	l.rows = lineRows{Rows: leasekeeper.Exclusive(db), db: db, gates: l.gates}
 	return l, nil
 }
 

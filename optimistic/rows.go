@@ -2,9 +2,9 @@ package optimistic
 
 import (
 	"context"
-	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -16,12 +16,9 @@ import (
 // next look (reserve.go), and the release after that is announced to the
 // reservation's owner alone.
 type lineRows struct {
-	db    *store.DB
-	gates *gates
-}
-
-func (r lineRows) Renew(ctx context.Context, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
-	return r.db.RenewLease(ctx, nil, name, owner, token, ttl)
+	leasekeeper.Rows // leasekeeper.Exclusive: Renew and Holder.
+	db               *store.DB
+	gates            *gates
 }
 
 func (r lineRows) Release(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
@@ -29,8 +26,4 @@ func (r lineRows) Release(ctx context.Context, name, owner string, token dblock.
 		return r.db.ReleaseLeaseQuiet(ctx, name, owner, token)
 	}
 	return r.db.ReleaseLease(ctx, nil, name, owner, token)
-}
-
-func (r lineRows) Holder(ctx context.Context, name, _ string, _ dblock.Token) (store.Holder, error) {
-	return r.db.LeaseHolder(ctx, nil, name)
 }

@@ -26,6 +26,10 @@ type Rows interface {
 // exclusive is Rows of a lease on the dblock_locks row of its name.
 type exclusive struct{ db *store.DB }
 
+// Exclusive returns the Rows of a lease on the dblock_locks row of its
+// name, the default, for a mode that replaces some of its statements.
+func Exclusive(db *store.DB) Rows { return exclusive{db} }
+
 func (e exclusive) Renew(ctx context.Context, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
 	return e.db.RenewLease(ctx, nil, name, owner, token, ttl)
 }
