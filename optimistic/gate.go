@@ -37,6 +37,9 @@ type line struct {
 	// holder is the holder the head last saw, for the error of a waiter
 	// that gives up before its turn.
 	holder store.Holder
+	// kept is the owner a reservation kept the name for when this Locker
+	// last freed it ("" when none, or unknown), until the kick reads it.
+	kept string
 }
 
 // waiter is one Acquire call waiting in a line.
@@ -170,18 +173,31 @@ func (g *gates) leave(name string, w *waiter, taken *store.Holder) {
 	}
 }
 
+// released records the owner a reservation kept name for when this
+// Locker's release freed it (kept, "" when none or unknown), for the kick
+// that follows. With no line there is nobody to kick.
+func (g *gates) released(name, kept string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ln := g.m[name]; ln != nil {
+		ln.kept = kept
+	}
+}
+
 // kick tells the head of name's line that a release may have freed it,
 // unless the release reported that a reservation keeps the name for an
-// owner none of the line's waiters has (kept, "" when none): that waiter,
-// in another process or Locker, takes it next, and the head would only be
+// owner none of the line's waiters has (released): that waiter, in
+// another process or Locker, takes it next, and the head would only be
 // refused; it looks again on its own schedule.
-func (g *gates) kick(name, kept string) {
+func (g *gates) kick(name string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ln := g.m[name]
 	if ln == nil {
 		return
 	}
+	kept := ln.kept
+	ln.kept = ""
 	if kept != "" && !slices.ContainsFunc(ln.q, func(w *waiter) bool { return w.owner == kept }) {
 		return
 	}

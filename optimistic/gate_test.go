@@ -323,7 +323,8 @@ func TestLineOwnerReenters(t *testing.T) {
 
 // TestKickKept: a release that a reservation kept for an owner outside the
 // line (another process's waiter) leaves the head asleep; one kept for a
-// waiter of the line, or for nobody, kicks the head.
+// waiter of the line, or for nobody, kicks the head, and so does the next
+// release that records nothing (the owner is read once).
 func TestKickKept(t *testing.T) {
 	g := newGates()
 	head, _ := g.join("n", "a2", store.Holder{})
@@ -336,15 +337,22 @@ func TestKickKept(t *testing.T) {
 			return false
 		}
 	}
-	g.kick("n", "b1")
+	g.released("n", "b1")
+	g.kick("n")
 	if kicked() {
 		t.Fatal("a release kept for another process's waiter kicked the head")
 	}
+	g.kick("n")
+	if !kicked() {
+		t.Fatal("a kick after the kept release's own did not kick the head")
+	}
 	for _, kept := range []string{"", "a2", "a3"} {
-		g.kick("n", kept)
+		g.released("n", kept)
+		g.kick("n")
 		if !kicked() {
 			t.Fatalf("a release kept for %q did not kick the head", kept)
 		}
 	}
-	g.kick("other", "") // No line: nothing to kick, and no panic.
+	g.released("other", "b1") // No line: nothing recorded, nothing to kick, and no panic.
+	g.kick("other")
 }

@@ -77,7 +77,7 @@ type Locker struct {
 	rec    *obs.Recorder
 	hub    *wake.Hub         // nil when notifications are off or unsupported.
 	gates  *gates            // This Locker's waiters, in line per name.
-	kick   func(name string) // gates.kick with the release's kept owner, for every lease's OnReleased.
+	kick   func(name string) // gates.kick, made once for every lease's OnReleased.
 	rows   leasekeeper.Rows  // Every lease's statements: lineRows, boxed once.
 	keeper *leasekeeper.Keeper
 	parts  leasemode.Parts
@@ -123,7 +123,7 @@ func newLocker(handle *dialect.DB, cfg *Config, prefix, modeName string) (*Locke
 	}
 	l := &Locker{parts: p, db: db, cfg: c, logger: p.Logger, events: p.Events, rec: p.Events.Recorder(),
 		keeper: p.Keeper, hub: p.Hub, life: p.Life, gates: newGates(), mode: modeName, prefix: prefix}
-	l.kick = func(name string) { l.gates.kick(name, l.db.KeptAtRelease(name)) }
+	l.kick = l.gates.kick
 	l.rows = lineRows{Rows: leasekeeper.Exclusive(db), db: db, gates: l.gates}
 	return l, nil
 }

@@ -28,8 +28,9 @@ import (
 //
 // Where releases are announced (PostgreSQL), a release that frees a name
 // kept for another owner's waiter is announced to that owner alone, and
-// the releasing Locker leaves its own next waiter asleep (gates.kick with
-// store.DB.KeptAtRelease): only the reserver wakes, and takes. A release
+// the releasing Locker leaves its own next waiter asleep (lineRows tells
+// gates.released the owner, and gates.kick reads it): only the reserver
+// wakes, and takes. A release
 // that the Locker's own line waits for is not announced at all (lineRows):
 // its next waiter takes the name, and the other processes' waiters would
 // only be refused; they reserve the name when they next look, and a

@@ -9,12 +9,14 @@ import (
 )
 
 // lineRows are the statements the Keeper runs for this Locker's leases:
-// those of an exclusive lease of dblock_locks, with a release that is not
-// announced when the Locker's own line waits for the name (its head is
-// kicked once the release is done, and takes the name): waiters in other
-// processes would only wake to be refused. They reserve the name when they
-// next look (reserve.go), and the release after that is announced to the
-// reservation's owner alone.
+// those of an exclusive lease of dblock_locks, with a release that tells
+// the Locker's line the owner a reservation kept the freed name for (so
+// the kick that follows leaves the head asleep when that owner is not in
+// line), and that is not announced when the line waits for the name (its
+// head is kicked once the release is done, and takes the name): waiters in
+// other processes would only wake to be refused. They reserve the name
+// when they next look (reserve.go), and the release after that is
+// announced to the reservation's owner alone.
 type lineRows struct {
 	leasekeeper.Rows // leasekeeper.Exclusive: Renew and Holder.
 	db               *store.DB
@@ -22,8 +24,9 @@ type lineRows struct {
 }
 
 func (r lineRows) Release(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
-	if r.gates.busy(name) {
-		return r.db.ReleaseLeaseQuiet(ctx, name, owner, token)
+	released, kept, err := r.db.ReleaseLeaseKept(ctx, name, owner, token, r.gates.busy(name))
+	if released {
+		r.gates.released(name, kept)
 	}
-	return r.db.ReleaseLease(ctx, nil, name, owner, token)
+	return released, err
 }

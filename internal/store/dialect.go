@@ -146,9 +146,6 @@ type DB struct {
 	// free holds when this DB last released each name (see takefree.go);
 	// a name TakeFree did not take is forgotten.
 	free recent.Names
-	// kept holds, for a name this DB freed, the owner a reservation kept
-	// it for (see keptfor.go).
-	kept keptNames
 	// joined holds when a read of each name last joined a running period
 	// here (see shared_take.go); a name SharedSQL.Join did not join is
 	// forgotten.

@@ -27,7 +27,7 @@ type LeaseSQL struct {
 	// reservation of the name it freed ('' when none, or when the name stays
 	// held), and announces the release to that owner alone (see keptfor.go).
 	// It binds a fourth parameter, quiet: a release that frees a name no
-	// reservation keeps announces nothing when quiet (ReleaseLeaseQuiet).
+	// reservation keeps announces nothing when quiet (ReleaseLeaseKept).
 	ReleaseKept bool
 	// Renew extends an unexpired lease; a CAS on (name, owner, version).
 	Renew string
@@ -290,38 +290,41 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // ReleaseLease runs the release CAS; it reports whether the row named (owner,
 // token) and was released (or its reentry count decremented).
 func (db *DB) ReleaseLease(ctx context.Context, q Querier, name, owner string, token dblock.Token) (bool, error) {
-	return db.releaseLease(ctx, q, name, owner, token, false)
+	released, _, err := db.releaseLease(ctx, q, name, owner, token, false)
+	return released, err
 }
 
-// ReleaseLeaseQuiet is ReleaseLease for a name the caller hands on to a
-// waiter of its own (a Locker's next in line): where releases are
+// ReleaseLeaseKept is ReleaseLease on the pool for a caller that lines up
+// waiters of its own on name (a Locker). kept is the owner of the live
+// reservation that kept the freed name for another waiter ("" when none
+// did, or where the release cannot tell, see keptfor.go). quiet: the
+// caller hands the name on to its own next waiter, so where releases are
 // announced, one that frees a name no reservation keeps for another owner
-// is not, so that other processes' waiters do not wake only to be refused.
+// is not, and other processes' waiters do not wake only to be refused.
 // They look again on their own schedule, and reserve the name.
-func (db *DB) ReleaseLeaseQuiet(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
-	return db.releaseLease(ctx, nil, name, owner, token, true)
+func (db *DB) ReleaseLeaseKept(ctx context.Context, name, owner string, token dblock.Token, quiet bool) (released bool, kept string, err error) {
+	return db.releaseLease(ctx, nil, name, owner, token, quiet)
 }
 
-func (db *DB) releaseLease(ctx context.Context, q Querier, name, owner string, token dblock.Token, quiet bool) (bool, error) {
+func (db *DB) releaseLease(ctx context.Context, q Querier, name, owner string, token dblock.Token, quiet bool) (bool, string, error) {
 	ls := db.Dialect.Lease()
 	if !ls.ReleaseKept {
 		released, err := db.execOne(ctx, db.q(q), ls.Release, name, owner, int64(token))
 		if released {
 			db.noteReleased(name)
 		}
-		return released, err
+		return released, "", err
 	}
 	var kept string
 	err := db.queryRow(ctx, db.q(q), ls.Release, []any{name, owner, int64(token), quiet}, &kept)
 	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
+		return false, "", nil
 	}
 	if err != nil {
-		return false, db.Classify(err)
+		return false, "", db.Classify(err)
 	}
 	db.noteReleased(name)
-	db.kept.set(name, kept)
-	return true, nil
+	return true, kept, nil
 }
 
 // RenewLease extends an unexpired lease by ttl from the database's now; it

@@ -13,7 +13,7 @@ import (
 
 // TestKeptRelease: PostgreSQL's lease release announces a name that a live
 // reservation keeps for another owner to that owner alone, and returns it
-// (KeptAtRelease, read once); a quiet release of a name nobody keeps
+// (ReleaseLeaseKept); a quiet release of a name nobody keeps
 // announces nothing, a plain one announces it to everyone; a reservation
 // of a name found free announces it to the reserver. A notice is read as
 // every name it could be, so a name holding the separator wakes too many
@@ -32,11 +32,8 @@ func TestKeptRelease(t *testing.T) {
 	if w1, w2, all := e.woken(); w1 || w2 || all {
 		t.Fatalf("a reservation of a held name woke w1 %v, w2 %v, all %v", w1, w2, all)
 	}
-	if ok, err := db.ReleaseLease(ctx, nil, e.name, "o", token); err != nil || !ok {
-		t.Fatalf("release: %v %v", ok, err)
-	}
-	if kept, again := db.KeptAtRelease(e.name), db.KeptAtRelease(e.name); kept != "w1" || again != "" {
-		t.Fatalf("kept at release: %q, then %q; want w1, then nothing", kept, again)
+	if ok, kept, err := db.ReleaseLeaseKept(ctx, e.name, "o", token, false); err != nil || !ok || kept != "w1" {
+		t.Fatalf("release: %v, kept for %q, %v; want kept for w1", ok, kept, err)
 	}
 	if w1, w2, all := e.woken(); !w1 || w2 || !all {
 		t.Fatalf("a release kept for w1 woke w1 %v, w2 %v, all %v; want w1 and all", w1, w2, all)
@@ -47,10 +44,11 @@ func TestKeptRelease(t *testing.T) {
 	}
 	e.woken() // Giving the reservation up announces the free name.
 	token = e.take("o")
-	if ok, err := db.ReleaseLeaseQuiet(ctx, e.name, "o", token); err != nil || !ok {
-		t.Fatalf("quiet release: %v %v", ok, err)
+	ok, kept, err := db.ReleaseLeaseKept(ctx, e.name, "o", token, true)
+	if err != nil || !ok || kept != "" {
+		t.Fatalf("quiet release: %v, kept for %q, %v; want kept for nobody", ok, kept, err)
 	}
-	if w1, w2, all := e.woken(); w1 || w2 || all || db.KeptAtRelease(e.name) != "" {
+	if w1, w2, all := e.woken(); w1 || w2 || all {
 		t.Fatalf("a quiet release of a name nobody keeps woke w1 %v, w2 %v, all %v", w1, w2, all)
 	}
 
