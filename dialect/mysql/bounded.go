@@ -5,11 +5,12 @@ import (
 	"database/sql/driver"
 	"io"
 	"reflect"
-	"time"
+
+	"github.com/dblock-go/dblock/internal/store"
 )
 
-// boundedStmt is a prepared statement of a checkedConn, bounded by the
-// socket's deadline where its context allows it (deadline.go), and
+// boundedStmt is a prepared statement of a checkedConn, its context
+// carried by the socket where it can be (deadline.go), and
 // observed by the connection's checked transaction (proven.go).
 type boundedStmt struct {
 	driver.Stmt
@@ -45,24 +46,21 @@ func (s *boundedStmt) CheckNamedValue(nv *driver.NamedValue) error {
 }
 
 // connRows are a query's rows where the connection must know of them:
-// closing bounded rows (armed) clears the socket's deadline, and a read
-// that fails past it fails with the deadline; rows of a checked
+// closing bounded rows (armed) ends their statement's hold on the socket,
+// and a read that fails once the context ended fails with its error; rows of a checked
 // transaction (tx) report a failed read to it. The column-type interfaces
 // are forwarded (the driver's rows have them all).
 type connRows struct {
 	driver.Rows
-	conn     *checkedConn
-	ctx      context.Context
-	deadline time.Time
-	armed    bool
-	tx       *checkedTx
+	conn  *checkedConn
+	ctx   context.Context
+	armed store.Armed
+	tx    *checkedTx
 }
 
 func (r *connRows) Close() error {
 	err := r.Rows.Close()
-	if r.armed {
-		r.conn.disarm()
-	}
+	r.armed.Disarm(r.conn.net)
 	return r.failed(err)
 }
 
@@ -78,10 +76,7 @@ func (r *connRows) failed(err error) error {
 	if r.tx != nil {
 		r.tx.unproven = true
 	}
-	if r.armed {
-		return overran(r.ctx, r.deadline, err)
-	}
-	return err
+	return overran(r.ctx, r.armed, err)
 }
 
 func (r *connRows) HasNextResultSet() bool {

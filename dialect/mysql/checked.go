@@ -18,8 +18,8 @@ import (
 //
 // Where open dials itself (dialRecorded), each connection also keeps its
 // socket, so that a statement in flight can be ended from another goroutine
-// (Interrupt), and a statement under a deadline-only context is bounded by
-// the socket's deadline (deadline.go).
+// (Interrupt), and a statement's context (its deadline, its cancellation)
+// is carried by the socket instead of the driver's watcher (deadline.go).
 type checkedConnector struct {
 	driver.Connector
 	// interpolate: the driver sends statements with arguments as text
@@ -64,7 +64,7 @@ func dialRecorded(ctx context.Context, network, addr string) (net.Conn, error) {
 type checkedConn struct {
 	conn driver.Conn
 	net  net.Conn // The socket, where dialRecorded dialed it.
-	// deadlines: a statement may be bounded by the socket's deadline
+	// deadlines: a statement's context may be carried by the socket
 	// (deadline.go).
 	deadlines bool
 	// noProc: the schema lacks the checked commit's procedure (it predates

@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -67,4 +68,15 @@ func TestStatementDeadline(t *testing.T) {
 	})
 
 	dbtest.ReleasePastDeadline(t, iso, "SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE")
+}
+
+// TestStatementCancelled: a statement under a context its caller cancels
+// is carried by the socket, not the driver's watch, and ends as under the
+// watch (dbtest.ReleaseCancelled).
+func TestStatementCancelled(t *testing.T) {
+	selectOne := func(ctx context.Context, conn *sql.Conn) error {
+		var one int
+		return conn.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+	}
+	dbtest.ReleaseCancelled(t, dbtest.New(t, store.MySQL), "SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE", selectOne)
 }

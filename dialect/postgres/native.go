@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"os"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -123,27 +122,26 @@ func (n pgNative) onConn(ctx context.Context, fn func(context.Context, *pgx.Conn
 	return err
 }
 
-// bounded runs fn on sc's pgx connection under ctx. A statement context
-// whose only end is its deadline has that deadline set on the connection
-// for the statement (store.ArmDeadline), and fn runs under the context
-// without it, which pgx does not need to watch. A statement that runs past
-// the deadline fails as under ctx (store.DeadlinePassed), and pgx closes
-// its connection, as after a cancellation that the server did not answer
-// in time.
+// bounded runs fn on sc's pgx connection under ctx, its end carried by
+// the connection's socket (store.ArmDeadline): a deadline set on it, a
+// cancellation expiring it, and fn run under a context that pgx need not
+// watch. A statement that fails once ctx ended fails with ctx's error
+// (store.Ended), and pgx closes its connection, as after a cancellation
+// that the server did not answer in time.
 func bounded(ctx context.Context, sc *stdlib.Conn, fn func(context.Context, *pgx.Conn) error) error {
 	c := sc.Conn()
 	nc := c.PgConn().Conn()
-	run, _, armed, err := store.ArmDeadline(ctx, nc)
+	run, a, err := store.ArmDeadline(ctx, nc)
 	if err != nil {
 		return err
 	}
 	err = fn(run, c)
-	if !armed {
+	if !a.Armed() {
 		return err
 	}
-	_ = nc.SetDeadline(time.Time{})
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		err = store.DeadlinePassed(ctx, err)
+	a.Disarm(nc)
+	if errors.Is(err, os.ErrDeadlineExceeded) && a.Ended() {
+		err = store.Ended(ctx, err)
 	}
 	return err
 }

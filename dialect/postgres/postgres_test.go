@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -94,6 +95,25 @@ func TestStatementDeadline(t *testing.T) {
 	t.Run("cleared", func(t *testing.T) { deadlineCleared(t, iso) })
 
 	dbtest.ReleasePastDeadline(t, iso, "SELECT 1 FROM dblock_locks WHERE name = $1 FOR UPDATE")
+}
+
+// TestStatementCancelled: a statement under a context its caller cancels
+// is carried by the socket on the native path, not pgx's watch, and ends
+// as under the watch (dbtest.ReleaseCancelled).
+func TestStatementCancelled(t *testing.T) {
+	selectOne := func(ctx context.Context, conn *sql.Conn) error {
+		return conn.Raw(func(dc any) error {
+			sc, err := postgres.StdlibConn(dc)
+			if err != nil {
+				return err
+			}
+			return postgres.Bounded(ctx, sc, func(ctx context.Context, c *pgx.Conn) error {
+				_, err := c.Exec(ctx, "SELECT 1")
+				return err
+			})
+		})
+	}
+	dbtest.ReleaseCancelled(t, dbtest.New(t, store.Postgres), "SELECT 1 FROM dblock_locks WHERE name = $1 FOR UPDATE", selectOne)
 }
 
 // deadlineCleared runs a statement under a short deadline-only context on
