@@ -25,20 +25,9 @@ func ReleasePastDeadline(t *testing.T, iso *Isolated, lockRow string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const name = "deadline"
-	res, err := db.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "o1", TTL: time.Minute, Mode: dblock.ModeOptimistic})
-	if err != nil || !res.Acquired {
-		t.Fatalf("acquire: %+v, %v", res, err)
-	}
-	tx, err := iso.DB.SQL().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, lockRow, name); err != nil {
-		t.Fatal(err)
-	}
+	res, tx := heldAndLocked(t, ctx, iso, name, lockRow)
 	stuck, stop := db.StatementContext(context.Background(), 300*time.Millisecond)
-	_, err = db.ReleaseLease(stuck, nil, name, "o1", res.Token)
+	_, err := db.ReleaseLease(stuck, nil, name, "o1", res.Token)
 	ctxErr := stuck.Err()
 	stop()
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -75,22 +64,11 @@ func ReleaseCancelled(t *testing.T, iso *Isolated, lockRow string, stmt func(con
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const name = "cancelled"
-	res, err := db.AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "o1", TTL: time.Minute, Mode: dblock.ModeOptimistic})
-	if err != nil || !res.Acquired {
-		t.Fatalf("acquire: %+v, %v", res, err)
-	}
-	tx, err := iso.DB.SQL().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, lockRow, name); err != nil {
-		t.Fatal(err)
-	}
+	res, tx := heldAndLocked(t, ctx, iso, name, lockRow)
 	stuck, cancelStuck := context.WithCancel(ctx)
 	timer := time.AfterFunc(200*time.Millisecond, cancelStuck)
 	defer timer.Stop()
-	_, err = db.ReleaseLease(stuck, nil, name, "o1", res.Token)
+	_, err := db.ReleaseLease(stuck, nil, name, "o1", res.Token)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("release cancelled while it waited: %v, want context.Canceled", err)
 	}
@@ -141,4 +119,24 @@ func cancelledAround(t *testing.T, iso *Isolated, stmt func(context.Context, *sq
 			t.Fatalf("statement %d's connection after its context was cancelled: %v", i, err)
 		}
 	}
+}
+
+// heldAndLocked acquires name for owner o1 and opens a transaction that
+// holds its row locked (lockRow), rolled back when the test ends unless
+// the caller ends it first.
+func heldAndLocked(t *testing.T, ctx context.Context, iso *Isolated, name, lockRow string) (store.AcquireResult, *sql.Tx) {
+	t.Helper()
+	res, err := iso.Store().AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "o1", TTL: time.Minute, Mode: dblock.ModeOptimistic})
+	if err != nil || !res.Acquired {
+		t.Fatalf("acquire: %+v, %v", res, err)
+	}
+	tx, err := iso.DB.SQL().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	if _, err := tx.ExecContext(ctx, lockRow, name); err != nil {
+		t.Fatal(err)
+	}
+	return res, tx
 }
