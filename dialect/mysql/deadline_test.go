@@ -72,11 +72,21 @@ func TestStatementDeadline(t *testing.T) {
 
 // TestStatementCancelled: a statement under a context its caller cancels
 // is carried by the socket, not the driver's watch, and ends as under the
-// watch (dbtest.ReleaseCancelled).
+// watch: a SLEEP(5) cancelled 200 ms in fails with context.Canceled, and
+// the checks of dbtest.ReleaseCancelled hold.
 func TestStatementCancelled(t *testing.T) {
+	iso := dbtest.New(t, store.MySQL)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	timer := time.AfterFunc(200*time.Millisecond, cancel)
+	defer timer.Stop()
+	var slept int
+	if err := iso.DB.SQL().QueryRowContext(ctx, "SELECT SLEEP(5)").Scan(&slept); !errors.Is(err, context.Canceled) {
+		t.Fatalf("SLEEP(5) cancelled in flight: %v (%d), want context.Canceled", err, slept)
+	}
 	selectOne := func(ctx context.Context, conn *sql.Conn) error {
 		var one int
 		return conn.QueryRowContext(ctx, "SELECT 1").Scan(&one)
 	}
-	dbtest.ReleaseCancelled(t, dbtest.New(t, store.MySQL), "SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE", selectOne)
+	dbtest.ReleaseCancelled(t, iso, "SELECT 1 FROM dblock_locks WHERE name = ? FOR UPDATE", selectOne)
 }

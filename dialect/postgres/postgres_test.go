@@ -99,21 +99,37 @@ func TestStatementDeadline(t *testing.T) {
 
 // TestStatementCancelled: a statement under a context its caller cancels
 // is carried by the socket on the native path, not pgx's watch, and ends
-// as under the watch (dbtest.ReleaseCancelled).
+// as under the watch: a pg_sleep(5) cancelled 200 ms in fails with
+// context.Canceled, and the checks of dbtest.ReleaseCancelled hold.
 func TestStatementCancelled(t *testing.T) {
-	selectOne := func(ctx context.Context, conn *sql.Conn) error {
+	iso := dbtest.New(t, store.Postgres)
+	run := func(ctx context.Context, conn *sql.Conn, query string) error {
 		return conn.Raw(func(dc any) error {
 			sc, err := postgres.StdlibConn(dc)
 			if err != nil {
 				return err
 			}
 			return postgres.Bounded(ctx, sc, func(ctx context.Context, c *pgx.Conn) error {
-				_, err := c.Exec(ctx, "SELECT 1")
+				_, err := c.Exec(ctx, query)
 				return err
 			})
 		})
 	}
-	dbtest.ReleaseCancelled(t, dbtest.New(t, store.Postgres), "SELECT 1 FROM dblock_locks WHERE name = $1 FOR UPDATE", selectOne)
+	conn, err := iso.DB.SQL().Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	timer := time.AfterFunc(200*time.Millisecond, cancel)
+	defer timer.Stop()
+	err = run(ctx, conn, "SELECT pg_sleep(5)")
+	_ = conn.Close()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("pg_sleep(5) cancelled in flight: %v, want context.Canceled", err)
+	}
+	selectOne := func(ctx context.Context, conn *sql.Conn) error { return run(ctx, conn, "SELECT 1") }
+	dbtest.ReleaseCancelled(t, iso, "SELECT 1 FROM dblock_locks WHERE name = $1 FOR UPDATE", selectOne)
 }
 
 // deadlineCleared runs a statement under a short deadline-only context on
