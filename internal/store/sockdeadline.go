@@ -33,7 +33,6 @@ import (
 // is a statement that was not (it runs under its context, as it is).
 type Armed struct {
 	deadline time.Time    // The socket's deadline (zero: none set).
-	armed    bool         // Disarm must run once the statement is done.
 	watch    *cancelWatch // The cancellation's watch, for a cancellable context.
 }
 
@@ -72,7 +71,7 @@ func ArmDeadline(ctx context.Context, nc net.Conn) (run context.Context, a Armed
 		if nc.SetDeadline(deadline) != nil {
 			return ctx, Armed{}, nil
 		}
-		return bare, Armed{deadline: deadline, armed: true}, nil
+		return bare, Armed{deadline: deadline}, nil
 	}
 	if ctx.Done() == nil {
 		return ctx, Armed{}, nil
@@ -86,17 +85,18 @@ func ArmDeadline(ctx context.Context, nc net.Conn) (run context.Context, a Armed
 	}
 	w := &cancelWatch{nc: nc}
 	w.stop = context.AfterFunc(ctx, w.expire)
-	return context.WithoutCancel(ctx), Armed{deadline: deadline, armed: true, watch: w}, nil
+	return context.WithoutCancel(ctx), Armed{deadline: deadline, watch: w}, nil
 }
 
-// Armed reports whether the statement was armed (Disarm it once done).
-func (a Armed) Armed() bool { return a.armed }
+// Armed reports whether the statement was armed (Disarm it once done): a
+// deadline-only context always has a deadline, a cancellable one a watch.
+func (a Armed) Armed() bool { return a.watch != nil || !a.deadline.IsZero() }
 
 // Disarm ends the statement's hold on the socket: the cancellation no
 // longer expires it, and its deadline is cleared (nothing later on the
 // connection meets it: a transaction's COMMIT, sent by the driver itself).
 func (a Armed) Disarm(nc net.Conn) {
-	if !a.armed {
+	if !a.Armed() {
 		return
 	}
 	if w := a.watch; w != nil {
@@ -112,9 +112,6 @@ func (a Armed) Disarm(nc net.Conn) {
 // because its context ended: its deadline had passed, or its cancellation
 // expired the socket. Call it after Disarm.
 func (a Armed) Ended() bool {
-	if !a.armed {
-		return false
-	}
 	if a.watch != nil {
 		a.watch.mu.Lock()
 		defer a.watch.mu.Unlock()
