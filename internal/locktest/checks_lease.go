@@ -60,7 +60,11 @@ func checkRenewal(t *testing.T, s *suite) {
 
 func checkLostSignal(t *testing.T, s *suite) {
 	l, ctx, name := s.locker(), s.ctx(), RandomName("lost")
-	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(600*time.Millisecond))
+	// A TTL of 2 s: the renewal that finds the row freed (every 667 ms)
+	// classifies the loss before the local deadline unless renewals stall
+	// for over a second (a 600 ms TTL ran past it on SQLite under the
+	// history suite's load with -race, and the loss read as an expiry).
+	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(2*time.Second))
 	s.env.ForceRelease(t, ctx, name)
 	waitDone(t, lease)
 	if err := lease.Err(); !errors.Is(err, dblock.ErrLost) || !errors.Is(err, dblock.ErrForceReleased) {
