@@ -19,6 +19,7 @@ type boundedStmt struct {
 }
 
 func (s *boundedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	ctx = store.Watched(ctx)
 	e, ok := s.Stmt.(driver.StmtExecContext)
 	if !ok {
 		return nil, errNoInterface
@@ -29,6 +30,7 @@ func (s *boundedStmt) ExecContext(ctx context.Context, args []driver.NamedValue)
 }
 
 func (s *boundedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	ctx = store.Watched(ctx)
 	q, ok := s.Stmt.(driver.StmtQueryContext)
 	if !ok {
 		return nil, errNoInterface

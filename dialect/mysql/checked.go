@@ -20,6 +20,12 @@ import (
 // socket, so that a statement in flight can be ended from another goroutine
 // (Interrupt), and a statement's context (its deadline, its cancellation)
 // is carried by the socket instead of the driver's watcher (deadline.go).
+//
+// dblock hands database/sql its queries on the pool under a context that
+// cannot end (store.Unwatched), so that database/sql does not start a
+// goroutine to watch their rows: Connect, and every method of a connection
+// or statement that takes a context, first restore the caller's
+// (store.Watched), then carry it on the socket or hand it to the driver.
 type checkedConnector struct {
 	driver.Connector
 	// interpolate: the driver sends statements with arguments as text
@@ -33,6 +39,7 @@ type checkedConnector struct {
 }
 
 func (c checkedConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	ctx = store.Watched(ctx)
 	slot := &netSlot{}
 	conn, err := c.Connector.Connect(context.WithValue(ctx, netSlotKey{}, slot))
 	if err != nil {
@@ -104,6 +111,7 @@ func (c *checkedConn) Begin() (driver.Tx, error) {
 }
 
 func (c *checkedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	ctx = store.Watched(ctx)
 	b, ok := c.conn.(driver.ConnBeginTx)
 	if !ok {
 		return nil, errNoInterface
@@ -129,6 +137,7 @@ func (c *checkedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (drive
 }
 
 func (c *checkedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	ctx = store.Watched(ctx)
 	if err := c.begun(ctx); err != nil {
 		return nil, err
 	}
@@ -147,6 +156,7 @@ func (c *checkedConn) PrepareContext(ctx context.Context, query string) (driver.
 }
 
 func (c *checkedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	ctx = store.Watched(ctx)
 	if err := c.begun(ctx); err != nil {
 		return nil, err
 	}
@@ -160,6 +170,7 @@ func (c *checkedConn) ExecContext(ctx context.Context, query string, args []driv
 }
 
 func (c *checkedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	ctx = store.Watched(ctx)
 	if query == store.MariaDBLockBegin {
 		return c.lockBegin(ctx, args)
 	}
@@ -176,6 +187,7 @@ func (c *checkedConn) QueryContext(ctx context.Context, query string, args []dri
 }
 
 func (c *checkedConn) Ping(ctx context.Context) error {
+	ctx = store.Watched(ctx)
 	if p, ok := c.conn.(driver.Pinger); ok {
 		return p.Ping(ctx)
 	}
@@ -183,6 +195,7 @@ func (c *checkedConn) Ping(ctx context.Context) error {
 }
 
 func (c *checkedConn) ResetSession(ctx context.Context) error {
+	ctx = store.Watched(ctx)
 	if r, ok := c.conn.(driver.SessionResetter); ok {
 		return r.ResetSession(ctx)
 	}

@@ -26,6 +26,10 @@ func init() {
 		// MariaDB's holds begin with their lock statement (lazybegin.go).
 		CheckedCommit: true,
 		DeferredBegin: true,
+		// Their connections restore a caller's context from
+		// store.Unwatched (checked.go) and carry it on the socket where
+		// they can (deadline.go).
+		Unwatched: true,
 		SetLog: func(w io.Writer) {
 			_ = mysql.SetLogger(log.New(w, "[mysql] ", log.Ldate|log.Ltime|log.Lshortfile))
 		},

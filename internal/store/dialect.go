@@ -132,6 +132,9 @@ type DB struct {
 	// defersBegin: the pool's driver defers BEGIN where asked (see
 	// DefersBegin).
 	defersBegin bool
+	// unwatched: the pool's connections restore an Unwatched context (a
+	// pool Open opened, of a driver that says so: see unwatched.go).
+	unwatched bool
 	// native runs the pool's single statements through the driver's own
 	// interface where it has one (nil: database/sql).
 	native *Native
@@ -200,7 +203,7 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		return nil, err
 	}
 	db := &DB{DB: sqlx.NewDb(sdb, drv.Name), Dialect: d, owned: true, closer: sdb.Close, native: nativeOf(drv, sdb),
-		defersBegin: drv.DeferredBegin}
+		defersBegin: drv.DeferredBegin, unwatched: drv.Unwatched}
 	if kind == MySQL {
 		db.prepared = newPrepared(db.DB, preparedSet(d)...)
 	}

@@ -40,6 +40,10 @@ type Driver struct {
 	// begun with a context from WithDeferredBegin with its first statement
 	// (see DB.DefersBegin).
 	DeferredBegin bool
+	// Unwatched: the connections of the pools Open opens restore the
+	// caller's context of an Unwatched one before they use it (see
+	// unwatched.go).
+	Unwatched bool
 	// Listen runs LISTEN channel on conn; Wait waits there for the next
 	// notification's payload. Both only where the database has
 	// notifications.

@@ -210,22 +210,28 @@ func (h Holder) HeldError(name string, cause error) *dblock.HeldError {
 	return e
 }
 
+// q is the Querier a statement runs on: q, or for nil (and the pool
+// itself) db, whose queries run under PoolContext (unwatched.go).
 func (db *DB) q(q Querier) Querier {
-	if q == nil {
-		return db.DB
+	if q == nil || q == Querier(db.DB) {
+		return db
 	}
 	return q
 }
+
+// onPool reports whether q is the pool (db.q(nil), or the *sqlx.DB).
+func (db *DB) onPool(q Querier) bool { return q == Querier(db) || q == Querier(db.DB) }
 
 // queryRow scans the first row of query on q into dest: on the pool,
 // through the driver's native interface where it has one, else prepared
 // when query is one of the prepared set (see prepared.go). Errors are
 // unclassified; a missing row is sql.ErrNoRows.
 func (db *DB) queryRow(ctx context.Context, q Querier, query string, args []any, dest ...any) error {
-	if q == Querier(db.DB) {
+	if db.onPool(q) {
 		if db.native != nil {
 			return db.native.QueryRow(ctx, query, args, dest...)
 		}
+		ctx = db.PoolContext(ctx)
 		if st := db.prepared.stmt(ctx, query); st != nil {
 			return st.QueryRowContext(ctx, args...).Scan(dest...)
 		}
@@ -403,7 +409,7 @@ func (db *DB) ForceRelease(ctx context.Context, q Querier, name string) (bool, e
 }
 
 func (db *DB) execOne(ctx context.Context, q Querier, query string, args ...any) (bool, error) {
-	if db.native != nil && q == Querier(db.DB) {
+	if db.native != nil && db.onPool(q) {
 		n, err := db.native.Exec(ctx, query, args...)
 		if err != nil {
 			return false, db.Classify(err)

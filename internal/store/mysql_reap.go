@@ -61,7 +61,7 @@ func (d mysqlDialect) reapIdle(ctx context.Context, db *DB, p ReapParams) (ReapR
 
 // checkFloor checks that the fencing floor's row exists.
 func (mysqlDialect) checkFloor(ctx context.Context, db *DB) error {
-	_, err := db.readFloor(ctx, db.DB.DB)
+	_, err := db.readFloor(ctx, db)
 	return db.Classify(err)
 }
 
@@ -157,7 +157,7 @@ const (
 // waited would make every acquisition skip the row, and retry, for as long
 // as it waited.)
 func (db *DB) raiseFloor(ctx context.Context, v int64) error {
-	floor, err := db.readFloor(ctx, db.DB.DB)
+	floor, err := db.readFloor(ctx, db)
 	if err != nil {
 		return db.Classify(err)
 	}

@@ -16,7 +16,7 @@ func (mysqlDialect) takeFree(ctx context.Context, db *DB, p AcquireParams) (Acqu
 	if db.returningAcquire() {
 		return AcquireResult{}, takeSkipped, nil
 	}
-	a := &mysqlAcquisition{ctx: ctx, db: db, q: db.DB, p: p}
+	a := &mysqlAcquisition{ctx: ctx, db: db, q: db, p: p}
 	return a.takeFree()
 }
 

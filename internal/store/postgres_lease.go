@@ -18,7 +18,7 @@ func (postgres) acquireLease(ctx context.Context, db *DB, q Querier, p AcquirePa
 }
 
 func (postgres) acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error) {
-	return db.pgAcquire(ctx, db.DB, db.Dialect.Queue().Direct, p, true)
+	return db.pgAcquire(ctx, db, db.Dialect.Queue().Direct, p, true)
 }
 
 // pgAcquire runs one of PostgreSQL's acquire statements, the lease's or,

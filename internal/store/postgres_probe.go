@@ -18,7 +18,7 @@ func (postgres) txCandidatesSQL(filter string) string {
 
 func (postgres) unlockedNames(ctx context.Context, db *DB, names []string) ([]string, error) {
 	query := `SELECT name FROM dblock_locks WHERE` + db.nameFilter("name", names, 1, " ") + ` FOR KEY SHARE SKIP LOCKED`
-	return db.names(ctx, db.DB, query, nameArgs(names))
+	return db.names(ctx, db, query, nameArgs(names))
 }
 
 func (postgres) clockNowSQL() string { return `SELECT ` + pgUs("clock_timestamp()") }

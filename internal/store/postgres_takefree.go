@@ -14,7 +14,7 @@ import (
 // owner, locked by a transaction, or no row).
 func (postgres) takeFree(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, freeTake, error) {
 	r := &acquireRow{}
-	err := db.queryRow(ctx, db.DB, db.Dialect.Lease().TakeFree, r.bind(p), &r.version)
+	err := db.queryRow(ctx, db, db.Dialect.Lease().TakeFree, r.bind(p), &r.version)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return AcquireResult{}, takeMissed, nil

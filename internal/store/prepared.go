@@ -226,7 +226,7 @@ func (db *DB) txQueryRow(ctx context.Context, tx Querier, query string, args []a
 // exec runs query on q: prepared when q is the pool and query one of the
 // prepared set, else as text (queryRow decides alike for a row).
 func (db *DB) exec(ctx context.Context, q Querier, query string, args ...any) (sql.Result, error) {
-	if q == Querier(db.DB) {
+	if db.onPool(q) {
 		if st := db.prepared.stmt(ctx, query); st != nil {
 			return st.ExecContext(ctx, args...)
 		}

@@ -302,7 +302,7 @@ func (db *DB) TakeHead(ctx context.Context, p AcquireParams, id int64) (res Acqu
 		return AcquireResult{}, false, errTakeInTx
 	}
 	r := &acquireRow{}
-	if err := db.queryRow(ctx, db.DB, query, r.bind(p, id), r.fields(&live)...); err != nil {
+	if err := db.queryRow(ctx, db, query, r.bind(p, id), r.fields(&live)...); err != nil {
 		return AcquireResult{}, false, db.Classify(err)
 	}
 	return r.result(p, false), live, nil

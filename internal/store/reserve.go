@@ -28,13 +28,13 @@ import (
 // holds the reservation now. The write is not waited for durably where the
 // database allows (a lost reservation only costs fairness).
 func (db *DB) ReserveLease(ctx context.Context, name, owner string, since time.Time, d time.Duration) (bool, error) {
-	return db.execOne(ctx, db.DB, db.Dialect.Lease().Reserve, db.reserveArgs(name, owner, since.UnixMicro(), d.Microseconds())...)
+	return db.execOne(ctx, db, db.Dialect.Lease().Reserve, db.reserveArgs(name, owner, since.UnixMicro(), d.Microseconds())...)
 }
 
 // UnreserveLease gives up owner's reservation of name, if it holds one: a
 // waiter that stops waiting.
 func (db *DB) UnreserveLease(ctx context.Context, name, owner string) (bool, error) {
-	return db.execOne(ctx, db.DB, db.Dialect.Lease().Unreserve, name, owner)
+	return db.execOne(ctx, db, db.Dialect.Lease().Unreserve, name, owner)
 }
 
 // Reservation is a name's reservation as read: the waiting owner (empty

@@ -134,7 +134,7 @@ func (db *DB) acquirePermitsOne(ctx context.Context, p PermitParams) (PermitResu
 		limit                  int
 	)
 	args := []any{p.Name, p.Owner, p.Limit, p.Permits, p.TTL.Microseconds(), nullString(p.Metadata)}
-	err := db.queryRow(ctx, db.DB, db.Dialect.Semaphore().Acquire, args, &res.Acquired, &token, &limit, &used, &next, &now)
+	err := db.queryRow(ctx, db, db.Dialect.Semaphore().Acquire, args, &res.Acquired, &token, &limit, &used, &next, &now)
 	if err != nil {
 		return PermitResult{}, db.Classify(err)
 	}
@@ -216,13 +216,13 @@ func (db *DB) semaphoreAttempt(ctx context.Context, tx *sqlx.Tx, name string, fn
 // RenewPermits extends the unexpired grant id of owner to ttl from the
 // database clock; it reports false when the grant is gone or expired.
 func (db *DB) RenewPermits(ctx context.Context, id dblock.Token, owner string, ttl time.Duration) (bool, error) {
-	return db.execOne(ctx, db.DB, db.Dialect.Semaphore().Renew, ttl.Microseconds(), int64(id), owner)
+	return db.execOne(ctx, db, db.Dialect.Semaphore().Renew, ttl.Microseconds(), int64(id), owner)
 }
 
 // ReleasePermits deletes the unexpired grant id of owner; it reports false
 // when there is none (released already, expired, or not owner's).
 func (db *DB) ReleasePermits(ctx context.Context, id dblock.Token, owner string) (bool, error) {
-	return db.execOne(ctx, db.DB, db.Dialect.Semaphore().Release, int64(id), owner)
+	return db.execOne(ctx, db, db.Dialect.Semaphore().Release, int64(id), owner)
 }
 
 // PermitsHolder reads grant id as a Holder (Exists false when it is gone).

@@ -19,5 +19,5 @@ func (server) beginWriteTx(ctx context.Context, db *DB) (*sqlx.Tx, func(), error
 
 // onPool runs fn on the pool.
 func (server) onPool(_ context.Context, db *DB, fn func(q Querier) error) error {
-	return fn(db.DB)
+	return fn(db)
 }

@@ -67,7 +67,7 @@ func (db *DB) txCandidates(ctx context.Context, p rowProber, names []string, lim
 	if limit > 0 {
 		query += fmt.Sprintf(" LIMIT %d", limit)
 	}
-	return db.names(ctx, db.DB, query, nameArgs(names))
+	return db.names(ctx, db, query, nameArgs(names))
 }
 
 // skipped returns those of names (rows that exist) that a shared locking

@@ -34,7 +34,7 @@ func (db *DB) noteJoined(name string, res ShareResult) {
 func (db *DB) joinRead(ctx context.Context, p ShareParams) (ShareResult, bool, error) {
 	var token, grantedUs int64
 	ttlUs := p.TTL.Microseconds()
-	err := db.queryRow(ctx, db.DB, db.Dialect.Shared().Join,
+	err := db.queryRow(ctx, db, db.Dialect.Shared().Join,
 		[]any{p.Owner, ttlUs, nullString(p.Metadata), p.Name, ttlUs / 2}, &token, &grantedUs)
 	if err != nil {
 		db.joined.Forget(p.Name)
@@ -59,6 +59,6 @@ func (db *DB) leaveJoined(ctx context.Context, name, owner string, token dblock.
 		return false, nil
 	}
 	tok := int64(token)
-	left, err := db.execOne(ctx, db.DB, q, name, owner, tok, name, owner, tok, name, tok, name, owner, tok, name, tok)
+	left, err := db.execOne(ctx, db, q, name, owner, tok, name, owner, tok, name, tok, name, owner, tok, name, tok)
 	return left, notBusy(err)
 }

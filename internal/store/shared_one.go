@@ -24,7 +24,7 @@ func (db *DB) acquireShareOne(ctx context.Context, p ShareParams) (ShareResult, 
 	args := []any{p.Name, p.Owner, p.TTL.Microseconds(), nullString(p.Metadata)}
 	query := db.shareAcquireSQL()
 	err := db.retryRowLocked(ctx, func() error {
-		return db.queryRow(ctx, db.DB, query, args,
+		return db.queryRow(ctx, db, query, args,
 			&res.Acquired, &token, &owner, &mode, &expUs, &nowUs, &res.WriterWaits, &grantedUs)
 	})
 	sh := db.Dialect.Shared()
@@ -76,7 +76,7 @@ func (db *DB) shareAcquireSQL() string {
 func (db *DB) releaseShareOne(ctx context.Context, query, name, owner string, token dblock.Token) (bool, error) {
 	var released bool
 	err := db.retryRowLocked(ctx, func() error {
-		return db.queryRow(ctx, db.DB, query, []any{name, owner, int64(token)}, &released)
+		return db.queryRow(ctx, db, query, []any{name, owner, int64(token)}, &released)
 	})
 	if errors.Is(err, errRowLocked) {
 		err = releaseLocked(name, err)
@@ -94,7 +94,7 @@ func releaseLocked(name string, err error) error {
 func (db *DB) renewShareOne(ctx context.Context, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
 	var renewed bool
 	err := db.retryRowLocked(ctx, func() error {
-		return db.queryRow(ctx, db.DB, db.Dialect.Shared().Renew, []any{name, owner, int64(token), ttl.Microseconds()}, &renewed)
+		return db.queryRow(ctx, db, db.Dialect.Shared().Renew, []any{name, owner, int64(token), ttl.Microseconds()}, &renewed)
 	})
 	if errors.Is(err, errRowLocked) {
 		err = fmt.Errorf("%w: renewal of %q: %w", dblock.ErrUnavailable, name, err)

@@ -98,7 +98,7 @@ func (db *DB) ReleaseRecordedShare(ctx context.Context, name, owner string, toke
 	}
 	var released bool
 	err := db.retryRowLocked(ctx, func() (err error) {
-		released, err = db.execOne(ctx, db.DB, q, name, owner, int64(token))
+		released, err = db.execOne(ctx, db, q, name, owner, int64(token))
 		return err
 	})
 	switch {

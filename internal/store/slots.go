@@ -28,7 +28,7 @@ type SlotSQL struct {
 // ClaimSlot records slot as job's last run unless a slot at or after it
 // was claimed already; it reports whether this call claimed it.
 func (db *DB) ClaimSlot(ctx context.Context, job string, slot time.Time) (bool, error) {
-	return db.execOne(ctx, db.DB, db.Dialect.Slots().Claim, job, slot.UnixMicro())
+	return db.execOne(ctx, db, db.Dialect.Slots().Claim, job, slot.UnixMicro())
 }
 
 // LastSlot reads the last slot job ran for (zero when none).
@@ -51,5 +51,5 @@ func (db *DB) LastSlot(ctx context.Context, job string) (time.Time, error) {
 // is no longer held.
 func (db *DB) KeepLease(ctx context.Context, name, owner string, token dblock.Token, lower time.Duration) (bool, error) {
 	us := lower.Microseconds()
-	return db.execOne(ctx, db.DB, db.Dialect.Slots().Keep, us, name, owner, int64(token), us)
+	return db.execOne(ctx, db, db.Dialect.Slots().Keep, us, name, owner, int64(token), us)
 }

@@ -28,7 +28,7 @@ func (sqliteDialect) takeFree(context.Context, *DB, AcquireParams) (AcquireResul
 }
 
 func (d sqliteDialect) acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error) {
-	return db.sqliteAcquire(ctx, db.DB, d.Queue().Direct, p, func() (AcquireResult, error) {
+	return db.sqliteAcquire(ctx, db, d.Queue().Direct, p, func() (AcquireResult, error) {
 		// Queued for, or held by another: say which.
 		s, err := db.PeekQueue(ctx, nil, p.Name)
 		return AcquireResult{Holder: s.Holder, Waiters: s.Ahead, Statements: 2}, err
@@ -45,7 +45,7 @@ func (db *DB) sqliteAcquire(ctx context.Context, q Querier, query string, p Acqu
 	)
 	args := []any{p.Name, p.Owner, ttlArg(p.TTL), modeArg(p.Mode), nullString(p.Metadata)}
 	var err error
-	if pool, ok := q.(*sqlx.DB); ok && pool == db.DB {
+	if db.onPool(q) {
 		err = db.sqliteShortBusy(ctx, func(c *sqlx.Conn) error {
 			return c.QueryRowxContext(ctx, query, args...).Scan(&version, &res.Reentry)
 		})

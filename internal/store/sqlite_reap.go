@@ -44,7 +44,7 @@ func (d sqliteDialect) reapIdle(ctx context.Context, db *DB, p ReapParams) (Reap
 
 // checkFloor checks that the fencing floor's row exists.
 func (sqliteDialect) checkFloor(ctx context.Context, db *DB) error {
-	_, err := db.readFloor(ctx, db.DB.DB)
+	_, err := db.readFloor(ctx, db)
 	return db.Classify(err)
 }
 

@@ -58,7 +58,7 @@ func (db *DB) acquireFreeFirst(ctx context.Context, q Querier, p AcquireParams) 
 // before Acquire: where the dialect has it, on the pool (autocommit), for a
 // name this DB released lately.
 func (db *DB) takesFree(q Querier, name string) bool {
-	return db.Dialect.Lease().TakeFree != "" && q == Querier(db.DB) && db.free.Within(name, freeFor)
+	return db.Dialect.Lease().TakeFree != "" && db.onPool(q) && db.free.Within(name, freeFor)
 }
 
 // notBusy is err, or nil where it says a row was busy (locked past the
@@ -74,7 +74,7 @@ func notBusy(err error) error {
 // execID runs an update on the pool and reads its OK packet (MariaDB's
 // takes): the rows it affected and, where one was, the insert id.
 func (db *DB) execID(ctx context.Context, query string, args ...any) (affected, id int64, err error) {
-	r, err := db.exec(ctx, db.DB, query, args...)
+	r, err := db.exec(ctx, db, query, args...)
 	if err == nil {
 		affected, err = r.RowsAffected()
 	}
