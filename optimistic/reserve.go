@@ -56,8 +56,9 @@ func (l *Locker) reserverPoll() time.Duration {
 // notes when the call began to wait, and reserves the name for the call
 // unless the call holds the reservation with more than half of it left or
 // a waiter that began no later holds it. A name held through this Locker
-// is not reserved against: its release wakes the call at once. A failed
-// reservation is not an error: the call waits as it would without one.
+// is not reserved against: its release wakes the call at once (a kick
+// already pending says that it did). A failed reservation is not an
+// error: the call waits as it would without one.
 func (a *acquisition) keep(h store.Holder) {
 	if !a.wait || !h.Exists || h.Now.IsZero() || h.Owner == a.o.Owner && h.Held() {
 		return
@@ -66,6 +67,13 @@ func (a *acquisition) keep(h store.Holder) {
 		a.since = h.Now
 	}
 	if h.Owner != "" && h.Held() && a.l.keeper.Holds(a.name, h.Owner) {
+		return
+	}
+	if len(a.kickCh) > 0 {
+		// A release through this Locker kicked the call since h was read
+		// (the kick comes before the Keeper forgets the hold): h may be
+		// that hold, now released, and a reservation would keep a free
+		// name. The kick ends the call's sleep at once, and it asks again.
 		return
 	}
 	switch {
