@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -65,15 +66,18 @@ func TestUnwatched(t *testing.T) {
 	}
 }
 
-// sleepCancelled runs SELECT SLEEP(5) on db's pool under a context
-// cancelled 200 ms in.
-func sleepCancelled(db *store.DB) error {
+// sleepCancelled runs SELECT SLEEP(5) on q (a pool: a *store.DB hands
+// database/sql an unwatched context, a *sql.DB the caller's) under a
+// context cancelled 200 ms in.
+func sleepCancelled(q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	timer := time.AfterFunc(200*time.Millisecond, cancel)
 	defer timer.Stop()
 	var slept int
-	return db.QueryRowxContext(ctx, "SELECT SLEEP(5)").Scan(&slept)
+	return q.QueryRowContext(ctx, "SELECT SLEEP(5)").Scan(&slept)
 }
 
 // withParam adds a driver parameter to a mysql:// DSN.
