@@ -10,20 +10,24 @@ import (
 
 // An unwatched context: a query handed to database/sql under a context
 // that can end makes database/sql start a goroutine that watches it until
-// the query's rows are closed (Rows.awaitDone). That goroutine's start and
-// wake-up cost more than the query's own CPU on a small machine: measured
-// on MariaDB, a fair acquisition's one-row check after its take ran at
-// 350 µs under a cancellable context and 180 µs under one that cannot end,
-// and the statements around it slowed alike. Where the pool's connections
-// carry a statement's context on their socket (dialect/mysql, on a pool
-// Open opened: Driver.Unwatched), the pool's queries are handed to
-// database/sql under Unwatched(ctx), a context that cannot end, and the
-// connection takes the caller's back (Watched) before anything else: it
-// bounds the statement on its socket, or has the driver watch it as
-// before. database/sql uses a query's context for two more things: the wait
-// for a free connection, which a pool without a connection limit never
-// does (so an unwatched context is used only on such a pool: PoolContext), and
-// a new connection's set-up, which the connector runs under Watched(ctx).
+// the query's rows are closed (Rows.awaitDone). On 2 cores that goroutine's
+// start and wake-up cost the statements around the query: in a loop of
+// fair pairs on MariaDB alternating the context of the acquisition's
+// one-row check, the check took as long either way, and the release after
+// it ran 35-110 µs faster when the check had started no goroutine; the
+// bench's fair pair spent 15-40 % less client CPU with every pool query
+// unwatched (bench/README.md). Where the pool's connections carry a
+// statement's context on their socket (dialect/mysql, on a pool Open
+// opened: Driver.Unwatched), the pool's queries are handed to database/sql
+// under Unwatched(ctx), a context that cannot end, and the connection
+// takes the caller's back (Watched) before anything else: it bounds the
+// statement on its socket, or has the driver watch it as before.
+// database/sql uses a query's context for two more things: the wait for a
+// free connection, which a pool without a connection limit never does (so
+// an unwatched context is used only on such a pool: PoolContext), and a
+// new connection's set-up, which the connector runs under Watched(ctx).
+// Queries in a transaction are watched by database/sql whatever their
+// context (it watches the transaction's).
 
 // unwatched is a context database/sql does not watch: it never ends, and
 // keeps its caller's context for the connection to restore.
