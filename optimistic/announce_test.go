@@ -14,10 +14,10 @@ import (
 // TestReleaseAnnounced (PostgreSQL): a release that the Locker's own next
 // waiter takes is not announced to other processes' waiters (a
 // subscription for another owner, b1, as such a waiter's); the release of
-// a name nobody waits for is. (The waiter may still announce the name to
-// itself: a waiter that read the row while the name was held through its
-// Locker, and checks after that hold was forgotten, reserves it, and the
-// reservation of a free name is announced to the reserver alone.)
+// a name nobody waits for is. (A reservation is announced to the
+// reserver alone, so the waiter's own would not count against this; it
+// no longer reserves a name its Locker just released: keep skips that
+// while the release's kick is pending.)
 func TestReleaseAnnounced(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
