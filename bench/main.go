@@ -44,6 +44,11 @@ func main() {
 	if job := os.Getenv(envChild); job != "" {
 		os.Exit(childMain(job)) // A process of the cross-process cell.
 	}
+	os.Exit(run())
+}
+
+// run is the bench command; it returns the exit status (64: bad usage).
+func run() int {
 	var (
 		dbs      = flag.String("db", "postgres,mysql", "databases to run, comma separated: postgres, mysql")
 		duration = flag.Duration("duration", 4*time.Second, "measured time per cell (after a warm-up of a quarter of it, at most 1s)")
@@ -52,18 +57,27 @@ func main() {
 		myDSN    = flag.String("mysql", envOr("DBLOCK_TEST_MYSQL", defaultMySQL), "MySQL/MariaDB server DSN")
 		rounds   = flag.Int("rounds", 6, "rounds per cell: the cells of one table run round-robin, each round for duration/rounds")
 		only     = flag.String("only", "", "run only these scenario keys, comma separated (default: all)")
+		cpu      = flag.String("cpuprofile", "", "write a CPU profile of the run to this file, each sample labelled with its db and cell (go tool pprof -tagfocus cell=opt-acquire/32)")
 	)
 	flag.Parse()
 	if *duration < 100*time.Millisecond || *duration > 5*time.Minute {
 		fmt.Fprintln(os.Stderr, "bench: -duration must be between 100ms and 5m")
-		os.Exit(64)
+		return 64
 	}
 	if *rounds < 1 || *rounds > 20 {
 		fmt.Fprintln(os.Stderr, "bench: -rounds must be between 1 and 20")
-		os.Exit(64)
+		return 64
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *cpu != "" {
+		stopProfile, err := startProfile(*cpu)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: cpu profile: %v\n", err)
+			return 1
+		}
+		defer stopProfile()
+	}
 
 	var buf bytes.Buffer
 	w := io.MultiWriter(os.Stdout, &buf)
@@ -82,7 +96,7 @@ func main() {
 			kind, dsn = store.MySQL, *myDSN
 		default:
 			fmt.Fprintf(os.Stderr, "bench: unknown database %q (want postgres or mysql)\n", name)
-			os.Exit(64)
+			return 64
 		}
 		if err := runDatabase(ctx, w, kind, dsn, *duration, *rounds, keys(*only)); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", kind, err)
@@ -99,8 +113,9 @@ func main() {
 		}
 	}
 	if failed {
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 func keys(s string) map[string]bool {
@@ -186,7 +201,9 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 					continue
 				}
 				before := c.ops
-				runRound(ctx, e, c, warm, dur/time.Duration(rounds))
+				inCell(ctx, string(kind), c, func(ctx context.Context) {
+					runRound(ctx, e, c, warm, dur/time.Duration(rounds))
+				})
 				progress(c)
 				fmt.Fprintf(os.Stderr, " round %d/%d: %d holds\n", r+1, rounds, c.ops-before)
 				if c.keepRows {

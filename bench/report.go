@@ -155,20 +155,28 @@ func errNote(c *cell) string {
 func printUncontended(w io.Writer, cells []*cell) {
 	fmt.Fprintln(w, "### Uncontended: each goroutine on its own name")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| scenario | goroutines | ops/s | p50 | p99 | ÷ floor | ÷ FOR UPDATE floor | allocs/op | B/op | client CPU/op |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | goroutines | ops/s | p50 | p99 | ÷ floor | ÷ FOR UPDATE floor | allocs/op | B/op | client CPU/op | server CPU/op |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range cells {
 		if s := status(c); s != "" {
-			fmt.Fprintf(w, "| %s | %d | %s | | | | | | | |\n", c.sc.title, c.goroutines, s)
+			fmt.Fprintf(w, "| %s | %d | %s | | | | | | | | |\n", c.sc.title, c.goroutines, s)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %d | %.0f%s | %s | %s | %s | %s | %.0f | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %d | %.0f%s | %s | %s | %s | %s | %.0f | %s | %s | %s |\n",
 			c.sc.title, c.goroutines, c.opsPerSec(), errNote(c), fmtDur(pct(c.lat, .5)), fmtDur(pct(c.lat, .99)),
 			fmtRatio(ratioTo(c, find(cells, keyFloor, c.goroutines))),
 			fmtRatio(ratioTo(c, find(cells, keyForUpdate, c.goroutines))),
-			c.allocs(), fmtSize(c.bytes()), fmtDur(c.cpu()))
+			c.allocs(), fmtSize(c.bytes()), fmtDur(c.cpu()), fmtServerCPU(c.serverCPU()))
 	}
 	fmt.Fprintln(w)
+}
+
+// fmtServerCPU is a server CPU figure, "–" where none was read.
+func fmtServerCPU(d time.Duration) string {
+	if d <= 0 {
+		return "–"
+	}
+	return fmtDur(d)
 }
 
 func minMax(perG []int) (int, int) {

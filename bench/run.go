@@ -59,8 +59,12 @@ type cell struct {
 	mallocs  uint64        // whole process, over the measured windows
 	bytesSum uint64        // whole process, over the measured windows
 	cpuSum   time.Duration // user+system CPU of this process over the measured windows
-	fifo     int           // acquisitions that overtook a waiter that started > fifoSlack earlier
-	fifoMax  time.Duration // the largest such head start
+	// srvSum is the same of the database servers on this machine, and
+	// srvRounds the rounds it was read in (serverCPU).
+	srvSum    time.Duration
+	srvRounds int
+	fifo      int           // acquisitions that overtook a waiter that started > fifoSlack earlier
+	fifoMax   time.Duration // the largest such head start
 	// fifoQueued: fifo counts overtakes in the queue's own order (tokens
 	// against join times, both the database's), not by call times.
 	fifoQueued bool
@@ -86,6 +90,15 @@ func (c *cell) cpu() time.Duration {
 		return 0
 	}
 	return c.cpuSum / time.Duration(c.ops)
+}
+
+// serverCPU is the database servers' CPU per operation, 0 where it could
+// not be read in every round.
+func (c *cell) serverCPU() time.Duration {
+	if c.ops == 0 || c.srvRounds != c.rounds {
+		return 0
+	}
+	return c.srvSum / time.Duration(c.ops)
 }
 
 func (c *cell) opsPerSec() float64 {
@@ -216,9 +229,11 @@ func runRound(ctx context.Context, e *env, c *cell, warm, dur time.Duration) {
 	_ = sleepCtx(ctx, warm)
 	runtime.ReadMemStats(&m0)
 	cpu0 := cpuTime()
+	srv0, srvOK0 := serverCPU()
 	_ = sleepCtx(ctx, dur)
 	runtime.ReadMemStats(&m1)
 	cpu1 := cpuTime()
+	srv1, srvOK1 := serverCPU()
 	stopped.Store(true)
 	grace := time.AfterFunc(2*time.Second, cancelRun)
 	wg.Wait()
@@ -248,6 +263,10 @@ func runRound(ctx context.Context, e *env, c *cell, warm, dur time.Duration) {
 	c.mallocs += m1.Mallocs - m0.Mallocs
 	c.bytesSum += m1.TotalAlloc - m0.TotalAlloc
 	c.cpuSum += cpu1 - cpu0
+	if srvOK0 && srvOK1 {
+		c.srvSum += srv1 - srv0
+		c.srvRounds++
+	}
 	for _, r := range all {
 		c.lat = append(c.lat, time.Duration(r.relDone-r.acqStart))
 		c.wait = append(c.wait, time.Duration(r.acqDone-r.acqStart))
