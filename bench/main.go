@@ -163,6 +163,7 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 		}
 	}()
 	quiet := waitPurged(ctx, e)
+	diskBefore := probeFlush()
 	warm := warmup(dur / time.Duration(rounds))
 	progress := func(c *cell) {
 		mode := fmt.Sprintf("%d goroutines", c.goroutines)
@@ -273,11 +274,13 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 	runGroup(namesCells)
 	readerCells := readersCheck(e, newCell, only)
 	runGroup(readerCells)
+	diskAfter := probeFlush()
 
 	fmt.Fprintf(w, "## %s\n\n`%s`\n\n", e.label, e.version)
 	if quiet != "" {
 		fmt.Fprintf(w, "%s.\n\n", quiet)
 	}
+	fmt.Fprintf(w, "%s.\n\n", diskLine(diskBefore, diskAfter))
 	printUncontended(w, uncontended)
 	printPaired(w, paired)
 	printContended(w, contended)
