@@ -70,12 +70,14 @@ func (l *Lease) Token() Token { return l.token }
 // one succeeded (1 for a first acquisition).
 //
 // On PostgreSQL and SQLite the count is the database's, so it includes
-// acquisitions of the same owner made in other processes. On MySQL and
-// MariaDB the acquiring statement reports the count only when it inserts the
-// row; otherwise the count is this process's live handles on the hold
-// (including this one), which is lower than the database's when the owner
-// also holds the name from another process. The database's count is what
-// decides when the row is freed, whatever Reentry says.
+// acquisitions of the same owner made in other processes; so it is for a
+// fair lock on MariaDB, whose acquisitions are procedure calls that read
+// the row. Otherwise on MySQL and MariaDB the acquiring statement reports
+// the count only when it inserts the row, and the count is this process's
+// live handles on the hold (including this one), which is lower than the
+// database's when the owner also holds the name from another process. The
+// database's count is what decides when the row is freed, whatever Reentry
+// says.
 func (l *Lease) Reentry() int { return l.reentry }
 
 // Done returns a channel closed when the lease ends (lost or released).

@@ -11,12 +11,13 @@
 //
 // An Acquire that finds the name free and nobody queueing takes it at once:
 // on PostgreSQL and SQLite one statement checks the queue and takes the
-// lock, so a waiter whose row committed before it began is never jumped; on
-// MySQL a lockless read of the queue comes first and, after taking the lock,
-// a second read of the waiters created before the lease hands it back at
-// once if one was (InnoDB would read the queue inside the acquiring
-// statement only with next-key locks, which a no-wait acquisition cannot
-// take while a neighbouring waiter row is written). Otherwise it inserts a
+// lock, and on MariaDB one call (a procedure that reads the queue before it
+// locks the lock row), so a waiter whose row committed before it began is
+// never jumped; on MySQL 8 a lockless read of the queue comes first and,
+// after taking the lock, a second read of the waiters created before the
+// lease hands it back at once if one was (InnoDB would read the queue
+// inside the acquiring statement only with next-key locks, which a no-wait
+// acquisition cannot take while a neighbouring waiter row is written). Otherwise it inserts a
 // waiter row into dblock_waiters, stamped by the database clock (created_at,
 // with the auto-increment id as tie-break), and waits. Where the insert
 // answers the waiter's first check (PostgreSQL, MariaDB), an Acquire of a

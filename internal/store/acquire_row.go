@@ -1,10 +1,17 @@
 package store
 
-import "github.com/dblock-go/dblock"
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/dblock-go/dblock"
+)
 
 // acquireRow is what an acquire statement answers in one row (PostgreSQL's
-// acquire statements, MariaDB's take of a fair queue's head), in one
-// allocation (each variable scanned into would otherwise escape on its own).
+// acquire statements, MariaDB's take of a fair queue's head and its direct
+// acquire), in one allocation (each variable scanned into would otherwise
+// escape on its own).
 type acquireRow struct {
 	res                      AcquireResult
 	owner, mode, next        string
@@ -51,4 +58,29 @@ func (r *acquireRow) result(p AcquireParams, queued bool) AcquireResult {
 	}
 	res.Holder = h
 	return res
+}
+
+// acquireAnswered runs an acquire statement that answers in one row
+// (acquireRow): one of PostgreSQL's, the lease's or, with queued, the
+// queue's direct one (which also returns the number of live waiters and,
+// when no row exists, a row of zeroes), or MariaDB's direct call (queued),
+// and reads its answer.
+func (db *DB) acquireAnswered(ctx context.Context, q Querier, query string, p AcquireParams, queued bool) (AcquireResult, error) {
+	r := &acquireRow{}
+	dest := r.fields(&r.n)
+	if !queued {
+		dest = dest[:10]
+	}
+	err := db.queryRow(ctx, q, query, r.bind(p), dest...)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return AcquireResult{}, nil // Nothing taken and no row visible: a concurrent insert of the name won.
+	case err != nil:
+		err = db.Classify(err)
+		if errors.Is(err, dblock.ErrNotAcquired) {
+			return AcquireResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
+		}
+		return AcquireResult{}, err
+	}
+	return r.result(p, queued), nil
 }

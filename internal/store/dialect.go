@@ -156,6 +156,10 @@ type DB struct {
 	// noJoinedRelease: SharedSQL.ReleaseJoined's procedure is missing or
 	// may not be executed here (see ReleaseJoinedShare).
 	noJoinedRelease atomic.Bool
+	// noDirect: QueueSQL.Direct's procedure is missing or may not be
+	// executed (MariaDB before MySQL migration 00027, or grants written
+	// before it); acquireGuarded uses its three statements.
+	noDirect atomic.Bool
 	// noAcquireRead: SharedSQL.Acquire's procedure is missing or may not
 	// be executed (MariaDB before MySQL migration 00025, or grants written
 	// before it); acquireShareOne uses SharedSQL.AcquireFallback.

@@ -14,18 +14,35 @@ import (
 )
 
 // MySQL's and MariaDB's lease engine: the acquisition that reads the
-// fencing floor without waiting for it, the fair queue's guard in three
-// statements, and the renewal's argument order.
+// fencing floor without waiting for it, the fair queue's guard (one call on
+// MariaDB, three statements elsewhere), and the renewal's argument order.
 
 func (mysqlDialect) acquireLease(ctx context.Context, db *DB, q Querier, p AcquireParams) (AcquireResult, error) {
 	return db.acquireMySQL(ctx, q, p)
 }
 
-// acquireGuarded: no statement can both check the queue and acquire without
-// waiting, so it looks at the queue (unless p.QueueQuiet), acquires, and
-// gives the name back if a waiter queued before the acquisition began
-// (QueueSQL.Jumped).
+// acquireGuarded: on MariaDB one call (QueueSQL.Direct, the procedure of
+// MySQL migration 00027) reads the queue and acquires unless a waiter
+// queues. Where there is no such call (MySQL 8), or the server refuses it
+// (a schema or grants from before the migration: the call did nothing),
+// it takes three statements (guardedInThree).
 func (mysqlDialect) acquireGuarded(ctx context.Context, db *DB, p AcquireParams) (AcquireResult, error) {
+	if q := db.Dialect.Queue().Direct; q != "" && !db.noDirect.Load() {
+		res, err := db.acquireAnswered(ctx, db, q, p, true)
+		if !ProcedureRefused(err) {
+			res.Statements = 1
+			return res, err
+		}
+		db.noDirect.Store(true) // From now on (also when a concurrent call got there first).
+	}
+	return db.guardedInThree(ctx, p)
+}
+
+// guardedInThree is acquireGuarded where no statement can both check the
+// queue and acquire without waiting: it looks at the queue (unless
+// p.QueueQuiet), acquires, and gives the name back if a waiter queued
+// before the acquisition began (QueueSQL.Jumped).
+func (db *DB) guardedInThree(ctx context.Context, p AcquireParams) (AcquireResult, error) {
 	statements := 0
 	if !p.QueueQuiet {
 		// A lockless look first: under contention the answer is almost

@@ -333,11 +333,12 @@ var mysqlGatePeek, mysqlGateCheck = gateSQL("UTC_TIMESTAMP(6)", mysqlDialect{}.P
 
 // mariadbQueue is mysqlQueue with a waiter's insert and first check, and
 // its take of the head, in one CALL each (the procedures of MySQL
-// migration 00021).
+// migration 00021), and the direct acquire in one (migration 00027).
 var mariadbQueue = func() QueueSQL {
 	q := mysqlQueue
 	q.EnqueueCheck = `CALL dblock_enqueue_check(?, ?, ?, ?)`
 	q.TakeHead = `CALL dblock_take_head(?, ?, ?, ?, ?, ?)`
+	q.Direct = `CALL dblock_acquire_direct(?, ?, ?, ?, ?)`
 	return q
 }()
 

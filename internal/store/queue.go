@@ -74,9 +74,10 @@ type QueueSQL struct {
 	// Direct is the lease acquisition of LeaseSQL.Acquire guarded by the
 	// queue, in the same statement: it takes nothing while a live waiter
 	// queues for the name, unless the owner holds the name already
-	// (reentry). On PostgreSQL it returns Acquire's columns and the number
+	// (reentry). On PostgreSQL, and MariaDB (a CALL of the procedure of
+	// MySQL migration 00027), it returns Acquire's columns and the number
 	// of live waiters; on SQLite, Acquire's (no row when refused). Empty on
-	// MySQL (see Jumped).
+	// MySQL 8 (see Jumped).
 	Direct string
 	// Jumped (name, owner, version) reads, after a MySQL acquisition, the
 	// row's reentry count and how many live waiters were created no later
