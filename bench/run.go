@@ -227,12 +227,14 @@ func runRound(ctx context.Context, e *env, c *cell, warm, dur time.Duration) {
 
 	var m0, m1 runtime.MemStats
 	_ = sleepCtx(ctx, warm)
+	// The servers' CPU is read outside the process's own window: reading
+	// /proc allocates, and costs this process CPU.
+	srv0, srvOK0 := serverCPU()
 	runtime.ReadMemStats(&m0)
 	cpu0 := cpuTime()
-	srv0, srvOK0 := serverCPU()
 	_ = sleepCtx(ctx, dur)
-	runtime.ReadMemStats(&m1)
 	cpu1 := cpuTime()
+	runtime.ReadMemStats(&m1)
 	srv1, srvOK1 := serverCPU()
 	stopped.Store(true)
 	grace := time.AfterFunc(2*time.Second, cancelRun)
