@@ -232,6 +232,9 @@ CALL dblock_take_head(?, ?, ?, ?, ?, ?);
 -- QueueSQL.Leave
 DELETE FROM dblock_waiters WHERE id = ?;
 
+-- QueueSQL.Direct
+CALL dblock_acquire_direct(?, ?, ?, ?, ?);
+
 -- QueueSQL.Jumped
 SELECT l.reentry, (
     SELECT COUNT(*) FROM dblock_waiters w
