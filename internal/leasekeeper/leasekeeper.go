@@ -485,8 +485,13 @@ func (h *held) releaseRow(ctx context.Context) (bool, error) {
 				h.attrs(slog.Int("attempt", attempt), slog.String("error", err.Error()))...)
 		}
 		pause := jitter(backoff)
-		if deadline := h.currentDeadline(); time.Until(deadline) < pause {
-			return false, &pastDeadline{last: lastErr}
+		left := time.Until(h.currentDeadline())
+		last := left < pause
+		if last {
+			// No time for another attempt: wait out the local deadline, so
+			// that the expiry the release then reports has happened (the
+			// database's deadline is never earlier).
+			pause = max(left, 0)
 		}
 		t := time.NewTimer(pause)
 		select {
@@ -494,6 +499,9 @@ func (h *held) releaseRow(ctx context.Context) (bool, error) {
 		case <-ctx.Done():
 			t.Stop()
 			return false, fmt.Errorf("%w: release not confirmed: %w", dblock.ErrUnavailable, context.Cause(ctx))
+		}
+		if last {
+			return false, &pastDeadline{last: lastErr}
 		}
 		backoff = min(backoff*2, 250*time.Millisecond)
 	}
