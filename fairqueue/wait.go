@@ -49,7 +49,7 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 	defer l.local.unsubscribe(a.name, q.sig)
 	if l.hub != nil {
 		var unsubscribe func()
-		q.hubC, unsubscribe = l.hub.Subscribe(a.name)
+		q.hubC, unsubscribe = l.hub.Subscribe(a.ctx, a.name)
 		defer unsubscribe()
 	}
 	defer func() {

@@ -47,6 +47,7 @@ var wantSchema = map[store.Kind]schema{
 				"updated_at": "timestamp with time zone not null", "metadata": "text",
 				"shared_until": "timestamp with time zone", "wanted_until": "timestamp with time zone",
 				"next_owner": "text", "next_since": "timestamp with time zone", "next_until": "timestamp with time zone", "reader": "text",
+				"listened_until": "timestamp with time zone",
 			},
 			"dblock_shares": {
 				"name": "text not null", "owner": "text not null", "token": "bigint not null", "reentry": "integer not null",

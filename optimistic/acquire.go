@@ -242,7 +242,7 @@ func (a *acquisition) joinLine(asked bool) (bool, error) {
 	a.kickCh = a.w.kick
 	subscribed := false
 	if a.wakeCh == nil && a.l.hub != nil {
-		a.wakeCh, a.unsubscribe = a.l.hub.SubscribeFor(a.name, a.o.Owner)
+		a.wakeCh, a.unsubscribe = a.l.hub.SubscribeFor(a.waitCtx, a.name, a.o.Owner)
 		subscribed = true
 	}
 	if head {

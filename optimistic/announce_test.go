@@ -13,8 +13,8 @@ import (
 
 // TestReleaseAnnounced (PostgreSQL): a release that the Locker's own next
 // waiter takes is not announced to other processes' waiters (a
-// subscription for another owner, b1, as such a waiter's); the release of
-// a name nobody waits for is. (A reservation is announced to the
+// subscription for another owner, b1, as such a waiter's); a release that
+// frees the name for such a waiter is. (A reservation is announced to the
 // reserver alone, so the waiter's own would not count against this; it
 // no longer reserves a name its Locker just released: keep skips that
 // while the release's kick is pending.)
@@ -25,12 +25,14 @@ func TestReleaseAnnounced(t *testing.T) {
 	iso := dbtest.New(t, store.Postgres)
 	name, barrier := locktest.RandomName("announced"), locktest.RandomName("barrier")
 	notices := dbtest.NewNotices(t, iso, barrier)
-	announced := notices.Subscribe(name, "b1")
 	l := newGateLocker(t, iso)
 	held, err := l.Acquire(ctx, name, dblock.WithOwner("a1"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// b1 subscribes as a waiter in another process would, finding the
+	// name held: its hub marks the row as listened for.
+	announced := notices.Subscribe(name, "b1")
 	next := make(chan *dblock.Lease, 1)
 	go func() {
 		lease, err := l.Acquire(ctx, name, dblock.WithOwner("a2"))
@@ -54,6 +56,6 @@ func TestReleaseAnnounced(t *testing.T) {
 		t.Fatal(err)
 	}
 	if notices.Settle(); !dbtest.Woken(announced) {
-		t.Fatal("the release of a name nobody waits for was not announced")
+		t.Fatal("the release of a name another process's waiter listens for was not announced")
 	}
 }

@@ -63,7 +63,13 @@
 // waiters wait for, with no reservation, is not announced: its next waiter
 // takes the name, and waiters elsewhere reserve it at their next look. So a
 // process serves its own waiters a few times in a row, and a hand-off to
-// another process wakes only the waiter that takes.
+// another process wakes only the waiter that takes. Nor is a release
+// announced that nobody listens for: a Locker whose call starts to wait for
+// a name marks the name's row as listened for (column listened_until, migration
+// 00019, by the database clock, for 10 s, renewed while any of its calls
+// waits), and a release announces the name only while a mark is live.
+// Every announcement costs the releasing commit PostgreSQL's notification
+// lock, which serialises the commits of every client that announces.
 //
 // # Several names at once
 //

@@ -134,7 +134,7 @@ func (m *manyCall) ask(attempt int) ([]*dblock.Lease, store.Holder, error) {
 			// again at once (a release in between would be missed).
 			m.unsubscribe()
 			m.wakeName = m.names[blocked]
-			m.wakeCh, m.unsubscribe = l.hub.Subscribe(m.wakeName)
+			m.wakeCh, m.unsubscribe = l.hub.Subscribe(m.ctx, m.wakeName)
 			return nil, h, errAskAgain
 		}
 		return nil, h, nil

@@ -29,8 +29,9 @@ type Notices struct {
 func NewNotices(t testing.TB, iso *Isolated, barrier string) *Notices {
 	t.Helper()
 	n := &Notices{t: t, iso: iso, Hub: wake.New(iso.Store(), nil), barrier: barrier}
+	n.cycle() // The barrier's row exists, so that its subscription marks it as listened for.
 	var cancel func()
-	n.bar, cancel = n.Hub.Subscribe(barrier)
+	n.bar, cancel = n.Hub.Subscribe(context.Background(), barrier)
 	t.Cleanup(func() { cancel(); _ = n.Hub.Close() })
 	n.wait(n.bar)
 	return n
@@ -38,13 +39,20 @@ func NewNotices(t testing.TB, iso *Isolated, barrier string) *Notices {
 
 // Subscribe subscribes to name's notices for owner ("" for every owner's).
 func (n *Notices) Subscribe(name, owner string) <-chan struct{} {
-	ch, cancel := n.Hub.SubscribeFor(name, owner)
+	ch, cancel := n.Hub.SubscribeFor(context.Background(), name, owner)
 	n.t.Cleanup(cancel)
 	return ch
 }
 
 // Settle returns once every notice sent before it was handled.
 func (n *Notices) Settle() {
+	n.t.Helper()
+	n.cycle()
+	n.wait(n.bar)
+}
+
+// cycle takes and releases the barrier name.
+func (n *Notices) cycle() {
 	n.t.Helper()
 	ctx := context.Background()
 	db := n.iso.Store()
@@ -55,7 +63,6 @@ func (n *Notices) Settle() {
 	if ok, err := db.ReleaseLease(ctx, nil, n.barrier, "barrier", r.Token); err != nil || !ok {
 		n.t.Fatalf("barrier release: %v %v", ok, err)
 	}
-	n.wait(n.bar)
 }
 
 // Woken reports whether ch holds a wake-up, and empties it.

@@ -47,7 +47,7 @@ func (p *Pause) Close() { p.unsubscribe() }
 // missed, so the caller asks again before it waits.
 func (p *Pause) Sleep(change, now time.Time) error {
 	if p.hub != nil {
-		p.wakeCh, p.unsubscribe = p.hub.Subscribe(p.name)
+		p.wakeCh, p.unsubscribe = p.hub.Subscribe(p.ctx, p.name)
 		p.hub = nil
 		return context.Cause(p.ctx)
 	}

@@ -135,7 +135,10 @@ RETURNING l.version`,
 	// live reservation ('' when none) and announces the name to that owner
 	// alone (name, E'\x1f', owner: see keptfor.go). Else it announces the
 	// name unless $4 (quiet: the releasing Locker's own next waiter takes
-	// it, see LeaseSQL.ReleaseKept); a name handed to readers always.
+	// it, see LeaseSQL.ReleaseKept), and only while a waiter has marked the
+	// row (listened_until, see listened.go): announcing costs every releasing
+	// commit the server's notification lock. A name handed to readers is
+	// announced always.
 	Release: `UPDATE dblock_locks l SET
     reentry      = CASE WHEN l.reentry > 1 THEN l.reentry - 1 WHEN l.shared_until > now() THEN 1 ELSE 0 END,
     owner        = CASE WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
@@ -149,7 +152,7 @@ WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
 RETURNING CASE WHEN l.reentry = 0 AND ` + pgKeptForOther + ` THEN
         pg_notify('` + NotifyChannel + `', l.name || E'\x1f' || l.next_owner)::text || l.next_owner
     WHEN l.reentry = 0 AND $4 THEN ''
-    WHEN l.reentry = 0 OR l.owner = '' THEN pg_notify('` + NotifyChannel + `', l.name)::text
+    WHEN l.owner = '' OR (l.reentry = 0 AND l.listened_until > now()) THEN pg_notify('` + NotifyChannel + `', l.name)::text
     ELSE '' END`,
 	ReleaseKept: true,
 
@@ -180,6 +183,16 @@ FROM ` + pgAdvisoryWrite + `
 WHERE name = $1 AND (next_until IS NULL OR next_until <= now() OR next_owner = $2
     OR next_since > timestamptz 'epoch' + $3::bigint * interval '1 microsecond')
 RETURNING (CASE WHEN owner IS NULL OR expires_at <= now() THEN pg_notify('` + NotifyChannel + `', name || E'\x1f' || $2)::text END) IS NOT NULL`,
+
+	// A mark that has more than half of d left is not written again; the
+	// answer is whether the row exists.
+	MarkListened: `WITH m AS (
+    UPDATE dblock_locks SET listened_until = now() + $2::bigint * interval '1 microsecond'
+    FROM ` + pgAdvisoryWrite + `
+    WHERE name = $1 AND (listened_until IS NULL OR listened_until < now() + $2::bigint / 2 * interval '1 microsecond')
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM m) OR EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1)`,
 
 	Unreserve: `UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
 FROM ` + pgAdvisoryWrite + `

@@ -20,6 +20,9 @@ type schemaEngine interface {
 const (
 	probeLocks   = `SELECT name, owner, reentry, version, mode, acquired_at, expires_at, updated_at, metadata, next_owner, next_since, next_until, reader FROM dblock_locks WHERE 1 = 0`
 	probeWaiters = `SELECT id, name, owner, created_at, heartbeat_at, expires_at FROM dblock_waiters WHERE 1 = 0`
+	// probeListened: the column of the marks of listening, where releases are
+	// announced (PostgreSQL; see listened.go).
+	probeListened = `SELECT listened_until FROM dblock_locks WHERE 1 = 0`
 )
 
 // ProbeSchema checks, with reads only, that the objects dblock's statements
@@ -32,7 +35,11 @@ const (
 // recognises. It cannot tell whether a migration that adds only an index is
 // applied.
 func (db *DB) ProbeSchema(ctx context.Context) error {
-	for _, q := range []string{probeLocks, probeWaiters} {
+	probes := []string{probeLocks, probeWaiters}
+	if db.Dialect.Lease().MarkListened != "" {
+		probes = append(probes, probeListened)
+	}
+	for _, q := range probes {
 		rows, err := db.QueryContext(ctx, q)
 		if err != nil {
 			return db.Classify(err)

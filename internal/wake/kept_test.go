@@ -68,7 +68,7 @@ func TestKeptRelease(t *testing.T) {
 		t.Fatalf("a notice for w2 woke w1 %v, w2 %v, all %v; want w2 and all", w1, w2, all)
 	}
 	long := e.name + string(store.NoticeSep) + "w1"
-	longCh, cancel := hub.Subscribe(long)
+	longCh, cancel := hub.Subscribe(ctx, long)
 	defer cancel()
 	if _, err := e.iso.DB.SQL().ExecContext(ctx, "SELECT pg_notify($1, $2)", store.NotifyChannel, long); err != nil {
 		t.Fatal(err)
@@ -92,6 +92,11 @@ func newKeptEnv(t *testing.T) *keptEnv {
 	iso := dbtest.New(t, store.Postgres)
 	n := dbtest.NewNotices(t, iso, locktest.RandomName("barrier"))
 	e := &keptEnv{t: t, iso: iso, notices: n, name: locktest.RandomName("kept")}
+	// The row exists, as a waiter finds it, so that the subscriptions mark
+	// it as listened for.
+	if ok, err := iso.Store().ReleaseLease(context.Background(), nil, e.name, "setup", e.take("setup")); err != nil || !ok {
+		t.Fatalf("setup release: %v %v", ok, err)
+	}
 	e.w1, e.w2, e.all = n.Subscribe(e.name, "w1"), n.Subscribe(e.name, "w2"), n.Subscribe(e.name, "")
 	return e
 }

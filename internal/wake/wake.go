@@ -16,6 +16,10 @@ const (
 	reconnectMax = 30 * time.Second
 )
 
+// markFor is how long a mark of listening lasts unless renewed, by the
+// database clock (see marks.go).
+const markFor = 10 * time.Second
+
 // Hub fans notifications out to the waiters of each name. It is safe for
 // concurrent use.
 type Hub struct {
@@ -28,6 +32,7 @@ type Hub struct {
 
 	mu      sync.Mutex
 	subs    map[string]map[*sub]struct{}
+	marks   marks
 	started bool
 	closed  bool
 }
@@ -46,26 +51,44 @@ func New(db *store.DB, logger *slog.Logger) *Hub {
 		logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Hub{db: db, logger: logger, ctx: ctx, cancel: cancel, subs: map[string]map[*sub]struct{}{}}
+	return &Hub{db: db, logger: logger, ctx: ctx, cancel: cancel, subs: map[string]map[*sub]struct{}{},
+		marks: marks{d: markFor, renewAt: map[string]time.Time{}}}
 }
 
 // Subscribe registers interest in name. wake receives a value (it is buffered
 // one deep, and sends never block) whenever a release of name is announced,
 // and also after the listening connection was re-established, since
 // notifications may have been missed. cancel unregisters; call it when done.
-func (h *Hub) Subscribe(name string) (wake <-chan struct{}, cancel func()) {
-	return h.SubscribeFor(name, "")
+//
+// Where releases are announced, Subscribe first marks name's row as listened
+// for (marks.go), in the caller's goroutine and bounded by ctx, unless this
+// hub's mark is fresh: a release is announced only while its row is marked.
+// The caller asks for the name again after Subscribe returns, as it must
+// anyway (a release before the subscription is not announced to it).
+func (h *Hub) Subscribe(ctx context.Context, name string) (wake <-chan struct{}, cancel func()) {
+	return h.SubscribeFor(ctx, name, "")
 }
 
 // SubscribeFor is Subscribe for a waiter of owner: a release announced for
 // another owner, which a reservation keeps the name for (see
 // store.NoticeSep), does not wake it; "" subscribes to every release.
-func (h *Hub) SubscribeFor(name, owner string) (wake <-chan struct{}, cancel func()) {
+func (h *Hub) SubscribeFor(ctx context.Context, name, owner string) (wake <-chan struct{}, cancel func()) {
 	s := &sub{ch: make(chan struct{}, 1), owner: owner}
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
+	if !h.add(name, s) {
 		return s.ch, func() {}
+	}
+	h.mark(ctx, name)
+	var once sync.Once
+	return s.ch, func() { once.Do(func() { h.remove(name, s) }) }
+}
+
+// add registers s for name and starts the hub's goroutines on the first
+// subscription; false once the hub is closed.
+func (h *Hub) add(name string, s *sub) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
 	}
 	m := h.subs[name]
 	if m == nil {
@@ -75,22 +98,24 @@ func (h *Hub) SubscribeFor(name, owner string) (wake <-chan struct{}, cancel fun
 	m[s] = struct{}{}
 	if !h.started && h.db.Dialect.Caps().Notify {
 		h.started = true
-		h.wg.Add(1)
+		h.wg.Add(2)
 		go h.run()
+		go h.renewMarks()
 	}
-	h.mu.Unlock()
-	var once sync.Once
-	return s.ch, func() {
-		once.Do(func() {
-			h.mu.Lock()
-			if m := h.subs[name]; m != nil {
-				delete(m, s)
-				if len(m) == 0 {
-					delete(h.subs, name)
-				}
-			}
-			h.mu.Unlock()
-		})
+	return true
+}
+
+// remove unregisters s; the name's mark is forgotten with its last
+// subscription (it lapses in the row by itself).
+func (h *Hub) remove(name string, s *sub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if m := h.subs[name]; m != nil {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(h.subs, name)
+			delete(h.marks.renewAt, name)
+		}
 	}
 }
 

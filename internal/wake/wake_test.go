@@ -49,17 +49,18 @@ func TestHubPostgres(t *testing.T) {
 	iso := dbtest.New(t, store.Postgres)
 	hub := wake.New(iso.Store(), nil)
 	name, other := locktest.RandomName("wake"), locktest.RandomName("wake-other")
-	ch, cancel := hub.Subscribe(name)
+	pool := iso.Open(t)
+	release(t, pool, name) // The row exists, as a waiter finds it, so that Subscribe marks it.
+	ch, cancel := hub.Subscribe(context.Background(), name)
 	defer cancel()
 	// The first connection wakes everyone subscribed before it (releases
 	// before it were missed). The second subscription comes after that
 	// wake-up: made right after the first, it raced the connection, and a
 	// subscriber that came later is not woken (it missed nothing).
 	wait(t, ch, "first connection")
-	otherCh, cancelOther := hub.Subscribe(other)
+	otherCh, cancelOther := hub.Subscribe(context.Background(), other)
 	defer cancelOther()
 
-	pool := iso.Open(t)
 	release(t, pool, name)
 	wait(t, ch, "release of the subscribed name")
 	select {
@@ -90,7 +91,7 @@ WHERE application_name = current_setting('application_name') AND query = 'LISTEN
 		t.Fatalf("%d connections in use after Close", n)
 	}
 	// Subscribing after Close is harmless.
-	_, c := hub.Subscribe(name)
+	_, c := hub.Subscribe(ctx, name)
 	c()
 }
 
@@ -101,7 +102,7 @@ func TestHubNoNotify(t *testing.T) {
 			t.Parallel()
 			iso := dbtest.New(t, kind)
 			hub := wake.New(iso.Store(), nil)
-			ch, cancel := hub.Subscribe("x")
+			ch, cancel := hub.Subscribe(context.Background(), "x")
 			release(t, iso.DB, "x")
 			select {
 			case <-ch:

@@ -52,7 +52,7 @@ WHERE l.name = $1 AND l.owner = $2 AND l.version = $3
 RETURNING CASE WHEN l.reentry = 0 AND l.next_until > now() AND l.next_owner <> $2 THEN
         pg_notify('dblock', l.name || E'\x1f' || l.next_owner)::text || l.next_owner
     WHEN l.reentry = 0 AND $4 THEN ''
-    WHEN l.reentry = 0 OR l.owner = '' THEN pg_notify('dblock', l.name)::text
+    WHEN l.owner = '' OR (l.reentry = 0 AND l.listened_until > now()) THEN pg_notify('dblock', l.name)::text
     ELSE '' END;
 
 -- LeaseSQL.Renew
@@ -138,6 +138,15 @@ UPDATE dblock_locks SET next_owner = NULL, next_since = NULL, next_until = NULL
 FROM (SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '100', true)) AS advisory
 WHERE name = $1 AND next_owner = $2
 RETURNING (CASE WHEN owner IS NULL OR expires_at <= now() THEN pg_notify('dblock', name)::text END) IS NOT NULL;
+
+-- LeaseSQL.MarkListened
+WITH m AS (
+    UPDATE dblock_locks SET listened_until = now() + $2::bigint * interval '1 microsecond'
+    FROM (SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '100', true)) AS advisory
+    WHERE name = $1 AND (listened_until IS NULL OR listened_until < now() + $2::bigint / 2 * interval '1 microsecond')
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM m) OR EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1);
 
 -- RowSQL.Lock
 SELECT coalesce(l.owner, ''), coalesce(l.mode, ''), coalesce((extract(epoch FROM l.expires_at) * 1000000)::bigint, 0), (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, pg_backend_pid(), (extract(epoch FROM now()) * 1000000)::bigint, 0::bigint

@@ -1,0 +1,93 @@
+package wake
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Marks of listening. A release announces its name only while the name's row
+// is marked as listened for (store.MarkListened): announcing costs every
+// releasing commit the server's notification lock, whether or not anybody
+// listens. The hub marks a name when a call subscribes to it, before the
+// call asks again, and renews the mark while the name has subscriptions:
+// every quarter of its lifetime it rewrites the marks that have half of it
+// left or less. A mark that could not be written (no row yet, a row a
+// pessimistic holder keeps locked, the database unreachable) is tried
+// again at the next round; meanwhile the calls wait as they would without
+// notifications, on their backoff and expiry timers.
+
+// marks is the hub's record of its marks; its map is guarded by Hub.mu.
+type marks struct {
+	d       time.Duration        // A mark's lifetime, by the database clock.
+	renewAt map[string]time.Time // By the local clock: half the lifetime after the write was sent.
+}
+
+// mark marks name's row unless this hub's mark of it is fresh.
+func (h *Hub) mark(ctx context.Context, name string) {
+	if !h.db.Dialect.Caps().Notify {
+		return
+	}
+	h.mu.Lock()
+	at, ok := h.marks.renewAt[name]
+	h.mu.Unlock()
+	if ok && time.Now().Before(at) {
+		return
+	}
+	h.write(ctx, name)
+}
+
+// write marks name's row, in at most a quarter of a mark's lifetime, and
+// records when to renew the mark, if the row exists and name still has
+// subscriptions.
+func (h *Hub) write(ctx context.Context, name string) {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, h.marks.d/4)
+	defer cancel()
+	exists, err := h.db.MarkListened(ctx, name, h.marks.d)
+	if err != nil {
+		h.logger.LogAttrs(ctx, slog.LevelDebug, "dblock: could not mark a name as listened for; its waiters poll until the next try",
+			slog.String("lock_key", name), slog.String("error", err.Error()))
+		return
+	}
+	if !exists {
+		return
+	}
+	h.mu.Lock()
+	if h.subs[name] != nil {
+		h.marks.renewAt[name] = sent.Add(h.marks.d / 2)
+	}
+	h.mu.Unlock()
+}
+
+// renewMarks rewrites, every quarter of a mark's lifetime until Close, the
+// marks of the names with subscriptions that are due.
+func (h *Hub) renewMarks() {
+	defer h.wg.Done()
+	t := time.NewTicker(h.marks.d / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, name := range h.dueMarks() {
+			h.write(h.ctx, name)
+		}
+	}
+}
+
+// dueMarks lists the subscribed names whose mark is due or missing.
+func (h *Hub) dueMarks() []string {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var due []string
+	for name := range h.subs {
+		if at, ok := h.marks.renewAt[name]; !ok || !now.Before(at) {
+			due = append(due, name)
+		}
+	}
+	return due
+}
