@@ -18,6 +18,11 @@ const keyOptOtel = "opt-otel"
 // enabled (PostgreSQL and MariaDB; MySQL 8 keeps none).
 const keyOptHistory = "opt-history"
 
+// keyOptListened is optimistic Acquire+Release while the Locker listens
+// for releases (a call of it waits on another name): the cost, to the
+// releases of names nobody waits for, of announcements heard.
+const keyOptListened = "opt-listened"
+
 // recordingSDK is a telemetry.Config whose providers record everything in
 // memory (spans are kept and dropped from time to time, so a long cell does
 // not grow without bound).
