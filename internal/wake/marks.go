@@ -38,8 +38,7 @@ func (h *Hub) mark(ctx context.Context, name string) {
 }
 
 // write marks name's row, in at most a quarter of a mark's lifetime, and
-// records when to renew the mark, if the row exists and name still has
-// subscriptions.
+// records when to renew the mark, if the row exists.
 func (h *Hub) write(ctx context.Context, name string) {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, h.marks.d/4)
@@ -54,9 +53,7 @@ func (h *Hub) write(ctx context.Context, name string) {
 		return
 	}
 	h.mu.Lock()
-	if h.subs[name] != nil {
-		h.marks.renewAt[name] = sent.Add(h.marks.d / 2)
-	}
+	h.marks.renewAt[name] = sent.Add(h.marks.d / 2)
 	h.mu.Unlock()
 }
 
@@ -78,11 +75,18 @@ func (h *Hub) renewMarks() {
 	}
 }
 
-// dueMarks lists the subscribed names whose mark is due or missing.
+// dueMarks lists the subscribed names whose mark is due or missing, and
+// forgets the due marks of names without subscriptions (they lapse in the
+// rows by themselves).
 func (h *Hub) dueMarks() []string {
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	for name, at := range h.marks.renewAt {
+		if h.subs[name] == nil && !now.Before(at) {
+			delete(h.marks.renewAt, name)
+		}
+	}
 	var due []string
 	for name := range h.subs {
 		if at, ok := h.marks.renewAt[name]; !ok || !now.Before(at) {

@@ -105,8 +105,9 @@ func (h *Hub) add(name string, s *sub) bool {
 	return true
 }
 
-// remove unregisters s; the name's mark is forgotten with its last
-// subscription (it lapses in the row by itself).
+// remove unregisters s. The name's mark is remembered until it is due
+// (dueMarks forgets it then): a call that waits for the name again
+// meanwhile needs no new mark.
 func (h *Hub) remove(name string, s *sub) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -114,7 +115,6 @@ func (h *Hub) remove(name string, s *sub) {
 		delete(m, s)
 		if len(m) == 0 {
 			delete(h.subs, name)
-			delete(h.marks.renewAt, name)
 		}
 	}
 }
