@@ -10,9 +10,12 @@ import (
 // is marked as listened for (store.MarkListened): announcing costs every
 // releasing commit the server's notification lock, whether or not anybody
 // listens. The hub marks a name when a call subscribes to it, before the
-// call asks again, and renews the mark while the name has subscriptions:
-// every quarter of its lifetime it rewrites the marks that have half of it
-// left or less. A mark that could not be written (no row yet, a row a
+// call asks again, and renews the mark while the name has subscriptions.
+// A write leaves the row marked for more than half the lifetime (it writes
+// only where less is left); the hub asks again a quarter of the lifetime
+// later, at its next round (rounds come every quarter), so the next write
+// comes at most half the lifetime after the last and no mark lapses while
+// a call waits. A mark that could not be written (no row yet, a row a
 // pessimistic holder keeps locked, the database unreachable) is tried
 // again at the next round; meanwhile the calls wait as they would without
 // notifications, on their backoff and expiry timers.
@@ -20,7 +23,7 @@ import (
 // marks is the hub's record of its marks; its map is guarded by Hub.mu.
 type marks struct {
 	d       time.Duration        // A mark's lifetime, by the database clock.
-	renewAt map[string]time.Time // By the local clock: half the lifetime after the write was sent.
+	renewAt map[string]time.Time // By the local clock: a quarter of the lifetime after the write was sent.
 }
 
 // mark marks name's row unless this hub's mark of it is fresh.
@@ -53,7 +56,7 @@ func (h *Hub) write(ctx context.Context, name string) {
 		return
 	}
 	h.mu.Lock()
-	h.marks.renewAt[name] = sent.Add(h.marks.d / 2)
+	h.marks.renewAt[name] = sent.Add(h.marks.d / 4)
 	h.mu.Unlock()
 }
 
