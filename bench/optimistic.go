@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dblock-go/dblock"
@@ -95,13 +96,35 @@ func listenWhile(ctx context.Context, e *env, l *optimistic.Locker) (stop func()
 			_ = lease.Release(context.Background())
 		}
 	}()
-	time.Sleep(200 * time.Millisecond) // The call has asked, been refused and subscribed.
-	return func() {
+	stop = func() {
 		cancel()
 		<-done
 		_ = held.Release(context.Background())
 		_ = holder.Close()
-	}, nil
+	}
+	if err := awaitListened(ctx, e, name); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
+}
+
+// awaitListened returns once a waiter has marked name's row as listened
+// for (its call was refused and subscribed), within 10 s.
+func awaitListened(ctx context.Context, e *env, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		var marked bool
+		err := e.db.SQL().QueryRowContext(ctx, "SELECT coalesce(listened_until > now(), false) FROM dblock_locks WHERE name = $1", name).Scan(&marked)
+		switch {
+		case err != nil:
+			return fmt.Errorf("listened cell: the waiting call's mark: %w", err)
+		case marked:
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func init() {
