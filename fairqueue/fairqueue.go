@@ -137,6 +137,11 @@ type Locker struct {
 	hub    *wake.Hub // nil when notifications are off or unsupported.
 	keeper *leasekeeper.Keeper
 	local  signals
+	// line holds this Locker's queued waiters for its releases to hand
+	// names to, and rows is its leases' Rows that do (handRows), where the
+	// database hands over (store.DB.HandsOver); nil elsewhere.
+	line line
+	rows leasekeeper.Rows
 	// onReleased tells this Locker's waiters of a release here (local),
 	// for every lease's OnReleased.
 	onReleased func(name string)
@@ -175,6 +180,10 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 	l.local.subs = map[string]map[*signal]struct{}{}
 	l.onReleased = func(name string) { l.local.notify(name, eventRelease) }
 	l.beats.ids = map[int64]struct{}{}
+	l.line.names = map[string][]*slot{}
+	if db.HandsOver() {
+		l.rows = handRows{Rows: leasekeeper.Exclusive(db), l: l}
+	}
 	if !db.Dialect.Caps().RowLocks {
 		l.writeMu = make(writeLock, 1)
 	}
@@ -428,7 +437,7 @@ func (a *attempt) started(res store.AcquireResult, reqStart time.Time) (*dblock.
 	token := res.Token
 	lease, err := l.keeper.Start(leasekeeper.Params{
 		Name: a.name, Owner: a.o.Owner, Mode: dblock.ModeFair, Token: token, TTL: a.o.TTL, MaxHold: a.o.MaxHold, MinHold: a.o.MinHold,
-		ReqStart: reqStart, Reentry: res.Reentry, OnReleased: l.onReleased,
+		ReqStart: reqStart, Reentry: res.Reentry, OnReleased: l.onReleased, Rows: l.rows,
 	})
 	if err != nil {
 		l.local.notify(a.name, eventRelease)

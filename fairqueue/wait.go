@@ -55,6 +55,7 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 	defer func() {
 		if q.w != nil {
 			a.leave(q.w)
+			q.drop()
 		}
 	}()
 	for try := 1; ; try++ {
@@ -102,6 +103,9 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 			}
 		}
 		q.released = q.sleep(s, held, mark)
+		if lease, done, err := q.collect(); done {
+			return lease, err
+		}
 	}
 }
 
@@ -116,7 +120,7 @@ func (q *queueWait) ownerHolds(s store.QueueState) bool {
 // lease and error: the name was released meanwhile; the loop joins again.
 func (q *queueWait) reenter() (*dblock.Lease, error) {
 	q.a.leave(q.w)
-	q.w = nil
+	q.drop()
 	return q.a.direct(true)
 }
 
@@ -136,7 +140,8 @@ type queueWait struct {
 	hubC      <-chan struct{}
 	observe   func(Position)
 	w         *waiter
-	backoff   int // Backoff step, reset when the position changes.
+	slot      *slot // w in its Locker's line, where releases hand over.
+	backoff   int   // Backoff step, reset when the position changes.
 	lastAhead int
 	last      store.QueueState
 	// released: the last sleep ended with as many events as the waiter
@@ -179,6 +184,7 @@ func (q *queueWait) join(try int) error {
 		return q.retry("enqueue", try, err)
 	}
 	q.w, q.lastAhead, q.joined = w, -1, joined
+	q.line()
 	return nil
 }
 
@@ -203,7 +209,7 @@ func (q *queueWait) seen(s store.QueueState) error {
 	q.last = s
 	if !s.Live {
 		a.requeue(q.w)
-		q.w = nil
+		q.drop()
 		return errAgain
 	}
 	if s.Ahead != q.lastAhead {
@@ -250,11 +256,11 @@ func (q *queueWait) takeHead(try int) (*dblock.Lease, error) {
 	lease, err := a.take(q.w)
 	switch {
 	case err == nil:
-		q.w = nil // The row went with the take.
+		q.drop() // The row went with the take.
 		return lease, nil
 	case errors.Is(err, errDead):
 		a.requeue(q.w)
-		q.w = nil
+		q.drop()
 		return nil, errAgain
 	case errors.Is(err, dblock.ErrNotAcquired):
 		return nil, err
@@ -282,10 +288,16 @@ func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) (releas
 	defer timer.Stop()
 	deadline := time.Now().Add(d)
 	hubEvents, capped := 0, false
+	handed := q.park()
 	for {
 		select {
 		case <-timer.C:
 			return false
+		case <-handed:
+			if a.l.line.woken(q.slot) {
+				return false // collect reads what the release did.
+			}
+			continue
 		case <-q.sig.ch:
 		case <-q.hubC:
 			hubEvents++
@@ -312,6 +324,9 @@ func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) (releas
 			local = int(q.sig.releases.Load() - mark.releases)
 		}
 		if max(local, hubEvents) >= need {
+			if local < need && q.echo() {
+				continue
+			}
 			return true
 		}
 	}

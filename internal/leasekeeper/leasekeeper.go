@@ -48,6 +48,7 @@ type Keeper struct {
 	mu      sync.Mutex
 	held    map[*dblock.Lease]*held
 	reentry map[nameOwner]map[dblock.Token]int // Live handles per hold, for Lease.Reentry.
+	names   map[string]int                     // Live handles per name.
 	spare   []map[dblock.Token]int             // Emptied maps of reentry, for reuse (tokenMap).
 	closed  bool
 	wg      sync.WaitGroup // Watchdogs.
@@ -69,7 +70,7 @@ func New(cfg Config) *Keeper {
 		cfg.ReleaseTimeout = 5 * time.Second
 	}
 	return &Keeper{cfg: cfg, logger: mode.Logger(cfg.Logger),
-		held: map[*dblock.Lease]*held{}, reentry: map[nameOwner]map[dblock.Token]int{}}
+		held: map[*dblock.Lease]*held{}, reentry: map[nameOwner]map[dblock.Token]int{}, names: map[string]int{}}
 }
 
 // Params describe a lease just acquired.
@@ -138,6 +139,7 @@ func (k *Keeper) Start(p Params) (*dblock.Lease, error) {
 		k.reentry[no] = tokens
 	}
 	tokens[p.Token]++
+	k.names[p.Name]++
 	reentry := tokens[p.Token]
 	if p.Reentry > 0 {
 		reentry = p.Reentry
@@ -167,6 +169,13 @@ func (k *Keeper) Holds(name, owner string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.reentry[nameOwner{name, owner}]) > 0
+}
+
+// HoldsName reports whether k has a live handle on name, for any owner.
+func (k *Keeper) HoldsName(name string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.names[name] > 0
 }
 
 // HandlesOf returns, per token, the number of live handles of k on name for owner.
@@ -264,6 +273,9 @@ func (k *Keeper) forget(h *held) {
 	k.mu.Lock()
 	if _, ok := k.held[h.lease]; ok {
 		delete(k.held, h.lease)
+		if k.names[h.key.name]--; k.names[h.key.name] <= 0 {
+			delete(k.names, h.key.name)
+		}
 		no := nameOwner{h.key.name, h.key.owner}
 		tokens := k.reentry[no]
 		if tokens[h.key.token]--; tokens[h.key.token] <= 0 {

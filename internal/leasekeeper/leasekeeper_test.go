@@ -420,7 +420,8 @@ func TestWatchdogStartsByTheFirstDueEvent(t *testing.T) {
 // TestHandlesAcrossReuse takes and releases names one after another (the
 // Keeper reuses the token map a released name emptied for the next) while
 // another lease stays held: every name's handles are its own, a released
-// name has none, and the held one keeps its count throughout.
+// name has none (for its owner and for any), and the held one keeps its
+// count throughout.
 func TestHandlesAcrossReuse(t *testing.T) {
 	t.Parallel()
 	iso := dbtest.New(t, store.SQLite)
@@ -430,13 +431,13 @@ func TestHandlesAcrossReuse(t *testing.T) {
 	for i := range 100 {
 		name := fmt.Sprintf("cycled-%d", i%7)
 		lease := start(t, k, iso.DB, name, time.Minute, false)
-		if n := k.Handles(name, lease.Owner(), lease.Token()); n != 1 || !k.Holds(name, lease.Owner()) {
-			t.Fatalf("round %d: %d handles of %s, want 1", i, n, name)
+		if n := k.Handles(name, lease.Owner(), lease.Token()); n != 1 || !k.Holds(name, lease.Owner()) || !k.HoldsName(name) {
+			t.Fatalf("round %d: %d handles of %s, want 1 (held by name: %v)", i, n, name, k.HoldsName(name))
 		}
 		if err := lease.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if k.Holds(name, lease.Owner()) || len(k.HandlesOf(name, lease.Owner())) != 0 {
+		if k.Holds(name, lease.Owner()) || k.HoldsName(name) || len(k.HandlesOf(name, lease.Owner())) != 0 {
 			t.Fatalf("round %d: %s released still has handles: %v", i, name, k.HandlesOf(name, lease.Owner()))
 		}
 		if got := k.HandlesOf("kept", kept.Owner()); len(got) != 1 || got[kept.Token()] != 1 {

@@ -364,6 +364,8 @@ RETURNING pg_notify('dblock', name)::text IS NOT NULL`,
 
 	TakeHead: pgTakeHead,
 
+	HandOver: pgHandOver,
+
 	GatePeek: pgGatePeek, GateCheck: pgGateCheck,
 }
 

@@ -68,6 +68,14 @@ type QueueSQL struct {
 	// live. Empty (MySQL 8, SQLite): the take is a transaction of Acquire and
 	// Take.
 	TakeHead string
+	// HandOver, where not empty (PostgreSQL), is the release of a lease
+	// (name, owner, token) that hands the name in the same statement to
+	// waiter (id, owner, TTL µs, mode, metadata) when that waiter is live
+	// and first and the release frees the name; otherwise it releases as
+	// LeaseSQL.Release does. It returns one row when the lease was held:
+	// whether it was handed, the row's version and reentry count after the
+	// statement, and a text to drop.
+	HandOver string
 	// Leave (id) deletes a waiter that gives up. On PostgreSQL it notifies
 	// the name, since the waiters behind it moved up.
 	Leave string

@@ -312,6 +312,49 @@ SELECT false, 0::bigint, '', '', 0::bigint, (extract(epoch FROM now()) * 1000000
 WHERE NOT EXISTS (SELECT 1 FROM dblock_locks WHERE name = $1) AND NOT EXISTS (SELECT 1 FROM ins)
 LIMIT 1;
 
+-- QueueSQL.HandOver
+WITH alive AS (
+    SELECT id, created_at FROM dblock_waiters
+    WHERE id = $4 AND name = $1 AND owner = $5 AND owner <> $2 AND expires_at > now()
+), seen AS (
+    SELECT me.id FROM alive me, dblock_queue_ahead($1, 'exclusive', me.created_at, me.id) a WHERE a.ahead = 0
+), me AS (
+    SELECT id FROM dblock_waiters WHERE id = $4 AND expires_at > now() AND EXISTS (SELECT 1 FROM seen)
+    FOR UPDATE
+), cur AS (
+    SELECT name, (reentry = 1 AND NOT coalesce(shared_until > now(), false)
+        AND NOT coalesce(next_until > now() AND next_owner <> $5, false)
+        AND EXISTS (SELECT 1 FROM me)) AS hand
+    FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3
+    FOR NO KEY UPDATE
+), upd AS (
+    UPDATE dblock_locks l SET
+        reentry      = CASE WHEN cur.hand THEN 1 WHEN l.reentry > 1 THEN l.reentry - 1 WHEN l.shared_until > now() THEN 1 ELSE 0 END,
+        owner        = CASE WHEN cur.hand THEN $5 WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
+        version      = CASE WHEN cur.hand THEN nextval('dblock_token_seq') ELSE l.version END,
+        mode         = CASE WHEN cur.hand THEN $7 WHEN l.reentry <= 1 AND l.shared_until > now() THEN 'read' ELSE l.mode END,
+        acquired_at  = CASE WHEN cur.hand THEN now() ELSE l.acquired_at END,
+        metadata     = CASE WHEN cur.hand THEN $8 ELSE l.metadata END,
+        expires_at   = CASE WHEN cur.hand THEN now() + $6::bigint * interval '1 microsecond'
+                            WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
+        shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
+        reader       = NULL,
+        next_owner   = CASE WHEN cur.hand AND (l.next_owner = $5 OR l.next_until <= now()) THEN NULL ELSE l.next_owner END,
+        next_since   = CASE WHEN cur.hand AND (l.next_owner = $5 OR l.next_until <= now()) THEN NULL ELSE l.next_since END,
+        next_until   = CASE WHEN cur.hand AND (l.next_owner = $5 OR l.next_until <= now()) THEN NULL ELSE l.next_until END,
+        updated_at   = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING cur.hand, l.version, l.reentry, CASE
+        WHEN cur.hand THEN CASE WHEN l.listened_until > now() THEN pg_notify('dblock', l.name)::text END
+        WHEN set_config('synchronous_commit', 'off', true) IS NULL THEN NULL
+        WHEN l.reentry = 0 AND l.next_until > now() AND l.next_owner <> $2 THEN pg_notify('dblock', l.name || E'\x1f' || l.next_owner)::text
+        WHEN l.owner = '' OR (l.reentry = 0 AND l.listened_until > now()) THEN pg_notify('dblock', l.name)::text
+        END AS note
+), del AS (
+    DELETE FROM dblock_waiters w USING me WHERE w.id = me.id AND EXISTS (SELECT 1 FROM upd WHERE upd.hand)
+)
+SELECT hand, version, reentry, coalesce(note, '') FROM upd;
+
 -- QueueSQL.Leave
 DELETE FROM dblock_waiters WHERE id = $1
 RETURNING pg_notify('dblock', name)::text IS NOT NULL;

@@ -1,0 +1,252 @@
+package fairqueue
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/leasekeeper"
+	"github.com/dblock-go/dblock/internal/store"
+)
+
+// A release hands the name to this Locker's next waiter of it, where the
+// database can do so in the release's statement (store.HandOver,
+// PostgreSQL): the releasing call claims the waiter, the statement makes
+// the name that waiter's lease when it is live and first in the queue (and
+// releases it otherwise), and the waiter wakes with its lease, having sent
+// nothing. A contended name's hand-off is then one statement, not the
+// release's and the take's.
+//
+// A waiter can be claimed only while it sleeps (parked); awake, it is
+// busy and the release leaves it be (its own take follows the release, as
+// without hand-offs). A waiter whose sleep ends while it is claimed waits
+// for the claim's outcome before it does anything else, so it never takes,
+// checks or leaves while a release may be handing it the name.
+
+// slotState is where a waiter stands for the releases of its Locker.
+type slotState uint8
+
+const (
+	slotBusy    slotState = iota // Awake: not to be claimed.
+	slotParked                   // Asleep: a release may claim it.
+	slotClaimed                  // A release is handing it the name.
+)
+
+// slot is a queued waiter as its Locker's releases see it. Its fields after
+// params are guarded by line.mu.
+type slot struct {
+	id      int64
+	created time.Time // The row's created_at: the queue's order, with id.
+	params  store.AcquireParams
+	state   slotState
+	result  *handResult   // A claim's outcome, until the waiter reads it.
+	wake    chan struct{} // Buffered one deep: a claim ended.
+}
+
+// handResult is a claim's outcome for its waiter: the lease handed to it,
+// or (err) a statement whose outcome is unknown. A claim that handed
+// nothing leaves no result.
+type handResult struct {
+	res      store.AcquireResult
+	reqStart time.Time // When the statement was sent: the lease's start.
+	err      error
+}
+
+// line holds the Locker's queued waiters per name.
+type line struct {
+	mu    sync.Mutex
+	names map[string][]*slot
+}
+
+// join adds a waiter that just joined name's queue.
+func (ln *line) join(name string, s *slot) {
+	ln.mu.Lock()
+	ln.names[name] = append(ln.names[name], s)
+	ln.mu.Unlock()
+}
+
+// drop removes a waiter that left name's queue (took, left, or requeued).
+func (ln *line) drop(name string, s *slot) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	slots := ln.names[name]
+	for i, x := range slots {
+		if x == s {
+			slots = append(slots[:i], slots[i+1:]...)
+			break
+		}
+	}
+	if len(slots) == 0 {
+		delete(ln.names, name)
+		return
+	}
+	ln.names[name] = slots
+}
+
+// claim returns name's oldest waiter, claimed, when it sleeps and is not
+// owner's; nil otherwise.
+func (ln *line) claim(name, owner string) *slot {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	var first *slot
+	for _, s := range ln.names[name] {
+		if first == nil || s.created.Before(first.created) || s.created.Equal(first.created) && s.id < first.id {
+			first = s
+		}
+	}
+	if first == nil || first.state != slotParked || first.params.Owner == owner {
+		return nil
+	}
+	first.state = slotClaimed
+	return first
+}
+
+// finish ends a claim: with a result the waiter wakes to it; without, it
+// sleeps on, claimable again.
+func (ln *line) finish(s *slot, r *handResult) {
+	ln.mu.Lock()
+	if r == nil {
+		s.state = slotParked
+	} else {
+		s.state, s.result = slotBusy, r
+	}
+	ln.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// park makes s claimable while its waiter sleeps.
+func (ln *line) park(s *slot) {
+	ln.mu.Lock()
+	s.state = slotParked
+	ln.mu.Unlock()
+}
+
+// woken reports whether a claim left s a result (the sleep's wake-up).
+func (ln *line) woken(s *slot) bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return s.result != nil
+}
+
+// unpark makes s busy as its waiter wakes, first waiting out a claim in
+// progress, and returns the result a claim left, if any.
+func (ln *line) unpark(s *slot) *handResult {
+	for {
+		ln.mu.Lock()
+		if s.state != slotClaimed {
+			r := s.result
+			s.state, s.result = slotBusy, nil
+			ln.mu.Unlock()
+			return r
+		}
+		ln.mu.Unlock()
+		<-s.wake
+	}
+}
+
+// handRows are the Rows of this Locker's leases where releases hand over:
+// the exclusive lease's, but for Release.
+type handRows struct {
+	leasekeeper.Rows
+	l *Locker
+}
+
+// Release releases the lease, handing the name to the Locker's oldest
+// waiter of it when that one sleeps (see line.claim). A statement whose
+// outcome is unknown leaves that waiter to read it back, and the keeper to
+// retry or read back the release.
+func (r handRows) Release(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+	s := r.l.line.claim(name, owner)
+	if s == nil {
+		return r.Rows.Release(ctx, name, owner, token)
+	}
+	reqStart := time.Now()
+	h, err := r.l.db.HandOver(ctx, name, owner, token, s.params, s.id)
+	switch {
+	case err != nil && leasekeeper.OutcomeUnknown(err):
+		r.l.line.finish(s, &handResult{reqStart: reqStart, err: err})
+	case err == nil && h.Handed:
+		r.l.line.finish(s, &handResult{reqStart: reqStart,
+			res: store.AcquireResult{Acquired: true, Token: h.Token, Reentry: h.Reentry}})
+	default:
+		r.l.line.finish(s, nil)
+	}
+	return h.Released, err
+}
+
+// line puts the waiter that just joined into its Locker's line, where
+// releases hand over and the enqueue told its place (created_at).
+func (q *queueWait) line() {
+	a := q.a
+	if a.l.rows == nil || q.joined == nil {
+		return
+	}
+	q.slot = &slot{id: q.w.id, created: q.joined.CreatedAt, params: a.params, wake: make(chan struct{}, 1)}
+	a.l.line.join(a.name, q.slot)
+}
+
+// drop forgets the waiter's row (gone with a take, a leave or a requeue)
+// and takes it out of the line.
+func (q *queueWait) drop() {
+	if q.slot != nil {
+		q.a.l.line.drop(q.a.name, q.slot)
+		q.slot = nil
+	}
+	q.w = nil
+}
+
+// park makes the waiter claimable for its sleep and returns the channel
+// that wakes it when a claim ends (nil where nothing hands over).
+func (q *queueWait) park() <-chan struct{} {
+	if q.slot == nil {
+		return nil
+	}
+	q.a.l.line.park(q.slot)
+	return q.slot.wake
+}
+
+// collect ends the waiter's sleep for releases: it waits out a claim in
+// progress and, when a release handed the waiter the name, returns its
+// lease (done). A hand-off whose outcome is unknown is read back: taken,
+// the lease; otherwise the loop goes on and its next look decides.
+func (q *queueWait) collect() (lease *dblock.Lease, done bool, err error) {
+	if q.slot == nil {
+		return nil, false, nil
+	}
+	r := q.a.l.line.unpark(q.slot)
+	if r == nil {
+		return nil, false, nil
+	}
+	a := q.a
+	if r.err == nil {
+		a.l.beats.remove(q.w.id)
+		q.drop()
+		lease, err = a.started(r.res, r.reqStart)
+		return lease, true, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.l.cfg.ReleaseTimeout)
+	defer cancel()
+	if lease, _ = a.takenAnyway(ctx, q.w, r.reqStart, r.err); lease != nil {
+		q.drop()
+		return lease, true, nil
+	}
+	q.released = false
+	return nil, false, nil
+}
+
+// echo reports whether a sleep's notifications, counting more events than
+// the Locker's own, may be echoes of its own hand-offs, so that waking for
+// them would only cost a look: where releases hand over, while a lease of
+// this Locker holds the name. (A notification arrives after the statement
+// that sent it has returned, and a hand-off's may reach a waiter that
+// joined after it; counted, the waiter wakes an event early and is not
+// asleep when its turn is handed over.) That lease's release wakes the
+// waiter, handing it the name or counted as its own event, and the
+// notifications of a release elsewhere come after that.
+func (q *queueWait) echo() bool {
+	return q.slot != nil && q.a.l.keeper.HoldsName(q.a.name)
+}

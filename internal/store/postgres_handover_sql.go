@@ -1,0 +1,59 @@
+package store
+
+// pgHandOver is QueueSQL.HandOver: the release of the lease ($1 name, $2
+// owner, $3 token) that hands the name, in the same statement, to waiter $4
+// (owner $5, TTL µs $6, mode $7, metadata $8) when that waiter is live and
+// first in the queue (alive, seen: the check of pgTakeHead) and the release
+// frees the name for it (cur: the holder's last entry, no readers' period,
+// no other owner's live reservation). me locks the waiter's row, so a
+// reaper's delete or the waiter's own leave either waits for the hand-off
+// or has won and nothing is handed. Otherwise the row is released as
+// pgLease.Release does (quiet false). Handed, the row is taken as
+// pgTakeUpd takes it for $5, the waiter's row is deleted (del), the commit
+// is durable (an acquisition), and the name is announced while a waiter
+// elsewhere has marked it (listened_until): they count the hand-off as the
+// release it also is. Released only, the commit is asynchronous, as the
+// release's (the set_config of note's first branch after the hand-off's).
+// The fourth column, note, is read and dropped so that it is evaluated.
+// No row: the lease was not held.
+var pgHandOver = `WITH alive AS (
+    SELECT id, created_at FROM dblock_waiters
+    WHERE id = $4 AND name = $1 AND owner = $5 AND owner <> $2 AND expires_at > now()
+), seen AS (
+    SELECT me.id FROM alive me, dblock_queue_ahead($1, 'exclusive', me.created_at, me.id) a WHERE a.ahead = 0
+), me AS (
+    SELECT id FROM dblock_waiters WHERE id = $4 AND expires_at > now() AND EXISTS (SELECT 1 FROM seen)
+    FOR UPDATE
+), cur AS (
+    SELECT name, (reentry = 1 AND NOT coalesce(shared_until > now(), false)
+        AND NOT coalesce(next_until > now() AND next_owner <> $5, false)
+        AND EXISTS (SELECT 1 FROM me)) AS hand
+    FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3
+    FOR NO KEY UPDATE
+), upd AS (
+    UPDATE dblock_locks l SET
+        reentry      = CASE WHEN cur.hand THEN 1 WHEN l.reentry > 1 THEN l.reentry - 1 WHEN l.shared_until > now() THEN 1 ELSE 0 END,
+        owner        = CASE WHEN cur.hand THEN $5 WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
+        version      = CASE WHEN cur.hand THEN nextval('dblock_token_seq') ELSE l.version END,
+        mode         = CASE WHEN cur.hand THEN $7 WHEN l.reentry <= 1 AND l.shared_until > now() THEN '` + readMode + `' ELSE l.mode END,
+        acquired_at  = CASE WHEN cur.hand THEN now() ELSE l.acquired_at END,
+        metadata     = CASE WHEN cur.hand THEN $8 ELSE l.metadata END,
+        expires_at   = CASE WHEN cur.hand THEN now() + $6::bigint * interval '1 microsecond'
+                            WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
+        shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
+        reader       = NULL,
+        next_owner   = CASE WHEN cur.hand AND (l.next_owner = $5 OR l.next_until <= now()) THEN NULL ELSE l.next_owner END,
+        next_since   = CASE WHEN cur.hand AND (l.next_owner = $5 OR l.next_until <= now()) THEN NULL ELSE l.next_since END,
+        next_until   = CASE WHEN cur.hand AND (l.next_owner = $5 OR l.next_until <= now()) THEN NULL ELSE l.next_until END,
+        updated_at   = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING cur.hand, l.version, l.reentry, CASE
+        WHEN cur.hand THEN CASE WHEN l.listened_until > now() THEN pg_notify('` + NotifyChannel + `', l.name)::text END
+        WHEN set_config('synchronous_commit', 'off', true) IS NULL THEN NULL
+        WHEN l.reentry = 0 AND ` + pgKeptForOther + ` THEN pg_notify('` + NotifyChannel + `', l.name || E'\x1f' || l.next_owner)::text
+        WHEN l.owner = '' OR (l.reentry = 0 AND l.listened_until > now()) THEN pg_notify('` + NotifyChannel + `', l.name)::text
+        END AS note
+), del AS (
+    DELETE FROM dblock_waiters w USING me WHERE w.id = me.id AND EXISTS (SELECT 1 FROM upd WHERE upd.hand)
+)
+SELECT hand, version, reentry, coalesce(note, '') FROM upd`
