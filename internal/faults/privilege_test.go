@@ -52,7 +52,13 @@ var MySQLGrants = []string{
 	mysqlAcquireReadGrant,
 	mysqlLockBeginGrant,
 	mysqlDirectGrant,
+	mysqlHandOverGrant,
 }
+
+// mysqlHandOverGrant lets MariaDB's fair releases hand the name to the
+// releasing Locker's next waiter in one call, the procedure of MySQL
+// migration 00028; without it they release, and the waiter takes.
+const mysqlHandOverGrant = "GRANT EXECUTE ON PROCEDURE %[1]s.dblock_hand_over TO %[2]s"
 
 // mysqlDirectGrant lets MariaDB's fair acquisitions of a name nobody
 // queues for take it in one call, the procedure of MySQL migration 00027;
@@ -144,6 +150,11 @@ func TestFaultLeastPrivilege(t *testing.T) {
 	// acquires as before.
 	t.Run("mysql-grants-before-00027", func(t *testing.T) {
 		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlDirectGrant }))
+	})
+	// Grants written before MySQL migration 00028: a fair release may not
+	// hand the name over in one call, and releases as before.
+	t.Run("mysql-grants-before-00028", func(t *testing.T) {
+		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlHandOverGrant }))
 	})
 	// The README's alternative to the procedure grants: EXECUTE on the
 	// database outlives a migration that replaces a procedure (dropped and
@@ -266,9 +277,7 @@ func leastPrivilege(t *testing.T, adm, db *dialect.DB, versionGrant, historyGran
 	if !errors.Is(werr, dblock.ErrNotAcquired) {
 		t.Fatalf("fair waiter = %v, want ErrNotAcquired", werr)
 	}
-	if err := fl.Release(ctx); err != nil {
-		t.Fatalf("fair release: %v", err)
-	}
+	fairHandOff(ctx, t, fair, fl)
 
 	sharedPrivileges(ctx, t, db)
 
@@ -458,5 +467,41 @@ func sharedPrivileges(ctx context.Context, t *testing.T, db *dialect.DB) {
 	}
 	if _, err := store.Of(db).ClaimSlot(ctx, "priv-job", time.Now()); err != nil {
 		t.Fatalf("claim a slot: %v", err)
+	}
+}
+
+// fairHandOff releases fl while a waiter of the same Locker waits for its
+// name: the release hands the name over in its own statement where the
+// database and the grants allow it, and releases otherwise; either way
+// the waiter gets the name.
+func fairHandOff(ctx context.Context, t *testing.T, fair *fairqueue.Locker, fl *dblock.Lease) {
+	t.Helper()
+	got := make(chan error, 1)
+	go func() {
+		lease, err := fair.Acquire(ctx, fl.Name(), dblock.WithTTL(time.Minute))
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		got <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		q, err := fair.Queue(ctx, fl.Name())
+		if err != nil {
+			t.Fatalf("fair queue: %v", err)
+		}
+		if len(q) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fair waiter not queued after 10s: %v", q)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := fl.Release(ctx); err != nil {
+		t.Fatalf("fair release: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("fair waiter after the release: %v", err)
 	}
 }

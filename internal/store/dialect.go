@@ -160,6 +160,10 @@ type DB struct {
 	// executed (MariaDB before MySQL migration 00027, or grants written
 	// before it); acquireGuarded uses its three statements.
 	noDirect atomic.Bool
+	// noHandOver: QueueSQL.HandOver's procedure is missing or may not be
+	// executed (MariaDB before MySQL migration 00028, or grants written
+	// before it); HandOver releases with the lease's release statement.
+	noHandOver atomic.Bool
 	// noAcquireRead: SharedSQL.Acquire's procedure is missing or may not
 	// be executed (MariaDB before MySQL migration 00025, or grants written
 	// before it); acquireShareOne uses SharedSQL.AcquireFallback.

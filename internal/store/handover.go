@@ -9,7 +9,8 @@ import (
 )
 
 // A fair lease's release can hand its name to the releasing Locker's next
-// waiter in the same statement (QueueSQL.HandOver, PostgreSQL): the waiter
+// waiter in the same statement (QueueSQL.HandOver: PostgreSQL's statement,
+// MariaDB's procedure of MySQL migration 00028): the waiter
 // is woken with its lease instead of a release to take it after, one
 // durable commit on the hand-off's path instead of the release's and the
 // take's.
@@ -33,10 +34,10 @@ type HandOff struct {
 // waiter id, whose acquisition p asks for, when that waiter is live and
 // first in the queue and the release frees the name; otherwise it only
 // releases (see QueueSQL.HandOver). Where the database cannot hand over
-// (HandsOver false) it only releases.
+// (HandsOver false, or MariaDB's procedure refused) it only releases.
 func (db *DB) HandOver(ctx context.Context, name, owner string, token dblock.Token, p AcquireParams, id int64) (HandOff, error) {
 	query := db.Dialect.Queue().HandOver
-	if query == "" {
+	if query == "" || db.noHandOver.Load() {
 		released, err := db.ReleaseLease(ctx, nil, name, owner, token)
 		return HandOff{Released: released}, err
 	}
@@ -48,10 +49,16 @@ func (db *DB) HandOver(ctx context.Context, name, owner string, token dblock.Tok
 	err := db.queryRow(ctx, db, query,
 		[]any{name, owner, int64(token), id, p.Owner, ttlArg(p.TTL), modeArg(p.Mode), nullString(p.Metadata)},
 		&h.Handed, &version, &h.Reentry, &note)
-	if errors.Is(err, sql.ErrNoRows) {
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
 		return HandOff{}, nil
-	}
-	if err != nil {
+	case ProcedureRefused(err):
+		// A schema or grants from before MariaDB's procedure: the call
+		// did nothing; from now on the release alone.
+		db.noHandOver.Store(true)
+		released, err := db.ReleaseLease(ctx, nil, name, owner, token)
+		return HandOff{Released: released}, err
+	case err != nil:
 		return HandOff{}, db.Classify(err)
 	}
 	h.Released = true

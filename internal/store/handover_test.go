@@ -130,6 +130,32 @@ func TestHandOver(t *testing.T) {
 	})
 }
 
+// TestHandOverWithoutProcedure: on MariaDB before MySQL migration 00028
+// (or grants written before it) the call is refused; HandOver then releases,
+// and goes on releasing without calling.
+func TestHandOverWithoutProcedure(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, store.MySQL)
+	c := handOverCase{t: t, db: iso.Store(), ctx: context.Background(), name: "hand-over-refused"}
+	if !c.db.HandsOver() {
+		t.Skip("MySQL 8 has no hand-over's call: TestHandOver released")
+	}
+	if _, err := c.db.ExecContext(c.ctx, "DROP PROCEDURE dblock_hand_over"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		tok := c.acquire("a")
+		first := c.enqueue("b", time.Minute)
+		if h := c.handOver("a", tok, "b", first); !h.Released || h.Handed {
+			t.Fatalf("hand-over without the procedure: %+v, want a release only", h)
+		}
+		if h := c.holder(); h.Held() || !c.live(first) {
+			t.Fatalf("after the release: %+v (waiter live: %v)", h, c.live(first))
+		}
+		c.leave(first)
+	}
+}
+
 func (c handOverCase) leave(id int64) {
 	c.t.Helper()
 	if _, err := c.db.LeaveQueue(c.ctx, nil, id); err != nil {

@@ -333,12 +333,14 @@ var mysqlGatePeek, mysqlGateCheck = gateSQL("UTC_TIMESTAMP(6)", mysqlDialect{}.P
 
 // mariadbQueue is mysqlQueue with a waiter's insert and first check, and
 // its take of the head, in one CALL each (the procedures of MySQL
-// migration 00021), and the direct acquire in one (migration 00027).
+// migration 00021), the direct acquire in one (migration 00027), and the
+// release that hands a name to a waiter in one (migration 00028).
 var mariadbQueue = func() QueueSQL {
 	q := mysqlQueue
 	q.EnqueueCheck = `CALL dblock_enqueue_check(?, ?, ?, ?)`
 	q.TakeHead = `CALL dblock_take_head(?, ?, ?, ?, ?, ?)`
 	q.Direct = `CALL dblock_acquire_direct(?, ?, ?, ?, ?)`
+	q.HandOver = `CALL dblock_hand_over(?, ?, ?, ?, ?, ?, ?, ?)`
 	return q
 }()
 

@@ -68,7 +68,8 @@ type QueueSQL struct {
 	// live. Empty (MySQL 8, SQLite): the take is a transaction of Acquire and
 	// Take.
 	TakeHead string
-	// HandOver, where not empty (PostgreSQL), is the release of a lease
+	// HandOver, where not empty (PostgreSQL; MariaDB: a CALL of the
+	// procedure of MySQL migration 00028), is the release of a lease
 	// (name, owner, token) that hands the name in the same statement to
 	// waiter (id, owner, TTL µs, mode, metadata) when that waiter is live
 	// and first and the release frees the name; otherwise it releases as

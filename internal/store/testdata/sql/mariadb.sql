@@ -229,6 +229,9 @@ DELETE FROM dblock_waiters WHERE id = ? AND expires_at > UTC_TIMESTAMP(6);
 -- QueueSQL.TakeHead
 CALL dblock_take_head(?, ?, ?, ?, ?, ?);
 
+-- QueueSQL.HandOver
+CALL dblock_hand_over(?, ?, ?, ?, ?, ?, ?, ?);
+
 -- QueueSQL.Leave
 DELETE FROM dblock_waiters WHERE id = ?;
 
