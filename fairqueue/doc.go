@@ -65,6 +65,26 @@
 // step after a move (where notifications are on and the timers only back
 // them up, it is Config.HeadPollMax per place and one more).
 //
+// # Hand-offs
+//
+// On PostgreSQL and MariaDB a release hands the name to the releasing
+// Locker's next waiter of it in the release's own statement (a procedure's
+// CALL on MariaDB, MySQL migration 00028): the Locker's oldest waiter of the
+// name, while it sleeps, is claimed, and the statement makes the name its
+// lease when it is live and first in the queue and the release frees the
+// name, and otherwise releases. The waiter wakes with its lease having sent
+// nothing, so a name contended within one process changes hands in one
+// statement. A waiter whose sleep ends while it is claimed (its timer, its
+// context) waits for the claim's outcome, and a lease handed to it is
+// returned even if its wait ended meanwhile, as a take in flight is. A
+// statement whose outcome is unknown (its connection broke) is read back
+// by the waiter: handed, it returns the lease; otherwise it looks again.
+// While a lease of this Locker holds the name, notifications alone do not
+// end a waiter's sleep (they may be echoes of its own Locker's hand-offs):
+// the lease's release wakes it. The releases of other modes and of earlier
+// versions hand nothing over; their waiters take the name after the
+// release, as before.
+//
 // # Order and its limits
 //
 // Order is by created_at, then id, as the database assigned them. A waiter
