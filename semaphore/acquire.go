@@ -35,6 +35,7 @@ func (l *Locker) grantNow(ctx context.Context, name string, limit, permits int, 
 		return nil, err
 	}
 	defer end()
+	pause.Unmarked()
 	g := &grantCall{l: l, ctx: ctx, o: c.Opts, wait: c.Wait, start: start, pause: pause,
 		p: store.PermitParams{Name: name, Owner: c.Opts.Owner, Limit: limit, Permits: permits, TTL: c.Opts.FirstTTL(), Metadata: c.Opts.Metadata}}
 	return g.run()

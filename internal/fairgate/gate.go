@@ -120,6 +120,9 @@ func (q *queued) peek() (store.GateState, error) {
 func (q *queued) turn() error {
 	pause := leasemode.NewPause(q.ctx, q.g.Parts.Life, q.g.Parts.Hub, q.name, q.g.PollMin, q.g.PollMax)
 	defer pause.Close()
+	if q.kind == store.WaitSemaphore {
+		pause.Unmarked()
+	}
 	for attempt := 1; ; attempt++ {
 		if q.id == 0 {
 			q.join()

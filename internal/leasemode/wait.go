@@ -24,7 +24,13 @@ type Pause struct {
 	step, max   time.Duration
 	wakeCh      <-chan struct{}
 	unsubscribe func()
+	unmarked    bool // Subscribe without marking the name's row (Unmarked).
 }
+
+// Unmarked makes the pauses subscribe without marking the name's row as
+// listened for (wake.Hub.SubscribeUnmarked): for a semaphore's waits, whose
+// releases are announced anyway and whose name has no row to mark.
+func (p *Pause) Unmarked() { p.unmarked = true }
 
 // NewPause starts the pauses of one call on name (with name's
 // notifications when hub is not nil); Close ends them. Nothing is
@@ -47,7 +53,11 @@ func (p *Pause) Close() { p.unsubscribe() }
 // missed, so the caller asks again before it waits.
 func (p *Pause) Sleep(change, now time.Time) error {
 	if p.hub != nil {
-		p.wakeCh, p.unsubscribe = p.hub.Subscribe(p.ctx, p.name)
+		if p.unmarked {
+			p.wakeCh, p.unsubscribe = p.hub.SubscribeUnmarked(p.name)
+		} else {
+			p.wakeCh, p.unsubscribe = p.hub.Subscribe(p.ctx, p.name)
+		}
 		p.hub = nil
 		return context.Cause(p.ctx)
 	}

@@ -6,7 +6,9 @@
 // (SubscribeFor) and those of every owner (Subscribe). A release is announced
 // only while its name's row is marked as listened for: a subscription marks it
 // (in the subscriber's goroutine, before the subscriber asks again) and the
-// hub renews the marks of its subscribed names (marks.go). On other databases, or
+// hub renews the marks of its subscribed names (marks.go); a semaphore's
+// waits, whose releases are announced anyway, subscribe unmarked
+// (SubscribeUnmarked). On other databases, or
 // where LISTEN cannot work (a pooler in transaction mode), the hub is a no-op
 // and waiters rely on their backoff and expiry timers; the hub is an
 // optimisation, never a correctness mechanism.

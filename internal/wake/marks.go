@@ -78,7 +78,8 @@ func (h *Hub) renewMarks() {
 	}
 }
 
-// dueMarks lists the subscribed names whose mark is due or missing, and
+// dueMarks lists the names subscribed with marks (not SubscribeUnmarked
+// alone) whose mark is due or missing, and
 // forgets the due marks of names without subscriptions (they lapse in the
 // rows by themselves).
 func (h *Hub) dueMarks() []string {
@@ -91,10 +92,20 @@ func (h *Hub) dueMarks() []string {
 		}
 	}
 	var due []string
-	for name := range h.subs {
-		if at, ok := h.marks.renewAt[name]; !ok || !now.Before(at) {
+	for name, subs := range h.subs {
+		if at, ok := h.marks.renewAt[name]; (!ok || !now.Before(at)) && marked(subs) {
 			due = append(due, name)
 		}
 	}
 	return due
+}
+
+// marked reports whether one of a name's subscriptions wants its row marked.
+func marked(subs map[*sub]struct{}) bool {
+	for s := range subs {
+		if !s.unmarked {
+			return true
+		}
+	}
+	return false
 }

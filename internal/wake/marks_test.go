@@ -134,3 +134,31 @@ func listenedUntil(t *testing.T, iso *dbtest.Isolated, name string) time.Time {
 	}
 	return at
 }
+
+// TestSubscribeUnmarked: a subscription for a name whose releases are
+// announced anyway (a semaphore's) writes no mark, at once or at the hub's
+// rounds, and still hears the name's notices.
+func TestSubscribeUnmarked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	iso := dbtest.New(t, store.Postgres)
+	name := locktest.RandomName("unmarked")
+	release(t, iso.DB, name)
+	hub := wake.New(iso.Store(), nil)
+	wake.SetMarkFor(hub, 400*time.Millisecond)
+	ch, unsubscribe := hub.SubscribeUnmarked(name)
+	t.Cleanup(func() { unsubscribe(); _ = hub.Close() })
+	wait(t, ch, "first connection")
+	time.Sleep(300 * time.Millisecond) // Three of the hub's rounds.
+	var marked bool
+	if err := iso.DB.SQL().QueryRowContext(ctx, "SELECT listened_until IS NOT NULL FROM dblock_locks WHERE name = $1", name).Scan(&marked); err != nil {
+		t.Fatal(err)
+	}
+	if marked {
+		t.Fatal("an unmarked subscription marked the name's row")
+	}
+	if _, err := iso.DB.SQL().ExecContext(ctx, "SELECT pg_notify($1, $2)", store.NotifyChannel, name); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ch, "a notice of the name")
+}

@@ -43,6 +43,9 @@ type Hub struct {
 type sub struct {
 	ch    chan struct{}
 	owner string
+	// unmarked: subscribed by SubscribeUnmarked; its name's mark is not
+	// renewed for it.
+	unmarked bool
 }
 
 // New returns a hub for db. Nothing is started until the first Subscribe.
@@ -73,11 +76,24 @@ func (h *Hub) Subscribe(ctx context.Context, name string) (wake <-chan struct{},
 // another owner, which a reservation keeps the name for (see
 // store.NoticeSep), does not wake it; "" subscribes to every release.
 func (h *Hub) SubscribeFor(ctx context.Context, name, owner string) (wake <-chan struct{}, cancel func()) {
-	s := &sub{ch: make(chan struct{}, 1), owner: owner}
+	return h.subscribe(ctx, name, owner, true)
+}
+
+// SubscribeUnmarked is Subscribe for a name whose releases are announced
+// whether or not anybody listens (a semaphore's: its grants' rows, not
+// dblock_locks'), so no mark is written.
+func (h *Hub) SubscribeUnmarked(name string) (wake <-chan struct{}, cancel func()) {
+	return h.subscribe(context.Background(), name, "", false)
+}
+
+func (h *Hub) subscribe(ctx context.Context, name, owner string, mark bool) (wake <-chan struct{}, cancel func()) {
+	s := &sub{ch: make(chan struct{}, 1), owner: owner, unmarked: !mark}
 	if !h.add(name, s) {
 		return s.ch, func() {}
 	}
-	h.mark(ctx, name)
+	if mark {
+		h.mark(ctx, name)
+	}
 	var once sync.Once
 	return s.ch, func() { once.Do(func() { h.remove(name, s) }) }
 }
