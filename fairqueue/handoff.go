@@ -158,7 +158,8 @@ type handRows struct {
 // Release releases the lease, handing the name to the Locker's oldest
 // waiter of it when that one sleeps (see line.claim). A statement whose
 // outcome is unknown leaves that waiter to read it back, and the keeper to
-// retry or read back the release.
+// retry or read back the release; one that failed, having done nothing,
+// is followed by the plain release.
 func (r handRows) Release(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
 	s := r.l.line.claim(name, owner)
 	if s == nil {
@@ -174,6 +175,11 @@ func (r handRows) Release(ctx context.Context, name, owner string, token dblock.
 			res: store.AcquireResult{Acquired: true, Token: h.Token, Reentry: h.Reentry}})
 	default:
 		r.l.line.finish(s, nil)
+		if err != nil {
+			// The statement failed and did nothing: release as without
+			// hand-offs, so that no failure of its own fails a release.
+			return r.Rows.Release(ctx, name, owner, token)
+		}
 	}
 	return h.Released, err
 }
