@@ -11,8 +11,8 @@ import (
 )
 
 // A release hands the name to this Locker's next waiter of it, where the
-// database can do so in the release's statement (store.HandOver,
-// PostgreSQL): the releasing call claims the waiter, the statement makes
+// database can do so in the release's statement (store.HandOver: PostgreSQL's
+// statement, MariaDB's procedure call): the releasing call claims the waiter, the statement makes
 // the name that waiter's lease when it is live and first in the queue (and
 // releases it otherwise), and the waiter wakes with its lease, having sent
 // nothing. A contended name's hand-off is then one statement, not the
