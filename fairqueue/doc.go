@@ -78,7 +78,10 @@
 // context) waits for the claim's outcome, and a lease handed to it is
 // returned even if its wait ended meanwhile, as a take in flight is. A
 // statement whose outcome is unknown (its connection broke) is read back
-// by the waiter: handed, it returns the lease; otherwise it looks again.
+// by the waiter, tried again until it reads an answer (for
+// Config.ReleaseTimeout at least, then while its wait lasts), as a take of
+// its own whose outcome is unknown is: handed, it returns the lease;
+// otherwise it looks again.
 // While a lease of this Locker holds the name, notifications alone do not
 // end a waiter's sleep (they may be echoes of its own Locker's hand-offs):
 // the lease's release wakes it. The releases of other modes and of earlier

@@ -234,9 +234,7 @@ func (q *queueWait) collect() (lease *dblock.Lease, done bool, err error) {
 		lease, err = a.started(r.res, r.reqStart)
 		return lease, true, err
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.l.cfg.ReleaseTimeout)
-	defer cancel()
-	if lease, _ = a.takenAnyway(ctx, q.w, r.reqStart, r.err); lease != nil {
+	if lease, _ = a.takenAnyway(q.w, r.reqStart, r.err); lease != nil {
 		q.drop()
 		return lease, true, nil
 	}

@@ -93,7 +93,7 @@ func (a *attempt) takeInOne(ctx context.Context, w *waiter) (*dblock.Lease, erro
 	res, live, err := l.db.TakeHead(ctx, a.params, w.id)
 	switch {
 	case err != nil && leasekeeper.OutcomeUnknown(err):
-		return a.takenAnyway(ctx, w, reqStart, err)
+		return a.takenAnyway(w, reqStart, err)
 	case err != nil:
 		return nil, err
 	case !live:
@@ -108,23 +108,63 @@ func (a *attempt) takeInOne(ctx context.Context, w *waiter) (*dblock.Lease, erro
 // takenAnyway reads back a take whose outcome is unknown, as the
 // optimistic mode's settle does: the take happened if the waiter's row is
 // gone and the lock row names the owner with one more entry than this
-// Locker's leases of it hold. Otherwise (or unreadable) the cause stands.
-func (a *attempt) takenAnyway(ctx context.Context, w *waiter, reqStart time.Time, cause error) (*dblock.Lease, error) {
+// Locker's leases of it hold. Otherwise (or unreadable, see readTake) the
+// cause stands.
+func (a *attempt) takenAnyway(w *waiter, reqStart time.Time, cause error) (*dblock.Lease, error) {
+	res, taken, err := a.readTake(w)
+	if err != nil || !taken {
+		return nil, cause
+	}
+	a.l.beats.remove(w.id)
+	return a.started(res, reqStart)
+}
+
+// readTake is takenAnyway's read, tried again after a failure (the failure
+// that left the take's outcome unknown often broke more than its own
+// connection) until it reads an answer, for Config.ReleaseTimeout at least
+// and then for as long as the wait lasts: a waiter that gave up on an
+// unreadable take would queue again and, its owner holding the name,
+// re-enter it, and the lease it was handed would stand until it expires.
+func (a *attempt) readTake(w *waiter) (res store.AcquireResult, taken bool, err error) {
+	timeout := a.l.cfg.ReleaseTimeout
+	floor := time.Now().Add(timeout)
+	base := context.WithoutCancel(a.ctx)
+	for pause := readTakeRetry; ; pause = min(pause*2, readTakeRetryMax) {
+		// Each try gets a fifth of the floor: one whose connection hangs
+		// (a dial into a network that drops it) leaves time for others.
+		ctx, cancel := context.WithTimeout(base, timeout/5)
+		res, taken, err = a.readTakeOnce(ctx, w)
+		cancel()
+		if err == nil || time.Now().After(floor) && a.stopped(store.Holder{}) != nil {
+			return res, taken, err
+		}
+		time.Sleep(jitter(pause))
+	}
+}
+
+// The pauses between readTake's tries: the first (doubling) and the
+// longest.
+const (
+	readTakeRetry    = 5 * time.Millisecond
+	readTakeRetryMax = 250 * time.Millisecond
+)
+
+// readTakeOnce reads the waiter's row and the lock row once.
+func (a *attempt) readTakeOnce(ctx context.Context, w *waiter) (store.AcquireResult, bool, error) {
 	l := a.l
 	l.count()
 	s, err := l.db.CheckWaiter(ctx, nil, a.name, w.id)
 	if err != nil || s.Live {
-		return nil, cause
+		return store.AcquireResult{}, false, err
 	}
 	l.count()
 	h, err := l.db.LeaseHolder(ctx, nil, a.name)
 	if err != nil {
-		return nil, cause
+		return store.AcquireResult{}, false, err
 	}
 	token := dblock.Token(h.Version)
 	if !h.Held() || h.Owner != a.o.Owner || h.Reentry <= l.keeper.Handles(a.name, a.o.Owner, token) {
-		return nil, cause
+		return store.AcquireResult{}, false, nil
 	}
-	l.beats.remove(w.id)
-	return a.started(store.AcquireResult{Acquired: true, Token: token, Reentry: h.Reentry}, reqStart)
+	return store.AcquireResult{Acquired: true, Token: token, Reentry: h.Reentry}, true, nil
 }
