@@ -248,9 +248,11 @@ func (l *Locker) lockWrites() func() {
 // Acquire takes name in arrival order. When the name is free and nobody
 // queues for it, it is taken at once without touching the queue; otherwise
 // the caller joins the queue and waits until it is the oldest live waiter
-// and the lock is free or expired. On PostgreSQL a release wakes the waiter
-// that may be next at once; everywhere the head of the queue re-checks on a
-// capped, jittered backoff and at the holder's expiry. The wait ends with
+// and the lock is free or expired. On PostgreSQL and MariaDB a release
+// through the same Locker hands the name to its next waiter in the
+// release's own statement, and on PostgreSQL a release elsewhere wakes the
+// waiter that may be next at once; everywhere the head of the queue
+// re-checks on a capped, jittered backoff and at the holder's expiry. The wait ends with
 // ctx or dblock.WithWait; the error then wraps dblock.ErrNotAcquired and
 // context.Cause(ctx), and the waiter's row is gone. An owner that already
 // holds name re-enters it without waiting in the queue. A ctx from

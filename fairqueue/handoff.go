@@ -184,9 +184,10 @@ func (r handRows) Release(ctx context.Context, name, owner string, token dblock.
 	return h.Released, err
 }
 
-// line puts the waiter that just joined into its Locker's line, where
-// releases hand over and the enqueue told its place (created_at).
-func (q *queueWait) line() {
+// joinLine puts the waiter that just joined the queue into its Locker's
+// line, where releases hand over and the enqueue told its place
+// (created_at).
+func (q *queueWait) joinLine() {
 	a := q.a
 	if a.l.rows == nil || q.joined == nil {
 		return

@@ -184,7 +184,7 @@ func (q *queueWait) join(try int) error {
 		return q.retry("enqueue", try, err)
 	}
 	q.w, q.lastAhead, q.joined = w, -1, joined
-	q.line()
+	q.joinLine()
 	return nil
 }
 
