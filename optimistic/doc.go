@@ -86,9 +86,12 @@
 // connection before doing anything else: if the lost statement took the
 // lock, Acquire returns that lease (it never re-enters its own hold by
 // trying again); if not, it goes on as if the attempt had found the name
-// held. When the row cannot be read within Config.StatementTimeout, the
-// error says the outcome is unknown and the name may stay held by the
-// caller's owner until the TTL ends. A release whose connection broke reads
+// held. The read is tried again after a failure, each try bounded by a
+// fifth of Config.StatementTimeout (a new connection into a network that
+// drops it would otherwise use the whole bound). When the row cannot be
+// read within Config.StatementTimeout, the error says the outcome is
+// unknown and the name may stay held by the caller's owner until the TTL
+// ends. A release whose connection broke reads
 // the row before trying again, so a nested handle is never released twice.
 // These checks count the handles of one Locker: an owner shared by several
 // processes is outside them.

@@ -231,7 +231,7 @@ func (l *Locker) settle(ctx context.Context, p *pending, o mode.Options, start t
 	defer cancel()
 	backoff := l.cfg.PollMin
 	for {
-		h, err := l.db.LeaseHolder(rctx, nil, p.name)
+		h, timedOut, err := l.readBack(rctx, p.name)
 		if err == nil {
 			token := dblock.Token(h.Version)
 			if h.Held() && h.Owner == p.owner && h.Reentry > p.handles[token] {
@@ -243,7 +243,7 @@ func (l *Locker) settle(ctx context.Context, p *pending, o mode.Options, start t
 			}
 			return nil, true, nil
 		}
-		if !transient(err) || rctx.Err() != nil {
+		if !transient(err) && !timedOut || rctx.Err() != nil {
 			return nil, false, nil
 		}
 		t := time.NewTimer(jitter(backoff))
@@ -255,6 +255,18 @@ func (l *Locker) settle(ctx context.Context, p *pending, o mode.Options, start t
 		}
 		backoff = min(backoff*2, l.cfg.PollMax)
 	}
+}
+
+// readBack is one of settle's reads of name's row, bounded by a fifth of
+// StatementTimeout within rctx: the failure that left the outcome unknown
+// often broke more than its own connection, and a try whose new connection
+// hangs (a dial into a network that drops it) leaves time for more.
+// timedOut: the try's own bound ended it, so another may answer.
+func (l *Locker) readBack(rctx context.Context, name string) (h store.Holder, timedOut bool, err error) {
+	tctx, cancel := context.WithTimeout(rctx, l.cfg.StatementTimeout/5)
+	defer cancel()
+	h, err = l.db.LeaseHolder(tctx, nil, name)
+	return h, err != nil && tctx.Err() != nil && rctx.Err() == nil, err
 }
 
 // unresolved is the error of an acquire whose outcome could not be settled.
