@@ -30,11 +30,17 @@ var pairings = []pairing{
 	{keyPessimist, keyForUpdate}, {keyRead, keyOptAcquire},
 }
 
-// pairedCell is one measured pairing: the pairs and the time of each side.
+// pairedCell is one measured pairing: the pairs, the time and the
+// process's CPU (cpuTime) of each side. The CPU of a batch is the whole
+// process's while the batch ran: the side's own work, its Locker's
+// background work, and whatever else the process did meanwhile (a garbage
+// collection may fall in either side's batch), so that drift in the
+// kernel's cost of a round trip meets both sides alike.
 type pairedCell struct {
 	a, b           *scenario
 	pairsA, pairsB int
 	timeA, timeB   time.Duration
+	cpuA, cpuB     time.Duration
 	err            error
 }
 
@@ -44,6 +50,26 @@ func (p *pairedCell) ratio() float64 {
 		return 0
 	}
 	return (float64(p.pairsA) / p.timeA.Seconds()) / (float64(p.pairsB) / p.timeB.Seconds())
+}
+
+// cpuRatio is a's client CPU per pair over b's.
+func (p *pairedCell) cpuRatio() float64 {
+	if p.err != nil || p.pairsA == 0 || p.pairsB == 0 || p.cpuA <= 0 || p.cpuB <= 0 {
+		return 0
+	}
+	return (p.cpuA.Seconds() / float64(p.pairsA)) / (p.cpuB.Seconds() / float64(p.pairsB))
+}
+
+// pairedCPURatio is the client CPU ratio of the pairing a ÷ b measured in
+// ps, if any.
+func pairedCPURatio(ps []*pairedCell, a, b string) (float64, bool) {
+	for _, p := range ps {
+		if p.a.key == a && p.b.key == b && p.err == nil {
+			r := p.cpuRatio()
+			return r, r > 0
+		}
+	}
+	return 0, false
 }
 
 // pairedRatio is the ratio of the pairing a ÷ b measured in ps, if any.
@@ -108,7 +134,7 @@ func (p *pairedCell) run(ctx context.Context, e *env, dur time.Duration) {
 	}
 	for range 2 {
 		for _, s := range sides {
-			if _, err := s.batch(ctx); err != nil {
+			if _, _, err := s.batch(ctx); err != nil {
 				p.err = err
 				return
 			}
@@ -118,15 +144,15 @@ func (p *pairedCell) run(ctx context.Context, e *env, dur time.Duration) {
 	for turn := 0; time.Now().Before(end); turn++ {
 		for k := range 2 {
 			i := (turn + k) % 2 // Each side goes first every other turn.
-			d, err := sides[i].batch(ctx)
+			d, cpu, err := sides[i].batch(ctx)
 			if err != nil {
 				p.err = err
 				return
 			}
 			if i == 0 {
-				p.pairsA, p.timeA = p.pairsA+pairBatch, p.timeA+d
+				p.pairsA, p.timeA, p.cpuA = p.pairsA+pairBatch, p.timeA+d, p.cpuA+cpu
 			} else {
-				p.pairsB, p.timeB = p.pairsB+pairBatch, p.timeB+d
+				p.pairsB, p.timeB, p.cpuB = p.pairsB+pairBatch, p.timeB+d, p.cpuB+cpu
 			}
 		}
 	}
@@ -151,19 +177,20 @@ func (s *pairSide) close() {
 	s.inst.close()
 }
 
-// batch runs pairBatch acquire+release pairs and returns their time.
-func (s *pairSide) batch(ctx context.Context) (time.Duration, error) {
-	start := time.Now()
+// batch runs pairBatch acquire+release pairs and returns their time and
+// the process's CPU meanwhile.
+func (s *pairSide) batch(ctx context.Context) (time.Duration, time.Duration, error) {
+	start, cpu := time.Now(), cpuTime()
 	for range pairBatch {
 		release, err := s.w.acquire(ctx, s.name)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if err := release(ctx); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return time.Since(start), nil
+	return time.Since(start), cpuTime() - cpu, nil
 }
 
 // printPaired prints the paired ratios.
@@ -172,15 +199,16 @@ func printPaired(w io.Writer, ps []*pairedCell) {
 		return
 	}
 	fmt.Fprintf(w, "### Paired at 1 goroutine: alternating %d pairs of each\n\n", pairBatch)
-	fmt.Fprintln(w, "| scenario | vs | pairs/s | vs pairs/s | ratio |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | vs | pairs/s | vs pairs/s | ratio | client CPU/pair | vs client CPU/pair | CPU ratio |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, p := range ps {
 		if p.err != nil {
-			fmt.Fprintf(w, "| %s | %s | failed: %v | | |\n", p.a.title, p.b.title, p.err)
+			fmt.Fprintf(w, "| %s | %s | failed: %v | | | | | |\n", p.a.title, p.b.title, p.err)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.3f× |\n", p.a.title, p.b.title,
-			float64(p.pairsA)/p.timeA.Seconds(), float64(p.pairsB)/p.timeB.Seconds(), p.ratio())
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.3f× | %s | %s | %.2f× |\n", p.a.title, p.b.title,
+			float64(p.pairsA)/p.timeA.Seconds(), float64(p.pairsB)/p.timeB.Seconds(), p.ratio(),
+			fmtDur(p.cpuA/time.Duration(p.pairsA)), fmtDur(p.cpuB/time.Duration(p.pairsB)), p.cpuRatio())
 	}
 	fmt.Fprintln(w)
 }

@@ -368,7 +368,7 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell, ps []*pairedC
 	} else {
 		fmt.Fprintln(w, verdict(false, false, "fair: min/max ≥ 0.9, zero FIFO violations, ≥ 0.5× optimistic rate", ""))
 	}
-	printCostBars(w, un)
+	printCostBars(w, un, ps)
 	o1, oN := findNames(names, keyOptTry, 1), findNames(names, keyOptTry, manyNames)
 	if usable(o1) && usable(oN) {
 		ra, rc := oN.allocs()/o1.allocs(), float64(oN.cpu())/float64(o1.cpu())
@@ -383,8 +383,9 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell, ps []*pairedC
 
 // printCostBars prints the bars read from the uncontended cells at 1
 // goroutine: fair against optimistic, and what an optimistic pair costs the
-// client (allocations; CPU against the floor's).
-func printCostBars(w io.Writer, un []*cell) {
+// client (allocations; CPU against the floor's, from the paired
+// measurement when the run has it).
+func printCostBars(w io.Writer, un []*cell, ps []*pairedCell) {
 	barVs(w, find(un, keyFair, 1), find(un, keyOptAcquire, 1), 0.7, "fair vs optimistic at 1 goroutine",
 		"fair Acquire+Release, 1 goroutine: %.3f× optimistic Acquire+Release (bar ≥ 0.7×)")
 	floor := find(un, keyFloor, 1)
@@ -395,10 +396,13 @@ func printCostBars(w io.Writer, un []*cell) {
 			fmt.Fprintln(w, verdict(false, false, title+": allocations ≤ 60 and client CPU ≤ 1.1× the floor's per pair", ""))
 			continue
 		}
-		rc := float64(c.cpu()) / float64(floor.cpu())
+		rc, how := float64(c.cpu())/float64(floor.cpu()), ""
+		if r, ok := pairedCPURatio(ps, key, keyFloor); ok {
+			rc, how = r, " (paired)"
+		}
 		fmt.Fprintln(w, verdict(true, c.allocs() <= 60, "", fmt.Sprintf("%s, 1 goroutine: %.0f allocations per pair (bar ≤ 60; the floor: %.0f)",
 			title, c.allocs(), floor.allocs())))
-		fmt.Fprintln(w, verdict(true, rc <= 1.1, "", fmt.Sprintf("%s, 1 goroutine: client CPU per pair %.2f× the floor's (bar ≤ 1.1×)", title, rc)))
+		fmt.Fprintln(w, verdict(true, rc <= 1.1, "", fmt.Sprintf("%s, 1 goroutine: client CPU per pair %.2f× the floor's (bar ≤ 1.1×)%s", title, rc, how)))
 	}
 }
 
