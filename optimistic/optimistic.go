@@ -221,52 +221,29 @@ type pending struct {
 }
 
 // settle reads the row of an acquire with an unknown outcome, on a fresh
-// connection, bounded by StatementTimeout. If the row names the owner with
-// one more entry than this Locker's handles on it, the lost statement took
-// the lock and settle returns its lease, which the caller returns. If not,
-// the acquire did not take effect (settled). If the row cannot be read,
-// neither.
+// connection, bounded by StatementTimeout (leasekeeper.ReadBack: each try
+// by a fifth of it). If the row names the owner with one more entry than
+// this Locker's handles on it, the lost statement took the lock and
+// settle returns its lease, which the caller returns. If not, the acquire
+// did not take effect (settled). If the row cannot be read, neither.
 func (l *Locker) settle(ctx context.Context, p *pending, o mode.Options, start time.Time) (*dblock.Lease, bool, error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.StatementTimeout)
-	defer cancel()
-	backoff := l.cfg.PollMin
-	for {
-		h, timedOut, err := l.readBack(rctx, p.name)
-		if err == nil {
-			token := dblock.Token(h.Version)
-			if h.Held() && h.Owner == p.owner && h.Reentry > p.handles[token] {
-				l.logger.LogAttrs(ctx, slog.LevelInfo, l.prefix+": acquire with a lost answer had taken the lock; keeping it",
-					slog.String("lock_key", p.name), slog.String("owner", p.owner), slog.Int64("token", h.Version), slog.String("error", p.err.Error()))
-				res := store.AcquireResult{Acquired: true, Token: token, Reentry: h.Reentry}
-				lease, err := l.newLease(p.name, o, res, p.reqStart, time.Since(start))
-				return lease, true, err
-			}
-			return nil, true, nil
-		}
-		if !transient(err) && !timedOut || rctx.Err() != nil {
-			return nil, false, nil
-		}
-		t := time.NewTimer(jitter(backoff))
-		select {
-		case <-t.C:
-		case <-rctx.Done():
-			t.Stop()
-			return nil, false, nil
-		}
-		backoff = min(backoff*2, l.cfg.PollMax)
+	var h store.Holder
+	read := func(ctx context.Context) (err error) {
+		h, err = l.db.LeaseHolder(ctx, nil, p.name)
+		return err
 	}
-}
-
-// readBack is one of settle's reads of name's row, bounded by a fifth of
-// StatementTimeout within rctx: the failure that left the outcome unknown
-// often broke more than its own connection, and a try whose new connection
-// hangs (a dial into a network that drops it) leaves time for more.
-// timedOut: the try's own bound ended it, so another may answer.
-func (l *Locker) readBack(rctx context.Context, name string) (h store.Holder, timedOut bool, err error) {
-	tctx, cancel := context.WithTimeout(rctx, l.cfg.StatementTimeout/5)
-	defer cancel()
-	h, err = l.db.LeaseHolder(tctx, nil, name)
-	return h, err != nil && tctx.Err() != nil && rctx.Err() == nil, err
+	if err := leasekeeper.ReadBack(ctx, l.cfg.StatementTimeout, l.cfg.PollMin, l.cfg.PollMax, read); err != nil {
+		return nil, false, nil
+	}
+	token := dblock.Token(h.Version)
+	if !h.Held() || h.Owner != p.owner || h.Reentry <= p.handles[token] {
+		return nil, true, nil
+	}
+	l.logger.LogAttrs(ctx, slog.LevelInfo, l.prefix+": acquire with a lost answer had taken the lock; keeping it",
+		slog.String("lock_key", p.name), slog.String("owner", p.owner), slog.Int64("token", h.Version), slog.String("error", p.err.Error()))
+	res := store.AcquireResult{Acquired: true, Token: token, Reentry: h.Reentry}
+	lease, err := l.newLease(p.name, o, res, p.reqStart, time.Since(start))
+	return lease, true, err
 }
 
 // unresolved is the error of an acquire whose outcome could not be settled.

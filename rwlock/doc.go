@@ -37,6 +37,13 @@
 //   - Re-entry by owner, on both sides, as in the other modes.
 //   - A reader that dies keeps writers out until its lease expires by the
 //     database clock; the readers that remain keep theirs.
+//   - A read acquire whose answer was lost (its connection broke) is read
+//     back before anything else, each try bounded by a fifth of
+//     Config.StatementTimeout, for StatementTimeout: the share it took is
+//     returned as the lease; none taken, the call goes on; unreadable, a
+//     try fails saying the outcome is unknown (the share may stand until
+//     its lease expires), and a waiting call reads again before it asks,
+//     so it never re-enters a share it cannot see.
 //   - Config.Fair: waiters are served in arrival order (see Config.Fair):
 //     they queue in dblock_waiters with the fair mode's waiters, a writer
 //     behind everyone before it, a reader behind the writers before it.

@@ -80,6 +80,13 @@ type readCall struct {
 
 	res     store.ShareResult
 	lastErr error // The last attempt's error, nil once one answers.
+	// unknown is the error of an acquire whose answer was lost (it may
+	// have taken a share), until a read of the row settles it: no acquire
+	// is sent again before, or the owner would re-enter the share it may
+	// hold and the extra entry would outlive its lease.
+	unknown error
+	// unknownStart is when that acquire was sent.
+	unknownStart time.Time
 }
 
 func (r *readCall) run() (*dblock.Lease, error) {
@@ -102,16 +109,17 @@ func (r *readCall) run() (*dblock.Lease, error) {
 // call, or neither (pause and ask again).
 func (r *readCall) ask(attempt int) (*dblock.Lease, error) {
 	l := r.l
+	if r.unknown != nil {
+		return r.settleUnknown()
+	}
 	reqStart := time.Now()
 	stmtCtx, cancel := l.db.StatementContext(context.WithoutCancel(r.ctx), l.cfg.StatementTimeout)
 	res, err := l.db.AcquireShare(stmtCtx, store.ShareParams{Name: r.name, Owner: r.o.Owner, TTL: r.o.FirstTTL(), Metadata: r.o.Metadata})
 	cancel()
 	switch {
 	case err != nil && leasekeeper.OutcomeUnknown(err):
-		if lease := r.settle(reqStart); lease != nil {
-			return lease, nil
-		}
-		fallthrough
+		r.unknown, r.unknownStart = err, reqStart
+		return r.settleUnknown()
 	case err != nil:
 		if !r.wait || !leasekeeper.Transient(err) {
 			return nil, fmt.Errorf("rwlock: acquire read %q: %w", r.name, err)
@@ -146,24 +154,60 @@ func (r *readCall) ended(cause error) error {
 	return fmt.Errorf("rwlock: acquire read %q: %w", r.name, r.held(cause))
 }
 
-// settle reads back an acquire whose answer was lost: a share of the owner
-// with more entries than this Locker's leases on it was taken by it.
-func (r *readCall) settle(reqStart time.Time) *dblock.Lease {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.l.cfg.StatementTimeout)
-	defer cancel()
-	h, err := r.l.db.ShareHolder(ctx, r.name, r.o.Owner)
-	if err != nil || h.Owner != r.o.Owner || !h.ExpiresAt.After(h.Now) {
-		return nil
+// settleUnknown reads back the acquire whose answer was lost (unknown):
+// its lease if it took a share; if it did not, the call goes on as after
+// a failed attempt (a waiting call pauses and asks again after a transient
+// failure); if the row cannot be read, a call that does not wait fails
+// saying the outcome is unknown, and one that waits pauses and reads again
+// before it asks.
+func (r *readCall) settleUnknown() (*dblock.Lease, error) {
+	lease, settled := r.settle(r.unknownStart)
+	err := r.unknown
+	switch {
+	case lease != nil:
+		r.unknown = nil
+		return lease, nil
+	case !settled:
+		err = fmt.Errorf("outcome unknown, the name may be read-held by owner %q until its lease expires: %w", r.o.Owner, err)
+		if !r.wait {
+			return nil, fmt.Errorf("rwlock: acquire read %q: %w", r.name, err)
+		}
+	default:
+		r.unknown = nil
+		if !r.wait || !leasekeeper.Transient(err) {
+			return nil, fmt.Errorf("rwlock: acquire read %q: %w", r.name, err)
+		}
+	}
+	r.res, r.lastErr = store.ShareResult{}, err
+	return nil, nil
+}
+
+// settle reads back an acquire whose answer was lost
+// (leasekeeper.ReadBack, bounded by StatementTimeout): a share of the
+// owner with more entries than this Locker's leases on it was taken by
+// it, and settle returns its lease. settled: the row was read.
+func (r *readCall) settle(reqStart time.Time) (lease *dblock.Lease, settled bool) {
+	var h store.Holder
+	read := func(ctx context.Context) (err error) {
+		h, err = r.l.db.ShareHolder(ctx, r.name, r.o.Owner)
+		return err
+	}
+	if err := leasekeeper.ReadBack(r.ctx, r.l.cfg.StatementTimeout, r.l.cfg.PollMin, r.l.cfg.PollMax, read); err != nil {
+		return nil, false
+	}
+	if h.Owner != r.o.Owner || !h.ExpiresAt.After(h.Now) {
+		return nil, true
 	}
 	token := dblock.Token(h.Version)
 	if h.Reentry <= r.l.parts.Keeper.Handles(r.name, r.o.Owner, token) {
-		return nil
+		return nil, true
 	}
+	// After Close, newLease has released the share it was handed: settled.
 	lease, err := r.newLease(token, 0, shares{db: r.l.db}, reqStart)
 	if err != nil {
-		return nil
+		return nil, true
 	}
-	return lease
+	return lease, true
 }
 
 func (r *readCall) newLease(token dblock.Token, granted time.Duration, rows shares, reqStart time.Time) (*dblock.Lease, error) {
