@@ -191,15 +191,20 @@ func (l *Locker) manyWaitEnded(label string, held *dblock.HeldError, cause error
 // lost. The transaction took every name or none: if every row names the
 // owner with one more entry than this Locker's handles, it returns the
 // leases; if none does, the set was not taken (settled). Anything else, or
-// rows that cannot be read, leaves it unsettled.
+// rows that cannot be read, leaves it unsettled. The reads share one bound,
+// StatementTimeout, each read tried as settle's (leasekeeper.ReadBack).
 func (l *Locker) settleMany(ctx context.Context, names []string, o mode.Options, handles []map[dblock.Token]int, reqStart, start time.Time) ([]*dblock.Lease, bool) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.StatementTimeout)
-	defer cancel()
+	deadline := time.Now().Add(l.cfg.StatementTimeout)
 	results := make([]store.AcquireResult, len(names))
 	taken := 0
 	for i, name := range names {
-		h, err := l.db.LeaseHolder(rctx, nil, name)
-		if err != nil {
+		var h store.Holder
+		read := func(ctx context.Context) (err error) {
+			h, err = l.db.LeaseHolder(ctx, nil, name)
+			return err
+		}
+		bound := time.Until(deadline)
+		if bound <= 0 || leasekeeper.ReadBack(ctx, bound, l.cfg.PollMin, l.cfg.PollMax, read) != nil {
 			return nil, false
 		}
 		token := dblock.Token(h.Version)
