@@ -81,20 +81,20 @@
 // # Unknown outcomes
 //
 // A statement whose connection breaks (a reset, a killed session, a
-// failover) may have committed before its answer was lost; such errors wrap
-// dblock.ErrUnavailable. An acquire in that state reads the row on a fresh
-// connection before doing anything else: if the lost statement took the
-// lock, Acquire returns that lease (it never re-enters its own hold by
+// failover) may have committed before its answer was lost; such errors
+// wrap dblock.ErrUnavailable. An acquire in that state reads the row on a
+// fresh connection before doing anything else: if the lost statement took
+// the lock, Acquire returns that lease (it never re-enters its own hold by
 // trying again); if not, it goes on as if the attempt had found the name
 // held. The read is tried again after a failure, each try bounded by a
 // fifth of Config.StatementTimeout (a new connection into a network that
 // drops it would otherwise use the whole bound). When the row cannot be
 // read within Config.StatementTimeout, the error says the outcome is
 // unknown and the name may stay held by the caller's owner until the TTL
-// ends. A release whose connection broke reads
-// the row before trying again, so a nested handle is never released twice.
-// These checks count the handles of one Locker: an owner shared by several
-// processes is outside them.
+// ends. A release whose connection broke reads the row before trying
+// again, so a nested handle is never released twice. These checks count
+// the handles of one Locker: an owner shared by several processes is
+// outside them.
 //
 // # What a lease does not guarantee
 //
