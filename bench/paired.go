@@ -63,20 +63,19 @@ func (p *pairedCell) cpuRatio() float64 {
 // pairedCPURatio is the client CPU ratio of the pairing a ÷ b measured in
 // ps, if any.
 func pairedCPURatio(ps []*pairedCell, a, b string) (float64, bool) {
-	for _, p := range ps {
-		if p.a.key == a && p.b.key == b && p.err == nil {
-			r := p.cpuRatio()
-			return r, r > 0
-		}
-	}
-	return 0, false
+	return pairedBy(ps, a, b, (*pairedCell).cpuRatio)
 }
 
 // pairedRatio is the ratio of the pairing a ÷ b measured in ps, if any.
 func pairedRatio(ps []*pairedCell, a, b string) (float64, bool) {
+	return pairedBy(ps, a, b, (*pairedCell).ratio)
+}
+
+// pairedBy is ratio of the pairing a ÷ b measured in ps, if any.
+func pairedBy(ps []*pairedCell, a, b string, ratio func(*pairedCell) float64) (float64, bool) {
 	for _, p := range ps {
 		if p.a.key == a && p.b.key == b && p.err == nil {
-			r := p.ratio()
+			r := ratio(p)
 			return r, r > 0
 		}
 	}

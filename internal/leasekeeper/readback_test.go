@@ -29,7 +29,7 @@ func TestReadBack(t *testing.T) {
 		wantTries func(int) bool
 		wantErr   error
 	}{
-		"transient, then an answer": {fail: 3, err: unavailable, wantTries: func(n int) bool { return n == 4 }},
+		"transient, then an answer":  {fail: 3, err: unavailable, wantTries: func(n int) bool { return n == 4 }},
 		"hung tries, then an answer": {fail: 2, hang: true, wantTries: func(n int) bool { return n == 3 }},
 		"caller's context ended":     {ctx: canceled, fail: 1, err: unavailable, wantTries: func(n int) bool { return n == 2 }},
 		"not transient":              {fail: -1, err: refused, wantTries: func(n int) bool { return n == 1 }, wantErr: refused},
