@@ -71,7 +71,8 @@ func pairedRatio(ps []*pairedCell, a, b string) (float64, bool) {
 	return pairedBy(ps, a, b, (*pairedCell).ratio)
 }
 
-// pairedBy is ratio of the pairing a ÷ b measured in ps, if any.
+// pairedBy is ratio (pairs a second, client CPU) of the pairing a ÷ b
+// measured in ps, if any.
 func pairedBy(ps []*pairedCell, a, b string, ratio func(*pairedCell) float64) (float64, bool) {
 	for _, p := range ps {
 		if p.a.key == a && p.b.key == b && p.err == nil {
