@@ -63,8 +63,9 @@ type retries struct {
 	o                     mode.Options
 	try                   bool
 
-	backoff                    time.Duration
-	missing, stale, busy, dead int
+	backoff              time.Duration
+	missing, stale, dead int
+	busySince            time.Time // A try's first errCreateBusy.
 }
 
 func (r *retries) notAcquired(holder *store.Holder, cause error) error {
@@ -99,18 +100,32 @@ func (r *retries) again(err error, attempt int) error {
 	return r.failed(err)
 }
 
-// createBusy: another transaction briefly holds what the insert needs; a
-// try retries a few times within milliseconds, a wait backs off like for a
-// lease holder.
+// createBusy: another transaction briefly holds what the insert needs (a
+// gap of the missing key, the fencing floor while a reaper raises it); a
+// try retries for up to createBusyTryMax, as a lease acquisition waits for
+// a lock on a missing name's key, a wait backs off like for a lease holder.
 func (r *retries) createBusy(err error) error {
-	if r.busy++; r.try && r.busy > 3 {
-		return r.notAcquired(nil, err)
+	d := r.next()
+	if r.try {
+		if r.busySince.IsZero() {
+			r.busySince = time.Now()
+		}
+		left := createBusyTryMax - time.Since(r.busySince)
+		if left <= 0 {
+			return r.notAcquired(nil, err)
+		}
+		d = min(d, left)
 	}
-	if !r.sleep(r.next()) {
+	if !r.sleep(d) {
 		return r.notAcquired(nil, errjoin.Join(err, context.Cause(r.waitCtx)))
 	}
 	return nil
 }
+
+// createBusyTryMax bounds a try's retries of a row creation that met a lock
+// (a reaper's batch under load holds its locks for a few hundred
+// milliseconds; three quick retries once all met the same batch).
+const createBusyTryMax = 500 * time.Millisecond
 
 // refused: the database's wait ended without the lock.
 func (r *retries) refused(err error, attempt int) error {
