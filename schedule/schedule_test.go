@@ -133,7 +133,11 @@ func TestHungJobCutAtUpperBound(t *testing.T) {
 		s.Start()
 		at := <-started
 		gone := <-cancelled
-		if d := gone.Sub(at); d < 900*time.Millisecond || d > 3*time.Second {
+		// The bound counts from the acquisition's request, which the job's
+		// start follows by the acquire's round trip (140 ms in one CI run
+		// under load): so the cut comes up to that much sooner than 1 s
+		// after the start.
+		if d := gone.Sub(at); d < 700*time.Millisecond || d > 3*time.Second {
 			t.Fatalf("job's context cancelled %v after it started, want at the 1 s bound", d)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
