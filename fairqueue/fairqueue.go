@@ -252,11 +252,12 @@ func (l *Locker) lockWrites() func() {
 // through the same Locker hands the name to its next waiter in the
 // release's own statement, and on PostgreSQL a release elsewhere wakes the
 // waiter that may be next at once; everywhere the head of the queue
-// re-checks on a capped, jittered backoff and at the holder's expiry. The wait ends with
-// ctx or dblock.WithWait; the error then wraps dblock.ErrNotAcquired and
-// context.Cause(ctx), and the waiter's row is gone. An owner that already
-// holds name re-enters it without waiting in the queue. A ctx from
-// WithPositionFunc reports the waiter's place while it waits.
+// re-checks on a capped, jittered backoff and at the holder's expiry. The
+// wait ends with ctx or dblock.WithWait; the error then wraps
+// dblock.ErrNotAcquired and context.Cause(ctx), and the waiter's row is
+// gone. An owner that already holds name re-enters it without waiting in
+// the queue. A ctx from WithPositionFunc reports the waiter's place while
+// it waits.
 func (l *Locker) Acquire(ctx context.Context, name string, opts ...dblock.Option) (*dblock.Lease, error) {
 	ctx, call := l.rec.BeginAcquire(ctx, name, true)
 	lease, err := l.acquire(ctx, name, true, opts)

@@ -11,12 +11,12 @@ import (
 )
 
 // A release hands the name to this Locker's next waiter of it, where the
-// database can do so in the release's statement (store.HandOver: PostgreSQL's
-// statement, MariaDB's procedure call): the releasing call claims the waiter, the statement makes
-// the name that waiter's lease when it is live and first in the queue (and
-// releases it otherwise), and the waiter wakes with its lease, having sent
-// nothing. A contended name's hand-off is then one statement, not the
-// release's and the take's.
+// database can do so in the release's statement (store.HandOver:
+// PostgreSQL's statement, MariaDB's procedure call): the releasing call
+// claims the waiter, the statement makes the name that waiter's lease when
+// it is live and first in the queue (and releases it otherwise), and the
+// waiter wakes with its lease, having sent nothing. A contended name's
+// hand-off is then one statement, not the release's and the take's.
 //
 // A waiter can be claimed only while it sleeps (parked); awake, it is
 // busy and the release leaves it be (its own take follows the release, as
