@@ -137,7 +137,10 @@ func phantomCheck(t *testing.T, iso *dbtest.Isolated, name string, ttl, bound ti
 // cutWhile runs op through the proxy with 1 s of downstream latency, so its
 // statement runs on the server while the answer waits in the proxy, waits
 // until ran reports (on a direct connection) that the statement took effect,
-// and then cuts every proxied connection: the answer is lost.
+// and then cuts every proxied connection: the answer is lost. The statement
+// may come 10 s after the latency began: each of several statements on its
+// way waits a second for its answer, and on PostgreSQL a second more for the
+// ping that the pool sends on a connection idle for a second.
 func cutWhile(t *testing.T, px *netProxy, ran func() bool, op func(ctx context.Context) error) error {
 	t.Helper()
 	lat := px.add(t, "latency", "downstream", `{"latency":1000}`)
@@ -147,10 +150,10 @@ func cutWhile(t *testing.T, px *netProxy, ran func() bool, op func(ctx context.C
 		defer cancel()
 		res <- op(ctx)
 	}()
-	end := time.Now().Add(5 * time.Second)
+	end := time.Now().Add(10 * time.Second)
 	for !ran() {
 		if time.Now().After(end) {
-			t.Fatal("the statement did not take effect within 5 s")
+			t.Fatal("the statement did not take effect within 10 s")
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
