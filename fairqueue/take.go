@@ -121,24 +121,21 @@ func (a *attempt) takenAnyway(w *waiter, reqStart time.Time, cause error) (*dblo
 
 // readTake is takenAnyway's read, tried again after a failure (the failure
 // that left the take's outcome unknown often broke more than its own
-// connection) until it reads an answer, for Config.ReleaseTimeout at least
-// and then for as long as the wait lasts: a waiter that gave up on an
+// connection) until it reads an answer: in rounds of leasekeeper.ReadBack
+// (each try bounded by a fifth of Config.ReleaseTimeout), for a round at
+// least and then for as long as the wait lasts. A waiter that gave up on an
 // unreadable take would queue again and, its owner holding the name,
 // re-enter it, and the lease it was handed would stand until it expires.
-func (a *attempt) readTake(w *waiter) (res store.AcquireResult, taken bool, err error) {
-	timeout := a.l.cfg.ReleaseTimeout
-	floor := time.Now().Add(timeout)
-	base := context.WithoutCancel(a.ctx)
-	for pause := readTakeRetry; ; pause = min(pause*2, readTakeRetryMax) {
-		// Each try gets a fifth of the floor: one whose connection hangs
-		// (a dial into a network that drops it) leaves time for others.
-		ctx, cancel := context.WithTimeout(base, timeout/5)
-		res, taken, err = a.readTakeOnce(ctx, w)
-		cancel()
-		if err == nil || time.Now().After(floor) && a.stopped(store.Holder{}) != nil {
-			return res, taken, err
+func (a *attempt) readTake(w *waiter) (store.AcquireResult, bool, error) {
+	r := takeRead{a: a, w: w}
+	for {
+		err := leasekeeper.ReadBack(a.ctx, a.l.cfg.ReleaseTimeout, readTakeRetry, readTakeRetryMax, r.once)
+		if err == nil || a.stopped(store.Holder{}) != nil {
+			return r.res, r.taken, err
 		}
-		time.Sleep(jitter(pause))
+		// A round ends early on an error that is not transient: pause
+		// as its longest pause would before the next.
+		time.Sleep(jitter(readTakeRetryMax))
 	}
 }
 
@@ -148,6 +145,20 @@ const (
 	readTakeRetry    = 5 * time.Millisecond
 	readTakeRetryMax = 250 * time.Millisecond
 )
+
+// takeRead holds readTake's last answer.
+type takeRead struct {
+	a     *attempt
+	w     *waiter
+	res   store.AcquireResult
+	taken bool
+}
+
+// once is one try of readTake.
+func (r *takeRead) once(ctx context.Context) (err error) {
+	r.res, r.taken, err = r.a.readTakeOnce(ctx, r.w)
+	return err
+}
 
 // readTakeOnce reads the waiter's row and the lock row once.
 func (a *attempt) readTakeOnce(ctx context.Context, w *waiter) (store.AcquireResult, bool, error) {
