@@ -162,3 +162,47 @@ func (c handOverCase) leave(id int64) {
 		c.t.Fatalf("leave %d: %v", id, err)
 	}
 }
+
+// TestHandOverUnderSharedHold: a lease that ran out may be followed by a
+// pessimistic shared hold, which locks the row without changing it; the
+// lease's late release must not hand the name to a waiter while that hold
+// lasts (an exclusive lease would overlap it). PostgreSQL's shared hold is
+// FOR KEY SHARE, which a release's lock lets through.
+func TestHandOverUnderSharedHold(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			iso := dbtest.New(t, kind)
+			c := handOverCase{t: t, db: iso.Store(), ctx: context.Background(), name: "hand-over-shared"}
+			res, err := c.db.AcquireLease(c.ctx, nil, store.AcquireParams{Name: c.name, Owner: "a", Mode: dblock.ModeFair, TTL: 100 * time.Millisecond})
+			if err != nil || !res.Acquired {
+				t.Fatalf("acquire: %+v %v", res, err)
+			}
+			first := c.enqueue("b", time.Minute)
+			iso.WaitExpired(t, c.ctx, c.name)
+			tx, err := c.db.BeginTxx(c.ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback() }()
+			if rl, err := c.db.LockRow(c.ctx, tx, c.name, store.RowLockParams{NoWait: true, Shared: true}); err != nil || !rl.Found {
+				t.Fatalf("the shared hold: %+v, %v", rl, err)
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, 3*time.Second)
+			defer cancel()
+			// MariaDB's call waits for the row and gives up (an error that
+			// did nothing); PostgreSQL's releases.
+			h, err := c.db.HandOver(ctx, c.name, "a", res.Token, c.params("b"), first)
+			if h.Handed {
+				t.Fatalf("hand-over under a shared hold: %+v, %v: the waiter got the name the hold holds", h, err)
+			}
+			if err := tx.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			if row := c.holder(); row.Owner == "b" || !c.live(first) {
+				t.Fatalf("after the shared hold: %+v (waiter live: %v)", row, c.live(first))
+			}
+		})
+	}
+}

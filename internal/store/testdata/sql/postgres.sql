@@ -321,10 +321,13 @@ WITH alive AS (
 ), me AS (
     SELECT id FROM dblock_waiters WHERE id = $4 AND expires_at > now() AND EXISTS (SELECT 1 FROM seen)
     FOR UPDATE
+), excl AS (
+    SELECT name FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3
+    FOR UPDATE SKIP LOCKED
 ), cur AS (
     SELECT name, (reentry = 1 AND NOT coalesce(shared_until > now(), false)
         AND NOT coalesce(next_until > now() AND next_owner <> $5, false)
-        AND EXISTS (SELECT 1 FROM me)) AS hand
+        AND EXISTS (SELECT 1 FROM me) AND EXISTS (SELECT 1 FROM excl)) AS hand
     FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3
     FOR NO KEY UPDATE
 ), upd AS (
