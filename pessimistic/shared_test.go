@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/fairqueue"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/store"
 	"github.com/dblock-go/dblock/optimistic"
@@ -196,8 +197,8 @@ type section struct {
 }
 
 // Goroutines take one name in every way at once (pessimistic shared and
-// exclusive, rwlock reads and writes, optimistic leases): no exclusive hold
-// ever overlaps another hold.
+// exclusive, rwlock reads and writes, optimistic and fair leases): no
+// exclusive hold ever overlaps another hold.
 func TestSharedMixedExclusion(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
@@ -213,6 +214,11 @@ func TestSharedMixedExclusion(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer opt.Close()
+		fair, err := fairqueue.New(iso.DB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fair.Close()
 		name := randName(t)
 		type way struct {
 			exclusive bool
@@ -239,6 +245,7 @@ func TestSharedMixedExclusion(t *testing.T) {
 		ways := []way{
 			{false, held(pl.AcquireShared)}, {true, held(pl.Acquire)},
 			{false, lease(rw.AcquireRead)}, {true, lease(rw.Acquire)}, {true, lease(opt.Acquire)},
+			{true, lease(fair.Acquire)},
 		}
 		var mu sync.Mutex
 		var got []section
