@@ -72,9 +72,11 @@
 // CALL on MariaDB, MySQL migration 00028): the Locker's oldest waiter of the
 // name, while it sleeps, is claimed, and the statement makes the name its
 // lease when it is live and first in the queue and the release frees the
-// name, and otherwise releases. The waiter wakes with its lease having sent
-// nothing, so a name contended within one process changes hands in one
-// statement. A waiter whose sleep ends while it is claimed (its timer, its
+// name, and otherwise releases; while another transaction holds the row (a
+// pessimistic hold, shared or not, taken once the lease ran out) it hands
+// nothing, and the waiter takes the name after that hold. The waiter wakes
+// with its lease having sent nothing, so a name contended within one
+// process changes hands in one statement. A waiter whose sleep ends while it is claimed (its timer, its
 // context) waits for the claim's outcome, and a lease handed to it is
 // returned even if its wait ended meanwhile, as a take in flight is. A
 // statement whose outcome is unknown (its connection broke) is read back
