@@ -8,12 +8,13 @@ package store
 // no other owner's live reservation, and excl: no other transaction holds
 // the row). me locks the waiter's row, so a reaper's delete or the waiter's
 // own leave either waits for the hand-off or has won and nothing is handed.
-// excl locks the row FOR UPDATE, as a take does (pgLease.Acquire's cur): cur's
-// FOR NO KEY UPDATE, which the release needs, and the update itself pass a
-// pessimistic shared hold's FOR KEY SHARE, which may hold the name once the
-// lease ran out; a hand-off then would overlap it. So while another
-// transaction holds the row (SKIP LOCKED) nothing is handed. When nothing is
-// handed, the row is released as pgLease.Release does (quiet false). Handed, the row is taken as
+// excl locks the row FOR UPDATE, as a take does (pgLease.Acquire's cur),
+// where a hand-off may follow: cur's FOR NO KEY UPDATE, which the release
+// needs, and the update itself pass a pessimistic shared hold's FOR KEY
+// SHARE, which may hold the name once the lease ran out, and a hand-off
+// then would overlap it. So while another transaction holds the row (SKIP
+// LOCKED) nothing is handed. When nothing is handed, the row is released
+// as pgLease.Release does (quiet false). Handed, the row is taken as
 // pgTakeUpd takes it for $5, the waiter's row is deleted (del), the commit
 // is durable (an acquisition), and the name is announced while a waiter
 // elsewhere has marked it (listened_until): they count the hand-off as the
@@ -30,7 +31,7 @@ var pgHandOver = `WITH alive AS (
     SELECT id FROM dblock_waiters WHERE id = $4 AND expires_at > now() AND EXISTS (SELECT 1 FROM seen)
     FOR UPDATE
 ), excl AS (
-    SELECT name FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3
+    SELECT name FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3 AND EXISTS (SELECT 1 FROM me)
     FOR UPDATE SKIP LOCKED
 ), cur AS (
     SELECT name, (reentry = 1 AND NOT coalesce(shared_until > now(), false)

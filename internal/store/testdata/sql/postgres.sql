@@ -322,7 +322,7 @@ WITH alive AS (
     SELECT id FROM dblock_waiters WHERE id = $4 AND expires_at > now() AND EXISTS (SELECT 1 FROM seen)
     FOR UPDATE
 ), excl AS (
-    SELECT name FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3
+    SELECT name FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3 AND EXISTS (SELECT 1 FROM me)
     FOR UPDATE SKIP LOCKED
 ), cur AS (
     SELECT name, (reentry = 1 AND NOT coalesce(shared_until > now(), false)
