@@ -66,6 +66,7 @@ func readBackHangs(t *testing.T, kind store.Kind, mode string) {
 	// Answers wait a second (see keyedToxic), so the acquire's answer is
 	// still on its way when its statement has committed on the server.
 	answers, requests := t.Name()+"/answers", t.Name()+"/requests"
+	t.Cleanup(func() { keyed.Delete(answers); keyed.Delete(requests) })
 	keyed.Store(answers, true)
 	px.add(t, "keyed", "downstream", fmt.Sprintf(`{"key":%q,"delay":1000}`, answers))
 	type result struct {
@@ -81,8 +82,9 @@ func readBackHangs(t *testing.T, kind store.Kind, mode string) {
 	}()
 	awaitHeld(t, iso, name)
 	// Requests are dropped from now on, the connections cut (the answer
-	// is lost) and answers pass at once again. After 1.2 s requests pass again,
-	// but a connection made meanwhile stays hung: what it sent is lost.
+	// is lost) and answers pass at once again. After 1.2 s requests pass
+	// again, but a connection made meanwhile stays hung: what it sent is
+	// lost.
 	keyed.Store(requests, true)
 	px.add(t, "keyed", "upstream", fmt.Sprintf(`{"key":%q}`, requests))
 	px.cut(t)
