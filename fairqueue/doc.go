@@ -76,14 +76,14 @@
 // pessimistic hold, shared or not, taken once the lease ran out) it hands
 // nothing, and the waiter takes the name after that hold. The waiter wakes
 // with its lease having sent nothing, so a name contended within one
-// process changes hands in one statement. A waiter whose sleep ends while it is claimed (its timer, its
-// context) waits for the claim's outcome, and a lease handed to it is
-// returned even if its wait ended meanwhile, as a take in flight is. A
-// statement whose outcome is unknown (its connection broke) is read back
-// by the waiter, tried again until it reads an answer (for
-// Config.ReleaseTimeout at least, then while its wait lasts), as a take of
-// its own whose outcome is unknown is: handed, it returns the lease;
-// otherwise it looks again.
+// process changes hands in one statement. A waiter whose sleep ends while
+// it is claimed (its timer, its context) waits for the claim's outcome, and
+// a lease handed to it is returned even if its wait ended meanwhile, as a
+// take in flight is. A statement whose outcome is unknown (its connection
+// broke) is read back by the waiter, tried again until it reads an answer
+// (for Config.ReleaseTimeout at least, then while its wait lasts), as a
+// take of its own whose outcome is unknown is: handed, it returns the
+// lease; otherwise it looks again.
 // While a lease of this Locker holds the name, notifications alone do not
 // end a waiter's sleep (they may be echoes of its own Locker's hand-offs):
 // the lease's release wakes it. The releases of other modes and of earlier
