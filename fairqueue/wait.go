@@ -8,6 +8,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/backoff"
+	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -343,8 +344,7 @@ const notifiedRecheck = 100 * time.Millisecond
 func (a *attempt) retryable(err error) bool {
 	// ErrNotAcquired from a queue statement: on SQLite, another transaction
 	// (a pessimistic holder) has the database's write lock; wait and retry.
-	return transient(err) || errors.Is(err, dblock.ErrNotAcquired) ||
-		errors.Is(err, context.DeadlineExceeded) && a.ctx.Err() == nil
+	return leasekeeper.WaitRetryable(a.ctx, err) || errors.Is(err, dblock.ErrNotAcquired)
 }
 
 // delay is how long a waiter sleeps after a check that did not take the lock.

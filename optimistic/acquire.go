@@ -189,7 +189,9 @@ func (a *acquisition) ask(attempt int) (*dblock.Lease, bool, error) {
 
 // failed handles an acquire statement that failed: its outcome is settled
 // first if unknown (the connection is likely fine again); then the error
-// ends the call unless it waits and the error is transient.
+// ends the call unless it waits and the error is transient or the
+// statement's own timeout (a server that stopped answering: an outcome
+// still unknown is settled before the next ask).
 func (a *acquisition) failed(err error, reqStart time.Time, attempt int) (*dblock.Lease, error) {
 	l := a.l
 	if leasekeeper.OutcomeUnknown(err) {
@@ -203,7 +205,7 @@ func (a *acquisition) failed(err error, reqStart time.Time, attempt int) (*dbloc
 	if a.waitCtx.Err() != nil {
 		return nil, l.waitEnded(a.name, a.unknown, err, context.Cause(a.waitCtx))
 	}
-	if !a.wait || !transient(err) {
+	if !a.wait || !leasekeeper.WaitRetryable(a.waitCtx, err) {
 		if a.unknown != nil {
 			return nil, l.unresolved(a.unknown)
 		}

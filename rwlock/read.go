@@ -121,7 +121,7 @@ func (r *readCall) ask(attempt int) (*dblock.Lease, error) {
 		r.unknown, r.unknownStart = err, reqStart
 		return r.settleUnknown()
 	case err != nil:
-		if !r.wait || !leasekeeper.Transient(err) {
+		if !r.wait || !leasekeeper.WaitRetryable(r.ctx, err) {
 			return nil, fmt.Errorf("rwlock: acquire read %q: %w", r.name, err)
 		}
 		l.parts.Logger.LogAttrs(r.ctx, slog.LevelWarn, "rwlock: acquire read failed, retrying",
@@ -174,7 +174,7 @@ func (r *readCall) settleUnknown() (*dblock.Lease, error) {
 		}
 	default:
 		r.unknown = nil
-		if !r.wait || !leasekeeper.Transient(err) {
+		if !r.wait || !leasekeeper.WaitRetryable(r.ctx, err) {
 			return nil, fmt.Errorf("rwlock: acquire read %q: %w", r.name, err)
 		}
 	}

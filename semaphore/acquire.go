@@ -78,7 +78,7 @@ func (g *grantCall) ask(attempt int) (*dblock.Lease, error) {
 	cancel()
 	switch {
 	case err != nil:
-		if !g.wait || !leasekeeper.Transient(err) {
+		if !g.wait || !leasekeeper.WaitRetryable(g.ctx, err) {
 			return nil, fmt.Errorf("semaphore: acquire %q: %w", g.p.Name, err)
 		}
 		l.parts.Logger.LogAttrs(g.ctx, slog.LevelWarn, "semaphore: acquire failed, retrying",

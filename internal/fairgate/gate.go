@@ -59,7 +59,7 @@ func (g *Gate) Acquire(ctx context.Context, what, name string, kind store.WaitKi
 	q := &queued{g: g, ctx: waitCtx, what: what, name: name, owner: c.Opts.Owner, kind: kind}
 	st, err := q.peek()
 	switch {
-	case err != nil && !(c.Wait && leasekeeper.Transient(err)):
+	case err != nil && !(c.Wait && leasekeeper.WaitRetryable(waitCtx, err)):
 		return nil, err
 	case err != nil:
 		// Queue: joining and checking retry what failed.
@@ -67,7 +67,7 @@ func (g *Gate) Acquire(ctx context.Context, what, name string, kind store.WaitKi
 		return step(waitCtx, c.Wait, start)
 	case st.Queued == 0:
 		lease, err := step(waitCtx, false, start)
-		if err == nil || !c.Wait || waitCtx.Err() != nil || !queueAfter(err) {
+		if err == nil || !c.Wait || waitCtx.Err() != nil || !queueAfter(waitCtx, err) {
 			return lease, err
 		}
 	case !c.Wait:
@@ -83,8 +83,8 @@ func (g *Gate) Acquire(ctx context.Context, what, name string, kind store.WaitKi
 // queueAfter reports whether a waiting call whose first try failed with
 // err queues: a refusal, or a failure the mode's waiting acquisition
 // retries anyway.
-func queueAfter(err error) bool {
-	return errors.Is(err, dblock.ErrNotAcquired) || leasekeeper.Transient(err)
+func queueAfter(ctx context.Context, err error) bool {
+	return errors.Is(err, dblock.ErrNotAcquired) || leasekeeper.WaitRetryable(ctx, err)
 }
 
 // queued is one fair call in the queue: its row, its heartbeat, and what

@@ -534,6 +534,16 @@ func Transient(err error) bool {
 	return errors.Is(err, dblock.ErrUnavailable) || store.IsRetryable(err) || errors.Is(err, driver.ErrBadConn)
 }
 
+// WaitRetryable reports whether a call that waits retries a statement
+// that failed with err: a transient error, or the statement's own timeout
+// (a server that stopped answering) while the call's ctx runs. A
+// statement's context must not end with ctx's but by its own deadline
+// (store.DB.StatementContext over context.WithoutCancel). Its outcome may
+// be unknown (OutcomeUnknown): the caller settles it before it asks again.
+func WaitRetryable(ctx context.Context, err error) bool {
+	return Transient(err) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+}
+
 // jitter spreads a pause over [d/2, d] (backoff.Jitter).
 var jitter = backoff.Jitter
 

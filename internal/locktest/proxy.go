@@ -15,7 +15,8 @@ import (
 // Proxy forwards TCP connections to a database server. Stall makes every
 // connection open so far swallow whatever either side sends (a black-holed
 // connection: no answer, no reset), while connections opened later pass;
-// Blackhole stalls later connections too (a server that vanished).
+// Blackhole stalls later connections too (a server that vanished), until
+// Heal.
 type Proxy struct {
 	ln        net.Listener
 	target    string
@@ -134,6 +135,10 @@ func (p *Proxy) Blackhole() {
 	p.blackhole.Store(true)
 	p.stallLocked()
 }
+
+// Heal lets connections opened from now on pass again (after Blackhole);
+// those stalled so far stay stalled.
+func (p *Proxy) Heal() { p.blackhole.Store(false) }
 
 func (p *Proxy) stallLocked() {
 	for _, c := range p.conns {
