@@ -491,11 +491,15 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 		return found, session, err
 	}
 	if l.caps.ErrorAbortsTx {
-		rerr := h.tx.Rollback()
-		h.txCancel()
-		if rerr != nil {
-			return nil, store.SessionRef{}, rerr
+		if rerr := h.tx.Rollback(); rerr != nil {
+			// Nothing is held, but the connection cannot go on (it broke,
+			// or pgx closed the transaction its batch began, finding the
+			// connection outside one): the caller's rollback fails too and
+			// destroys it, and a waiting call tries another (ErrBadConn).
+			return nil, store.SessionRef{}, fmt.Errorf("%w: %w: rollback after a refused NOWAIT: %w",
+				dblock.ErrUnavailable, driver.ErrBadConn, rerr)
 		}
+		h.txCancel()
 		if err := begin(); err != nil {
 			return nil, store.SessionRef{}, err
 		}
