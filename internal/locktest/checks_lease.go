@@ -142,16 +142,15 @@ func blockRow(t *testing.T, s *suite, ctx context.Context, name string) (unblock
 }
 
 func checkRenewalStopsOnRelease(t *testing.T, s *suite) {
-	l, other, ctx, name := s.locker(), s.otherLocker(), s.ctx(), RandomName("renewstop")
-	const ttl = 200 * time.Millisecond
-	lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl))
+	l, other, ctx := s.locker(), s.otherLocker(), s.ctx()
+	const ttl = 400 * time.Millisecond
 	// The release statement waits behind another transaction for longer
 	// than the lease. Renewal stops the instant Release begins, so nothing
 	// renews the lease meanwhile, and nothing declares it lost either: the
 	// release, once through, frees the row and reports success. (The wait
 	// stays under every dialect's lock wait, MySQL's 1 s being the
 	// shortest, so that one release attempt spans it.)
-	unblock := blockRow(t, s, ctx, name)
+	name, lease, unblock := blockedLease(t, s, l, ctx, ttl)
 	released := make(chan error, 1)
 	go func() { released <- lease.Release(context.WithoutCancel(ctx)) }()
 	time.Sleep(ttl + 150*time.Millisecond)
@@ -163,6 +162,27 @@ func checkRenewalStopsOnRelease(t *testing.T, s *suite) {
 		t.Fatalf("Err after Release: %v, want ErrReleased", err)
 	}
 	wantFree(t, other, ctx, name)
+}
+
+// blockedLease acquires a lease of ttl on a new name and blocks its row
+// (blockRow) within half the TTL, so that a Release called next begins
+// well before the lease's deadline: a set-up slower than that (a machine
+// busy with other tests) is undone and tried again, three times at most.
+func blockedLease(t *testing.T, s *suite, l dblock.Locker, ctx context.Context, ttl time.Duration) (string, *dblock.Lease, func()) {
+	t.Helper()
+	for round := 1; ; round++ {
+		name := RandomName("renewstop")
+		start := time.Now()
+		lease := mustAcquire(t, l, ctx, name, dblock.WithTTL(ttl))
+		unblock := blockRow(t, s, ctx, name)
+		took := time.Since(start)
+		if took < ttl/2 || round == 3 {
+			return name, lease, unblock
+		}
+		t.Logf("the set-up took %v of the lease's %v: again", took, ttl)
+		unblock()
+		release(t, lease)
+	}
 }
 
 func checkStrangerRelease(t *testing.T, s *suite) {
