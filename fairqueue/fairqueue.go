@@ -455,8 +455,5 @@ func (a *attempt) started(res store.AcquireResult, reqStart time.Time) (*dblock.
 	return lease, nil
 }
 
-// transient reports whether an error is worth retrying while waiting.
-func transient(err error) bool { return leasekeeper.Transient(err) }
-
 // jitter spreads a pause over [d/2, d] (backoff.Jitter).
 var jitter = backoff.Jitter
