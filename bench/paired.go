@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +21,19 @@ import (
 
 // pairBatch is how many pairs one side runs before the other's turn.
 const pairBatch = 20
+
+// pairedWide is the number of goroutines of the wide pairings: the bars at
+// 32 goroutines, each on a name of its own, read as the ones at 1 are
+// (alternating, a slice of pairedSlice each), since one cell after the
+// other swung from 0.75× to 1.11× between runs on MariaDB.
+const pairedWide = 32
+
+// pairedSlice is how long one side of a wide pairing runs before the
+// other's turn.
+const pairedSlice = 250 * time.Millisecond
+
+// widePairings are the comparisons at pairedWide goroutines.
+var widePairings = []pairing{{keyOptTry, keyFloor}, {keyOptAcquire, keyFloor}}
 
 // pairing names the two scenarios of a paired ratio: a ÷ b.
 type pairing struct{ a, b string }
@@ -38,6 +54,7 @@ var pairings = []pairing{
 // kernel's cost of a round trip meets both sides alike.
 type pairedCell struct {
 	a, b           *scenario
+	n              int // Goroutines a side: 1, or pairedWide.
 	pairsA, pairsB int
 	timeA, timeB   time.Duration
 	cpuA, cpuB     time.Duration
@@ -71,11 +88,23 @@ func pairedRatio(ps []*pairedCell, a, b string) (float64, bool) {
 	return pairedBy(ps, a, b, (*pairedCell).ratio)
 }
 
+// pairedWideRatio is the ratio of the wide pairing a ÷ b measured in ps,
+// if any.
+func pairedWideRatio(ps []*pairedCell, a, b string) (float64, bool) {
+	for _, p := range ps {
+		if p.n == pairedWide && p.a.key == a && p.b.key == b && p.err == nil {
+			r := p.ratio()
+			return r, r > 0
+		}
+	}
+	return 0, false
+}
+
 // pairedBy is ratio (pairs a second, client CPU) of the pairing a ÷ b
 // measured in ps, if any.
 func pairedBy(ps []*pairedCell, a, b string, ratio func(*pairedCell) float64) (float64, bool) {
 	for _, p := range ps {
-		if p.a.key == a && p.b.key == b && p.err == nil {
+		if p.n == 1 && p.a.key == a && p.b.key == b && p.err == nil {
 			r := ratio(p)
 			return r, r > 0
 		}
@@ -84,44 +113,59 @@ func pairedBy(ps []*pairedCell, a, b string, ratio func(*pairedCell) float64) (f
 }
 
 // runPairings measures every pairing whose scenarios both run on e's
-// database and are selected (only nil: all), for dur each.
+// database and are selected (only nil: all), for dur each: those at 1
+// goroutine, then the wide ones.
 func runPairings(ctx context.Context, e *env, dur time.Duration, only map[string]bool) []*pairedCell {
 	var out []*pairedCell
-	for _, pr := range pairings {
-		a, b := registry[pr.a], registry[pr.b]
-		if a == nil || b == nil || a.missing != "" || b.missing != "" || !a.runsOn(e.kind) || !b.runsOn(e.kind) {
-			continue
+	for _, n := range []int{1, pairedWide} {
+		list := pairings
+		if n > 1 {
+			list = widePairings
 		}
-		if only != nil && (!only[pr.a] || !only[pr.b]) {
-			continue
+		for _, pr := range list {
+			if p := runPairing(ctx, e, pr, n, dur, only); p != nil {
+				out = append(out, p)
+			}
 		}
-		p := &pairedCell{a: a, b: b}
-		p.run(ctx, e, dur)
-		if rerr := e.reset(ctx, append(a.resetTables, b.resetTables...)...); rerr != nil && p.err == nil {
-			p.err = rerr
-		}
-		fmt.Fprintf(os.Stderr, "bench: %s paired %s ÷ %s: %.3f× (%d + %d pairs)", e.label, pr.a, pr.b, p.ratio(), p.pairsA, p.pairsB)
-		if p.err != nil {
-			fmt.Fprintf(os.Stderr, " FAILED: %v", p.err)
-		}
-		fmt.Fprintln(os.Stderr)
-		out = append(out, p)
 	}
 	return out
 }
 
-// pairSide is one side of a pairing while it runs.
-type pairSide struct {
-	inst *instance
-	w    *worker
-	name string
+// runPairing measures one pairing at n goroutines a side, or returns nil
+// when it does not run on e or is not selected.
+func runPairing(ctx context.Context, e *env, pr pairing, n int, dur time.Duration, only map[string]bool) *pairedCell {
+	a, b := registry[pr.a], registry[pr.b]
+	if a == nil || b == nil || a.missing != "" || b.missing != "" || !a.runsOn(e.kind) || !b.runsOn(e.kind) {
+		return nil
+	}
+	if only != nil && (!only[pr.a] || !only[pr.b]) {
+		return nil
+	}
+	p := &pairedCell{a: a, b: b, n: n}
+	p.run(ctx, e, dur)
+	if rerr := e.reset(ctx, append(a.resetTables, b.resetTables...)...); rerr != nil && p.err == nil {
+		p.err = rerr
+	}
+	fmt.Fprintf(os.Stderr, "bench: %s paired at %d %s ÷ %s: %.3f× (%d + %d pairs)", e.label, n, pr.a, pr.b, p.ratio(), p.pairsA, p.pairsB)
+	if p.err != nil {
+		fmt.Fprintf(os.Stderr, " FAILED: %v", p.err)
+	}
+	fmt.Fprintln(os.Stderr)
+	return p
 }
 
-// run alternates the two sides for dur after a warm-up of two batches each.
+// pairSide is one side of a pairing while it runs.
+type pairSide struct {
+	inst  *instance
+	ws    []*worker
+	names []string
+}
+
+// run alternates the two sides for dur after a warm-up of two turns each.
 func (p *pairedCell) run(ctx context.Context, e *env, dur time.Duration) {
 	sides := [2]*pairSide{}
 	for i, sc := range []*scenario{p.a, p.b} {
-		s, err := openSide(ctx, e, sc)
+		s, err := openSide(ctx, e, sc, p.n)
 		if err != nil {
 			p.err = fmt.Errorf("%s: %w", sc.key, err)
 			break
@@ -134,7 +178,7 @@ func (p *pairedCell) run(ctx context.Context, e *env, dur time.Duration) {
 	}
 	for range 2 {
 		for _, s := range sides {
-			if _, _, err := s.batch(ctx); err != nil {
+			if _, _, _, err := s.turn(ctx); err != nil {
 				p.err = err
 				return
 			}
@@ -144,53 +188,89 @@ func (p *pairedCell) run(ctx context.Context, e *env, dur time.Duration) {
 	for turn := 0; time.Now().Before(end); turn++ {
 		for k := range 2 {
 			i := (turn + k) % 2 // Each side goes first every other turn.
-			d, cpu, err := sides[i].batch(ctx)
+			pairs, d, cpu, err := sides[i].turn(ctx)
 			if err != nil {
 				p.err = err
 				return
 			}
 			if i == 0 {
-				p.pairsA, p.timeA, p.cpuA = p.pairsA+pairBatch, p.timeA+d, p.cpuA+cpu
+				p.pairsA, p.timeA, p.cpuA = p.pairsA+pairs, p.timeA+d, p.cpuA+cpu
 			} else {
-				p.pairsB, p.timeB, p.cpuB = p.pairsB+pairBatch, p.timeB+d, p.cpuB+cpu
+				p.pairsB, p.timeB, p.cpuB = p.pairsB+pairs, p.timeB+d, p.cpuB+cpu
 			}
 		}
 	}
 }
 
-// openSide sets up sc's instance and its one worker, on a name of its own.
-func openSide(ctx context.Context, e *env, sc *scenario) (*pairSide, error) {
+// openSide sets up sc's instance and n workers, each on a name of its own.
+func openSide(ctx context.Context, e *env, sc *scenario, n int) (*pairSide, error) {
 	inst, err := sc.setup(ctx, e, false)
 	if err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
-	w, err := inst.worker(ctx, 0)
-	if err != nil {
-		inst.close()
-		return nil, fmt.Errorf("worker: %w", err)
+	s := &pairSide{inst: inst}
+	for g := range n {
+		w, err := inst.worker(ctx, g)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("worker %d: %w", g, err)
+		}
+		s.ws = append(s.ws, w)
+		s.names = append(s.names, fmt.Sprintf("%s/paired%d/%s/%d", e.prefix, n, sc.key, g))
 	}
-	return &pairSide{inst: inst, w: w, name: fmt.Sprintf("%s/paired/%s", e.prefix, sc.key)}, nil
+	return s, nil
 }
 
 func (s *pairSide) close() {
-	s.w.close()
+	for _, w := range s.ws {
+		w.close()
+	}
 	s.inst.close()
 }
 
-// batch runs pairBatch acquire+release pairs and returns their time and
-// the process's CPU meanwhile.
-func (s *pairSide) batch(ctx context.Context) (time.Duration, time.Duration, error) {
+// turn is one side's turn: pairBatch pairs on one worker, or on many
+// workers at once pairs until pairedSlice has passed. It returns the
+// pairs, their time and the process's CPU meanwhile.
+func (s *pairSide) turn(ctx context.Context) (int, time.Duration, time.Duration, error) {
 	start, cpu := time.Now(), cpuTime()
-	for range pairBatch {
-		release, err := s.w.acquire(ctx, s.name)
+	if len(s.ws) == 1 {
+		n, err := s.pairs(ctx, 0, pairBatch, time.Time{})
+		return n, time.Since(start), cpuTime() - cpu, err
+	}
+	end := start.Add(pairedSlice)
+	var (
+		wg    sync.WaitGroup
+		total atomic.Int64
+		errs  = make([]error, len(s.ws))
+	)
+	for g := range s.ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := s.pairs(ctx, g, 0, end)
+			total.Add(int64(n))
+			errs[g] = err
+		}()
+	}
+	wg.Wait()
+	return int(total.Load()), time.Since(start), cpuTime() - cpu, errors.Join(errs...)
+}
+
+// pairs runs acquire+release pairs on worker g: limit of them (limit > 0),
+// or until end has passed. It returns how many it ran.
+func (s *pairSide) pairs(ctx context.Context, g, limit int, end time.Time) (int, error) {
+	n := 0
+	for (limit <= 0 || n < limit) && (end.IsZero() || time.Now().Before(end)) {
+		release, err := s.ws[g].acquire(ctx, s.names[g])
 		if err != nil {
-			return 0, 0, err
+			return n, err
 		}
 		if err := release(ctx); err != nil {
-			return 0, 0, err
+			return n, err
 		}
+		n++
 	}
-	return time.Since(start), cpuTime() - cpu, nil
+	return n, nil
 }
 
 // printPaired prints the paired ratios.
@@ -198,15 +278,16 @@ func printPaired(w io.Writer, ps []*pairedCell) {
 	if len(ps) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "### Paired at 1 goroutine: alternating %d pairs of each\n\n", pairBatch)
-	fmt.Fprintln(w, "| scenario | vs | pairs/s | vs pairs/s | ratio | client CPU/pair | vs client CPU/pair | CPU ratio |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintf(w, "### Paired: alternating turns (1 goroutine: %d pairs each; %d goroutines, a name each: %s each)\n\n",
+		pairBatch, pairedWide, fmtDur(pairedSlice))
+	fmt.Fprintln(w, "| scenario | vs | goroutines | pairs/s | vs pairs/s | ratio | client CPU/pair | vs client CPU/pair | CPU ratio |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, p := range ps {
 		if p.err != nil {
-			fmt.Fprintf(w, "| %s | %s | failed: %v | | | | | |\n", p.a.title, p.b.title, p.err)
+			fmt.Fprintf(w, "| %s | %s | %d | failed: %v | | | | | |\n", p.a.title, p.b.title, p.n, p.err)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.3f× | %s | %s | %.2f× |\n", p.a.title, p.b.title,
+		fmt.Fprintf(w, "| %s | %s | %d | %.0f | %.0f | %.3f× | %s | %s | %.2f× |\n", p.a.title, p.b.title, p.n,
 			float64(p.pairsA)/p.timeA.Seconds(), float64(p.pairsB)/p.timeB.Seconds(), p.ratio(),
 			fmtDur(p.cpuA/time.Duration(p.pairsA)), fmtDur(p.cpuB/time.Duration(p.pairsB)), p.cpuRatio())
 	}
