@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -70,15 +71,49 @@ func pgUser(t *testing.T) string {
 	return "postgres"
 }
 
-// freePort returns a loopback TCP port nobody listens on right now.
+// freePort returns a loopback TCP port nobody listens on right now, below
+// the kernel's range of ephemeral ports where it can: a server started
+// seconds later binds it, and meanwhile the tests' own client connections
+// take their local ports from that range (a Galera node's IST listener
+// once found its port so taken).
 func freePort(t *testing.T) int {
 	t.Helper()
+	if lo := ephemeralLow(); lo > 20000 {
+		for range 100 {
+			port := 10000 + rand.IntN(lo-10000)
+			if _, given := portsGiven.LoadOrStore(port, true); given {
+				continue // Handed out already, maybe not yet bound.
+			}
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+				_ = l.Close()
+				return port
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// portsGiven are the ports freePort returned in this process.
+var portsGiven sync.Map
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range, 0 when
+// unknown.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	lo, _ := strconv.Atoi(f[0])
+	return lo
 }
 
 // sharedTempDir returns a fresh directory under t.TempDir() that the
