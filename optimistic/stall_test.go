@@ -22,56 +22,10 @@ func TestWaiterGivesUpStalledConnection(t *testing.T) {
 	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
-			iso := dbtest.New(t, kind)
-			dsn, proxy := locktest.StallProxy(t, iso)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			db, err := dialect.Open(ctx, dsn)
-			if err != nil {
-				t.Fatalf("open via proxy: %v", err)
-			}
-			defer db.Close()
-			waiter, err := optimistic.New(db, &optimistic.Config{
-				Logger: testLogger(t), StatementTimeout: time.Second, PollMax: 20 * time.Millisecond, DisableNotify: true,
-			})
-			if err != nil {
-				t.Fatalf("new: %v", err)
-			}
-			defer func() { _ = waiter.Close() }()
-			holder := newOptimistic(t, iso.DB)
-			name := locktest.RandomName("stalled-waiter")
-			held, err := holder.Acquire(ctx, name, dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
-			if err != nil {
-				t.Fatalf("holder: %v", err)
-			}
-			got := make(chan error, 1)
-			go func() {
-				// No deadline: only the statement timeout bounds a read.
-				lease, err := waiter.Acquire(context.Background(), name)
-				if err == nil {
-					err = lease.Release(context.Background())
-				}
-				got <- err
-			}()
-			for deadline := time.Now().Add(30 * time.Second); db.SQL().Stats().OpenConnections == 0; {
-				if time.Now().After(deadline) {
-					t.Fatalf("the waiter opened no connection")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			time.Sleep(100 * time.Millisecond) // Several polls on the connections it has.
-			proxy.Stall()
-			if err := held.Release(ctx); err != nil {
-				t.Fatalf("release: %v", err)
-			}
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatalf("waiter: %v", err)
-				}
-			case <-time.After(45 * time.Second):
-				t.Fatalf("waiter still waiting on a stalled connection")
-			}
+			w := newProxiedWaiter(t, kind, time.Second, "stalled-waiter")
+			w.proxy.Stall()
+			w.releaseHolder()
+			w.wantLease()
 		})
 	}
 }
@@ -87,59 +41,89 @@ func TestWaiterRidesOutVanishedServer(t *testing.T) {
 	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
-			iso := dbtest.New(t, kind)
-			dsn, proxy := locktest.StallProxy(t, iso)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			db, err := dialect.Open(ctx, dsn)
-			if err != nil {
-				t.Fatalf("open via proxy: %v", err)
-			}
-			defer db.Close()
 			const stmt = 500 * time.Millisecond
-			waiter, err := optimistic.New(db, &optimistic.Config{
-				Logger: testLogger(t), StatementTimeout: stmt, PollMax: 20 * time.Millisecond, DisableNotify: true,
-			})
-			if err != nil {
-				t.Fatalf("new: %v", err)
-			}
-			defer func() { _ = waiter.Close() }()
-			holder := newOptimistic(t, iso.DB)
-			name := locktest.RandomName("vanished-server")
-			held, err := holder.Acquire(ctx, name, dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
-			if err != nil {
-				t.Fatalf("holder: %v", err)
-			}
-			got := make(chan error, 1)
-			go func() {
-				lease, err := waiter.Acquire(context.Background(), name) // No deadline.
-				if err == nil {
-					err = lease.Release(context.Background())
-				}
-				got <- err
-			}()
-			for deadline := time.Now().Add(30 * time.Second); db.SQL().Stats().OpenConnections == 0; {
-				if time.Now().After(deadline) {
-					t.Fatalf("the waiter opened no connection")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			time.Sleep(100 * time.Millisecond) // Several polls on the connections it has.
-			proxy.Blackhole()
-			if err := held.Release(ctx); err != nil {
-				t.Fatalf("release: %v", err)
-			}
+			w := newProxiedWaiter(t, kind, stmt, "vanished-server")
+			w.proxy.Blackhole()
+			w.releaseHolder()
 			// A poll, an acquire and its read-back time out, and then some.
 			time.Sleep(8 * stmt)
-			proxy.Heal()
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatalf("waiter: %v", err)
-				}
-			case <-time.After(45 * time.Second):
-				t.Fatalf("waiter still waiting after the server came back")
-			}
+			w.proxy.Heal()
+			w.wantLease()
 		})
+	}
+}
+
+// proxiedWaiter is a waiter's Acquire (its ctx without a deadline) through
+// a locktest.Proxy, polling a name another Locker holds on a direct
+// connection.
+type proxiedWaiter struct {
+	t     *testing.T
+	ctx   context.Context
+	proxy *locktest.Proxy
+	held  *dblock.Lease
+	got   chan error // The waiter's Acquire and Release.
+}
+
+// newProxiedWaiter starts the waiter (StatementTimeout stmt) and returns
+// once it has polled on connections of its own for a while.
+func newProxiedWaiter(t *testing.T, kind store.Kind, stmt time.Duration, prefix string) *proxiedWaiter {
+	t.Helper()
+	iso := dbtest.New(t, kind)
+	dsn, proxy := locktest.StallProxy(t, iso)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	db, err := dialect.Open(ctx, dsn)
+	if err != nil {
+		t.Fatalf("open via proxy: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	waiter, err := optimistic.New(db, &optimistic.Config{
+		Logger: testLogger(t), StatementTimeout: stmt, PollMax: 20 * time.Millisecond, DisableNotify: true,
+	})
+	if err != nil {
+		t.Fatalf("new: %v", err)
+	}
+	t.Cleanup(func() { _ = waiter.Close() })
+	name := locktest.RandomName(prefix)
+	held, err := newOptimistic(t, iso.DB).Acquire(ctx, name, dblock.WithTTL(time.Minute), dblock.WithMaxHold(time.Minute))
+	if err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	w := &proxiedWaiter{t: t, ctx: ctx, proxy: proxy, held: held, got: make(chan error, 1)}
+	go func() {
+		lease, err := waiter.Acquire(context.Background(), name) // No deadline.
+		if err == nil {
+			err = lease.Release(context.Background())
+		}
+		w.got <- err
+	}()
+	for deadline := time.Now().Add(30 * time.Second); db.SQL().Stats().OpenConnections == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter opened no connection")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // Several polls on the connections it has.
+	return w
+}
+
+// releaseHolder releases the name the waiter waits for.
+func (w *proxiedWaiter) releaseHolder() {
+	w.t.Helper()
+	if err := w.held.Release(w.ctx); err != nil {
+		w.t.Fatalf("release: %v", err)
+	}
+}
+
+// wantLease waits for the waiter to take the name (and release it).
+func (w *proxiedWaiter) wantLease() {
+	w.t.Helper()
+	select {
+	case err := <-w.got:
+		if err != nil {
+			w.t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(45 * time.Second):
+		w.t.Fatalf("waiter still waiting")
 	}
 }
