@@ -102,16 +102,20 @@ func (db *DB) renewShareOne(ctx context.Context, name, owner string, token dbloc
 	return renewed, err
 }
 
-// retryRowLocked runs attempt until it did not fail for a busy row (see
-// rowBusy), for shareLockedMax at most: then errRowLocked where the row
-// stayed locked past the statement's wait, else the last error (a
-// deadlock's). Other errors, classified, end it.
+// retryRowLocked runs attempt until it did not fail for another
+// transaction's locks (IsRetryable: the name's row stayed locked past the
+// statement's wait, or the server rolled the attempt back whole as a
+// deadlock's victim or a serialization failure; MariaDB's readers
+// releasing one name at once can deadlock, a SKIP LOCKED read waiting for
+// a share another release deleted but has not committed), for
+// shareLockedMax at most: then errRowLocked where the row stayed locked,
+// else the last error. Other errors, classified, end it.
 func (db *DB) retryRowLocked(ctx context.Context, attempt func() error) error {
 	var first time.Time
 	pause := fenceRetryMin
 	for {
 		err := db.Classify(attempt())
-		if err == nil || errors.Is(err, errRowLocked) || !rowBusy(err) {
+		if err == nil || errors.Is(err, errRowLocked) || !IsRetryable(err) {
 			return err
 		}
 		if first.IsZero() {
@@ -127,15 +131,4 @@ func (db *DB) retryRowLocked(ctx context.Context, attempt func() error) error {
 		}
 		pause = min(2*pause, fenceRetryMax)
 	}
-}
-
-// rowBusy reports whether a share's statement or transaction failed for
-// another transaction's locks and changed nothing: the name's row stayed
-// locked past the statement's wait (dblock.ErrNotAcquired), or the server
-// chose it as a deadlock's victim (dblock.ErrDeadlock, also a Galera
-// certification failure) and rolled it back whole. MariaDB's readers
-// releasing one name at once can deadlock: a SKIP LOCKED read waits for a
-// share that another release has deleted but not committed.
-func rowBusy(err error) bool {
-	return errors.Is(err, dblock.ErrNotAcquired) || errors.Is(err, dblock.ErrDeadlock)
 }
