@@ -77,34 +77,29 @@ func (p *pairedCell) cpuRatio() float64 {
 	return (p.cpuA.Seconds() / float64(p.pairsA)) / (p.cpuB.Seconds() / float64(p.pairsB))
 }
 
-// pairedCPURatio is the client CPU ratio of the pairing a ÷ b measured in
-// ps, if any.
+// pairedCPURatio is the client CPU ratio of the pairing a ÷ b at 1
+// goroutine measured in ps, if any.
 func pairedCPURatio(ps []*pairedCell, a, b string) (float64, bool) {
-	return pairedBy(ps, a, b, (*pairedCell).cpuRatio)
+	return pairedBy(ps, a, b, 1, (*pairedCell).cpuRatio)
 }
 
-// pairedRatio is the ratio of the pairing a ÷ b measured in ps, if any.
+// pairedRatio is the ratio of the pairing a ÷ b at 1 goroutine measured in
+// ps, if any.
 func pairedRatio(ps []*pairedCell, a, b string) (float64, bool) {
-	return pairedBy(ps, a, b, (*pairedCell).ratio)
+	return pairedBy(ps, a, b, 1, (*pairedCell).ratio)
 }
 
 // pairedWideRatio is the ratio of the wide pairing a ÷ b measured in ps,
 // if any.
 func pairedWideRatio(ps []*pairedCell, a, b string) (float64, bool) {
-	for _, p := range ps {
-		if p.n == pairedWide && p.a.key == a && p.b.key == b && p.err == nil {
-			r := p.ratio()
-			return r, r > 0
-		}
-	}
-	return 0, false
+	return pairedBy(ps, a, b, pairedWide, (*pairedCell).ratio)
 }
 
-// pairedBy is ratio (pairs a second, client CPU) of the pairing a ÷ b
-// measured in ps, if any.
-func pairedBy(ps []*pairedCell, a, b string, ratio func(*pairedCell) float64) (float64, bool) {
+// pairedBy is ratio (pairs a second, client CPU) of the pairing a ÷ b at n
+// goroutines measured in ps, if any.
+func pairedBy(ps []*pairedCell, a, b string, n int, ratio func(*pairedCell) float64) (float64, bool) {
 	for _, p := range ps {
-		if p.n == 1 && p.a.key == a && p.b.key == b && p.err == nil {
+		if p.n == n && p.a.key == a && p.b.key == b && p.err == nil {
 			r := ratio(p)
 			return r, r > 0
 		}
