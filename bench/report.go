@@ -304,18 +304,18 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell, ps []*pairedC
 	barAt1(w, ps, un, keyPessimist, keyForUpdate, 0.9, "pessimistic Do vs FOR UPDATE at 1",
 		"pessimistic Do, 1 goroutine(s): %.3f× hand-written FOR UPDATE (bar ≥ 0.9×)")
 	for _, n := range []int{8, 32} {
-		c, f := find(un, keyPessimist, n), find(un, keyForUpdate, n)
-		have := usable(c) && usable(f)
-		r := 0.0
-		if have {
-			r = ratioTo(c, f)
+		label := fmt.Sprintf("pessimistic Do vs FOR UPDATE at %d", n)
+		text := fmt.Sprintf("pessimistic Do, %d goroutine(s): %%.3f× hand-written FOR UPDATE (bar ≥ 0.9×)", n)
+		if r, ok := pairedWideRatio(ps, keyPessimist, keyForUpdate, n); ok {
+			fmt.Fprintln(w, verdict(true, r >= 0.9, label, fmt.Sprintf(text, r)+" (paired)"))
+			continue
 		}
-		fmt.Fprintln(w, verdict(have, r >= 0.9, fmt.Sprintf("pessimistic Do vs FOR UPDATE at %d", n), fmt.Sprintf("pessimistic Do, %d goroutine(s): %.3f× hand-written FOR UPDATE (bar ≥ 0.9×)", n, r)))
+		barVs(w, find(un, keyPessimist, n), find(un, keyForUpdate, n), 0.9, label, text)
 	}
 	for _, key := range []string{keyOptTry, keyOptAcquire} {
 		label := registry[key].title + " at 32 goroutines vs the floor"
 		text := fmt.Sprintf("%s, 32 goroutines: %%.3f× the floor's throughput (bar ≥ 1.0×)", registry[key].title)
-		if r, ok := pairedWideRatio(ps, key, keyFloor); ok {
+		if r, ok := pairedWideRatio(ps, key, keyFloor, pairedWide); ok {
 			fmt.Fprintln(w, verdict(true, r >= 1.0, label, fmt.Sprintf(text, r)+" (paired)"))
 			continue
 		}
