@@ -58,6 +58,7 @@ var wantSchema = map[store.Kind]schema{
 			"dblock_permits": {
 				"id": "bigint not null identity", "name": "text not null", "owner": "text not null", "permits": "integer not null",
 				"acquired_at": "timestamp with time zone not null", "expires_at": "timestamp with time zone not null", "metadata": "text",
+				"request": "text",
 			},
 			"dblock_waiters": {
 				"id": "bigint not null identity", "name": "text not null", "owner": "text not null",
@@ -104,7 +105,7 @@ var wantSchema = map[store.Kind]schema{
 			"dblock_permits": {
 				"id": "bigint not null auto_increment", "name": "varbinary(255) not null", "owner": "varbinary(255) not null",
 				"permits": "int not null", "acquired_at": "datetime(6) not null", "expires_at": "datetime(6) not null",
-				"metadata": "varchar(1024) utf8mb4",
+				"metadata": "varchar(1024) utf8mb4", "request": "varbinary(64)",
 			},
 			"dblock_waiters": {
 				"id": "bigint not null auto_increment", "name": "varbinary(255) not null",
@@ -152,6 +153,7 @@ var wantSchema = map[store.Kind]schema{
 			"dblock_permits": {
 				"id": "INTEGER", "name": "TEXT not null", "owner": "TEXT not null", "permits": "INTEGER not null",
 				"acquired_at": "INTEGER not null", "expires_at": "INTEGER not null", "metadata": "TEXT",
+				"request": "TEXT",
 			},
 			"dblock_waiters": {
 				"id": "INTEGER", "name": "TEXT not null", "owner": "TEXT not null",

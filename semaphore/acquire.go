@@ -54,6 +54,12 @@ type grantCall struct {
 
 	res     store.PermitResult
 	lastErr error
+	// unknown is the error of an attempt whose answer was lost (it may
+	// have made a grant), until a read of its request settles it: p.Request
+	// stays that attempt's until then, and no attempt is sent before.
+	unknown error
+	// unknownStart is when that attempt was sent.
+	unknownStart time.Time
 }
 
 func (g *grantCall) run() (*dblock.Lease, error) {
@@ -68,15 +74,23 @@ func (g *grantCall) run() (*dblock.Lease, error) {
 	}
 }
 
-// ask runs one grant transaction. A grant whose answer was lost is not
-// read back: its permits come back at its expiry.
+// ask runs one grant transaction: the lease, an error that ends the call,
+// or neither (pause and ask again). An attempt whose answer was lost is
+// settled (settleUnknown) before the next is sent.
 func (g *grantCall) ask(attempt int) (*dblock.Lease, error) {
 	l := g.l
+	if g.unknown != nil {
+		return g.settleUnknown()
+	}
 	reqStart := time.Now()
+	g.p.Request = store.NewRequest()
 	stmtCtx, cancel := l.db.StatementContext(context.WithoutCancel(g.ctx), l.cfg.StatementTimeout)
 	res, err := l.db.AcquirePermits(stmtCtx, g.p)
 	cancel()
 	switch {
+	case err != nil && leasekeeper.OutcomeUnknown(err):
+		g.unknown, g.unknownStart = err, reqStart
+		return g.settleUnknown()
 	case err != nil:
 		if !g.wait || !leasekeeper.WaitRetryable(g.ctx, err) {
 			return nil, fmt.Errorf("semaphore: acquire %q: %w", g.p.Name, err)
@@ -93,6 +107,47 @@ func (g *grantCall) ask(attempt int) (*dblock.Lease, error) {
 		return nil, fmt.Errorf("semaphore: acquire %q: %w", g.p.Name, g.held(nil))
 	}
 	return nil, nil
+}
+
+// settleUnknown reads back the attempt whose answer was lost (unknown):
+// the lease of its grant if it made one; if it made none, the call goes on
+// as after a failed attempt (a waiting call pauses and asks again after a
+// transient failure); if the grant cannot be read, a call that does not
+// wait fails saying the outcome is unknown, and one that waits pauses and
+// reads again before it asks.
+func (g *grantCall) settleUnknown() (*dblock.Lease, error) {
+	h, rerr := g.readBack()
+	err := g.unknown
+	switch {
+	case rerr != nil:
+		err = fmt.Errorf("outcome unknown, %d permits may be out to owner %q until the grant expires: %w", g.p.Permits, g.o.Owner, err)
+		if !g.wait {
+			return nil, fmt.Errorf("semaphore: acquire %q: %w", g.p.Name, err)
+		}
+	case h.Exists && h.ExpiresAt.After(h.Now):
+		g.unknown = nil
+		// After Close, newLease has released the grant it was handed.
+		return g.newLease(dblock.Token(h.Version), g.unknownStart)
+	default:
+		g.unknown = nil
+		if !g.wait || !leasekeeper.WaitRetryable(g.ctx, err) {
+			return nil, fmt.Errorf("semaphore: acquire %q: %w", g.p.Name, err)
+		}
+	}
+	g.res, g.lastErr = store.PermitResult{}, err
+	return nil, nil
+}
+
+// readBack reads the grant of the attempt whose answer was lost
+// (leasekeeper.ReadBack, bounded by StatementTimeout).
+func (g *grantCall) readBack() (store.Holder, error) {
+	var h store.Holder
+	read := func(ctx context.Context) (err error) {
+		h, err = g.l.db.GrantOf(ctx, g.p.Name, g.p.Request)
+		return err
+	}
+	err := leasekeeper.ReadBack(g.ctx, g.l.cfg.StatementTimeout, g.l.cfg.PollMin, g.l.cfg.PollMax, read)
+	return h, err
 }
 
 // held is the refusal, with cause.

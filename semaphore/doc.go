@@ -20,6 +20,14 @@
 //     ones are granted) unless Config.Fair is set: fair requests then queue
 //     in dblock_waiters (apart from the locks of the same name) and are
 //     granted in arrival order.
+//   - Each attempt at a grant carries a request id of its own, which the
+//     grant records (column request of dblock_permits: PostgreSQL
+//     migration 00020, MySQL 00029, SQLite 00011). An attempt whose answer
+//     was lost (its connection broke after the grant may have committed) is
+//     read back by that id before anything else is sent: the call returns
+//     the lease of the grant it made, so no permits stay out until an
+//     expiry; when the read itself cannot be made, TryAcquire fails saying
+//     the outcome is unknown, and Acquire reads again before it asks.
 //
 // Semaphores are names of their own: a semaphore and a lock of the same
 // name do not exclude each other.

@@ -53,7 +53,13 @@ var MySQLGrants = []string{
 	mysqlLockBeginGrant,
 	mysqlDirectGrant,
 	mysqlHandOverGrant,
+	mysqlGrantPermitsGrant,
 }
+
+// mysqlGrantPermitsGrant lets MariaDB's semaphore grants, recording their
+// request, be one call, the procedure of MySQL migration 00029; without it
+// they are a transaction of plain statements.
+const mysqlGrantPermitsGrant = "GRANT EXECUTE ON PROCEDURE %[1]s.dblock_grant_permits TO %[2]s"
 
 // mysqlHandOverGrant lets MariaDB's fair releases hand the name to the
 // releasing Locker's next waiter in one call, the procedure of MySQL
@@ -155,6 +161,12 @@ func TestFaultLeastPrivilege(t *testing.T) {
 	// hand the name over in one call, and releases as before.
 	t.Run("mysql-grants-before-00028", func(t *testing.T) {
 		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlHandOverGrant }))
+	})
+	// Grants written before MySQL migration 00029: a semaphore's grant may
+	// not call dblock_grant_permits, and is a transaction of plain
+	// statements.
+	t.Run("mysql-grants-before-00029", func(t *testing.T) {
+		mysqlLeastPrivilege(t, slices.DeleteFunc(slices.Clone(MySQLGrants), func(g string) bool { return g == mysqlGrantPermitsGrant }))
 	})
 	// The README's alternative to the procedure grants: EXECUTE on the
 	// database outlives a migration that replaces a procedure (dropped and

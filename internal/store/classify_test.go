@@ -744,3 +744,20 @@ func locktestName() string {
 	_, _ = rand.Read(b[:])
 	return "x" + hex.EncodeToString(b[:])
 }
+
+// TestMissingColumn: on a database migrated before the column a statement
+// names (here a semaphore's grant, without dblock_permits.request), the
+// error is ErrSchemaMissing with the migrate hint, like a missing table.
+func TestMissingColumn(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		ctx := context.Background()
+		if _, err := iso.Store().ExecContext(ctx, "ALTER TABLE dblock_permits DROP COLUMN request"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := iso.Store().AcquirePermits(ctx, store.PermitParams{Name: "x", Owner: "o", Limit: 1, Permits: 1, TTL: time.Second, Request: store.NewRequest()})
+		if !errors.Is(err, dblock.ErrSchemaMissing) || !strings.Contains(err.Error(), "dblock migrate up") {
+			t.Fatalf("a grant without its column = %v, want ErrSchemaMissing with the hint", err)
+		}
+	})
+}

@@ -164,6 +164,10 @@ type DB struct {
 	// executed (MariaDB before MySQL migration 00028, or grants written
 	// before it); HandOver releases with the lease's release statement.
 	noHandOver atomic.Bool
+	// noGrantCall: SemaphoreSQL.Acquire's procedure may not be executed
+	// (MariaDB, grants written before MySQL migration 00029);
+	// AcquirePermits sends the transaction of plain statements.
+	noGrantCall atomic.Bool
 	// noAcquireRead: SharedSQL.Acquire's procedure is missing or may not
 	// be executed (MariaDB before MySQL migration 00025, or grants written
 	// before it); acquireShareOne uses SharedSQL.AcquireFallback.

@@ -112,7 +112,8 @@ func (d mysqlDialect) Reap() *ReapSQL {
 //
 //	1205 lock wait timeout, 3572 NOWAIT             -> ErrNotAcquired
 //	1213 deadlock (and Galera certification failure) -> ErrDeadlock
-//	1146 no such table, 1305 no such procedure      -> ErrSchemaMissing
+//	1146 no such table, 1054 no such column,
+//	1305 no such procedure                          -> ErrSchemaMissing
 //	1047 WSREP not ready, 1180 commit failed for
 //	want of a primary component (Galera quorum lost) -> ErrUnavailable
 //	invalid/closed connection                       -> ErrUnavailable
@@ -126,7 +127,7 @@ func (d mysqlDialect) Classify(err error) error {
 			return notAcquired(err)
 		case 1213:
 			return fmt.Errorf("%w: %w", dblock.ErrDeadlock, err)
-		case 1146, 1305:
+		case 1146, 1054, 1305:
 			return schemaMissing(d, err)
 		case 1047, 1053, 2006, 2013, 4031:
 			return unavailable(err)

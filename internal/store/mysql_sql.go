@@ -486,8 +486,9 @@ var mysqlSemaphore = SemaphoreSQL{
 	Lock:   `SELECT lim, ` + myUs("UTC_TIMESTAMP(6)") + ` FROM dblock_semaphores WHERE name = ? FOR UPDATE`,
 	Used: `SELECT IFNULL(SUM(permits), 0), IFNULL(MIN(` + myUs("expires_at") + `), 0)
 FROM dblock_permits WHERE name = ? AND expires_at > ` + myAt + ` LOCK IN SHARE MODE`,
-	Grant: `INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
-VALUES (?, ?, ?, ` + myAt + `, ` + myAt + `, ?)`,
+	Grant: `INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata, request)
+VALUES (?, ?, ?, ` + myAt + `, ` + myAt + `, ?, ?)`,
+	Granted: `SELECT id, ` + myUs("expires_at") + `, ` + myUs("UTC_TIMESTAMP(6)") + ` FROM dblock_permits WHERE name = ? AND request = ?`,
 	Renew: `UPDATE dblock_permits SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE id = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`,
 	Release: `DELETE FROM dblock_permits WHERE id = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`,
@@ -533,6 +534,6 @@ WHERE name = ? AND owner = ? AND version = ? AND reentry = 1 AND expires_at > UT
 
 var mariadbSemaphore = func() SemaphoreSQL {
 	s := mysqlSemaphore
-	s.Acquire = `CALL dblock_acquire_permits(?, ?, ?, ?, ?, ?)`
+	s.Acquire = `CALL dblock_grant_permits(?, ?, ?, ?, ?, ?, ?)`
 	return s
 }()

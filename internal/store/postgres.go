@@ -50,8 +50,8 @@ func (postgres) Slots() *SlotSQL            { return &pgSlots }
 //	55P03 lock_not_available (NOWAIT, lock_timeout)        -> ErrNotAcquired
 //	40P01 deadlock_detected                                 -> ErrDeadlock
 //	40001 serialization_failure                             -> ErrSerialization
-//	42P01 undefined_table, 42883 undefined_function,
-//	3F000 invalid_schema_name                               -> ErrSchemaMissing
+//	42P01 undefined_table, 42703 undefined_column,
+//	42883 undefined_function, 3F000 invalid_schema_name     -> ErrSchemaMissing
 //	25P03 idle_in_transaction_session_timeout               -> ErrConnLost
 //	57P01-57P03 shutdown/terminated, 08xxx connection,
 //	53xxx insufficient resources (53300 too many clients)   -> ErrUnavailable
@@ -68,7 +68,7 @@ func (d postgres) Classify(err error) error {
 			return fmt.Errorf("%w: %w", dblock.ErrDeadlock, err)
 		case code == "40001":
 			return fmt.Errorf("%w: %w", dblock.ErrSerialization, err)
-		case code == "42P01" || code == "42883" || code == "3F000":
+		case code == "42P01" || code == "42703" || code == "42883" || code == "3F000":
 			return schemaMissing(d, err)
 		case code == "25P03":
 			return fmt.Errorf("%w: %w", dblock.ErrConnLost, err)

@@ -636,11 +636,12 @@ ORDER BY 1 DESC LIMIT 1`,
 	Acquire: pgShareAcquire, Release: pgShareRelease, Renew: pgShareRenew,
 }
 
-// pgSemaphore: a grant is one call of dblock_acquire_permits (migration
-// 00007), which waits for the semaphore's row (others hold it for one
+// pgSemaphore: a grant is one call of dblock_grant_permits (migration
+// 00020), which waits for the semaphore's row (others hold it for one
 // grant); the release commits asynchronously, as a lease's does.
 var pgSemaphore = SemaphoreSQL{
-	Acquire: `SELECT granted, token, lim, used, next_us, now_us FROM dblock_acquire_permits($1, $2, $3, $4, $5, $6)`,
+	Acquire: `SELECT granted, token, lim, used, next_us, now_us FROM dblock_grant_permits($1, $2, $3, $4, $5, $6, $7)`,
+	Granted: `SELECT id, ` + pgUs("expires_at") + `, ` + pgUs("now()") + ` FROM dblock_permits WHERE name = $1 AND request = $2`,
 	Renew: `UPDATE dblock_permits SET expires_at = greatest(expires_at, now() + $1::bigint * interval '1 microsecond')
 WHERE id = $2 AND owner = $3 AND expires_at > now()`,
 	Release: `DELETE FROM dblock_permits p

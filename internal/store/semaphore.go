@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -32,15 +34,21 @@ type SemaphoreSQL struct {
 	// Used (name, now) sums the unexpired permits and reads the earliest
 	// expiry among them.
 	Used string
-	// Acquire (name, owner, limit, permits, ttl µs, metadata), where set,
-	// is AcquirePermits in one statement (PostgreSQL: a function, migration
-	// 00007): granted, token, the semaphore's limit, the permits out, the
-	// earliest expiry among them when refused (µs, 0 if none), the clock.
+	// Acquire (name, owner, limit, permits, ttl µs, metadata, request),
+	// where set, is AcquirePermits in one statement (dblock_grant_permits:
+	// PostgreSQL's function of migration 00020, MariaDB's procedure of MySQL
+	// migration 00029): granted, token, the semaphore's limit, the permits
+	// out, the earliest expiry among them when refused (µs, 0 if none), the
+	// clock. Where MariaDB refuses the procedure, the transaction of plain
+	// statements is sent instead.
 	Acquire string
-	// Grant (name, owner, permits, acquired_at, expires_at, metadata)
-	// inserts a grant: RETURNING its id (SQLite) or as the insert id
-	// (MySQL).
+	// Grant (name, owner, permits, acquired_at, expires_at, metadata,
+	// request) inserts a grant: RETURNING its id (SQLite) or as the insert
+	// id (MySQL).
 	Grant string
+	// Granted (name, request) reads the grant a request made: its id, its
+	// expiry and the clock (no row: it made none, or the grant is gone).
+	Granted string
 	// Renew (ttl µs, id, owner) extends an unexpired grant from the
 	// database clock, never shortening it.
 	Renew string
@@ -67,6 +75,9 @@ type PermitParams struct {
 	Permits     int
 	TTL         time.Duration
 	Metadata    string
+	// Request identifies this attempt (NewRequest): the grant records it,
+	// so that GrantOf finds the grant of an attempt whose answer was lost.
+	Request string
 }
 
 // PermitResult is the outcome of AcquirePermits.
@@ -96,8 +107,14 @@ func limitMismatch(name string, limit, want int) error {
 // semaphore with another limit is an error wrapping ErrLimitMismatch and
 // dblock.ErrInvalidOption.
 func (db *DB) AcquirePermits(ctx context.Context, p PermitParams) (PermitResult, error) {
-	if db.Dialect.Semaphore().Acquire != "" {
-		return db.acquirePermitsOne(ctx, p)
+	if db.Dialect.Semaphore().Acquire != "" && !db.noGrantCall.Load() {
+		res, err := db.acquirePermitsOne(ctx, p)
+		if !ProcedureRefused(err) {
+			return res, err
+		}
+		// Grants from before MariaDB's procedure: the call did nothing;
+		// from now on the transaction.
+		db.noGrantCall.Store(true)
 	}
 	var res PermitResult
 	err := db.semaphoreTx(ctx, p.Name, p.Limit, func(tx *sqlx.Tx, limit int, now int64) (bool, error) {
@@ -133,8 +150,11 @@ func (db *DB) acquirePermitsOne(ctx context.Context, p PermitParams) (PermitResu
 		token, used, next, now int64
 		limit                  int
 	)
-	args := []any{p.Name, p.Owner, p.Limit, p.Permits, p.TTL.Microseconds(), nullString(p.Metadata)}
+	args := []any{p.Name, p.Owner, p.Limit, p.Permits, p.TTL.Microseconds(), nullString(p.Metadata), nullString(p.Request)}
 	err := db.queryRow(ctx, db, db.Dialect.Semaphore().Acquire, args, &res.Acquired, &token, &limit, &used, &next, &now)
+	if ProcedureRefused(err) {
+		return PermitResult{}, err
+	}
 	if err != nil {
 		return PermitResult{}, db.Classify(err)
 	}
@@ -151,7 +171,7 @@ func (db *DB) acquirePermitsOne(ctx context.Context, p PermitParams) (PermitResu
 // grant inserts p's grant in tx at now; it returns its id.
 func (db *DB) grant(ctx context.Context, tx *sqlx.Tx, p PermitParams, now int64) (int64, error) {
 	q := db.Dialect.Semaphore().Grant
-	args := []any{p.Name, p.Owner, p.Permits, now, now + p.TTL.Microseconds(), nullString(p.Metadata)}
+	args := []any{p.Name, p.Owner, p.Permits, now, now + p.TTL.Microseconds(), nullString(p.Metadata), nullString(p.Request)}
 	if db.Dialect.Caps().Returning {
 		var id int64
 		err := tx.QueryRowxContext(ctx, q, args...).Scan(&id)
@@ -223,6 +243,30 @@ func (db *DB) RenewPermits(ctx context.Context, id dblock.Token, owner string, t
 // when there is none (released already, expired, or not owner's).
 func (db *DB) ReleasePermits(ctx context.Context, id dblock.Token, owner string) (bool, error) {
 	return db.execOne(ctx, db, db.Dialect.Semaphore().Release, int64(id), owner)
+}
+
+// NewRequest draws the id of one grant attempt (PermitParams.Request).
+func NewRequest() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // Never fails (crypto/rand panics instead since Go 1.24).
+	return hex.EncodeToString(b[:])
+}
+
+// GrantOf reads the grant that request made on semaphore name: Exists
+// false when it made none or the grant is gone; Version is its id (the
+// token) and ExpiresAt its expiry, by the clock Now.
+func (db *DB) GrantOf(ctx context.Context, name, request string) (Holder, error) {
+	var h Holder
+	var id, exp, now int64
+	err := db.QueryRowxContext(ctx, db.Dialect.Semaphore().Granted, name, request).Scan(&id, &exp, &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Holder{}, nil
+	}
+	if err != nil {
+		return Holder{}, db.Classify(err)
+	}
+	h.Exists, h.Version, h.Mode, h.Reentry, h.ExpiresAt, h.Now = true, id, dblock.ModeSemaphore, 1, Micros(exp), Micros(now)
+	return h, nil
 }
 
 // PermitsHolder reads grant id as a Holder (Exists false when it is gone).

@@ -82,10 +82,10 @@ func (sqliteDialect) Slots() *SlotSQL            { return &sqliteSlots }
 //	snapshot than the one it now wants to write on (WAL)        -> ErrSerialization
 //	SQLITE_BUSY, SQLITE_LOCKED: another writer holds the
 //	database past the busy timeout                              -> ErrNotAcquired
-//	"no such table"                                             -> ErrSchemaMissing
+//	"no such table", "no such column", "has no column named"    -> ErrSchemaMissing
 //
-// SQLite reports a missing table only as a generic SQLITE_ERROR, so that one
-// case is recognised by its message. SQLite has no deadlock error: in WAL
+// SQLite reports a missing table or column only as a generic SQLITE_ERROR,
+// so those cases are recognised by their message. SQLite has no deadlock error: in WAL
 // mode readers never block writers and there is one writer, so two
 // transactions cannot wait on each other; the closest case, two deferred
 // transactions that both read and then both write, fails the second writer
@@ -105,7 +105,7 @@ func (d sqliteDialect) Classify(err error) error {
 		case sqliteBusy, sqliteLocked:
 			return notAcquired(err)
 		case sqliteError:
-			if strings.Contains(se.Message, "no such table") {
+			if m := se.Message; strings.Contains(m, "no such table") || strings.Contains(m, "no such column") || strings.Contains(m, "has no column named") {
 				return schemaMissing(d, err)
 			}
 		}

@@ -286,9 +286,10 @@ var sqliteSemaphore = SemaphoreSQL{
 	Lock:   `UPDATE dblock_semaphores SET updated_at = ` + sqliteNow + ` WHERE name = ?1 RETURNING lim, ` + sqliteNow,
 	Used: `SELECT IFNULL(sum(permits), 0), IFNULL(min(expires_at), 0)
 FROM dblock_permits WHERE name = ?1 AND expires_at > ?2`,
-	Grant: `INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+	Grant: `INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata, request)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
 RETURNING id`,
+	Granted: `SELECT id, expires_at, ` + sqliteNow + ` FROM dblock_permits WHERE name = ?1 AND request = ?2`,
 	Renew: `UPDATE dblock_permits SET expires_at = max(expires_at, ` + sqliteNow + ` + ?1)
 WHERE id = ?2 AND owner = ?3 AND expires_at > ` + sqliteNow,
 	Release: `DELETE FROM dblock_permits WHERE id = ?1 AND owner = ?2 AND expires_at > ` + sqliteNow,

@@ -528,11 +528,14 @@ SELECT IFNULL(SUM(permits), 0), IFNULL(MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-0
 FROM dblock_permits WHERE name = ? AND expires_at > TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00') LOCK IN SHARE MODE;
 
 -- SemaphoreSQL.Acquire
-CALL dblock_acquire_permits(?, ?, ?, ?, ?, ?);
+CALL dblock_grant_permits(?, ?, ?, ?, ?, ?, ?);
 
 -- SemaphoreSQL.Grant
-INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
-VALUES (?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), ?);
+INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata, request)
+VALUES (?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), ?, ?);
+
+-- SemaphoreSQL.Granted
+SELECT id, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) FROM dblock_permits WHERE name = ? AND request = ?;
 
 -- SemaphoreSQL.Renew
 UPDATE dblock_permits SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)

@@ -669,7 +669,10 @@ WITH cur AS (
 SELECT (SELECT count(*) FROM solo) + (SELECT count(*) FROM s) > 0;
 
 -- SemaphoreSQL.Acquire
-SELECT granted, token, lim, used, next_us, now_us FROM dblock_acquire_permits($1, $2, $3, $4, $5, $6);
+SELECT granted, token, lim, used, next_us, now_us FROM dblock_grant_permits($1, $2, $3, $4, $5, $6, $7);
+
+-- SemaphoreSQL.Granted
+SELECT id, (extract(epoch FROM expires_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint FROM dblock_permits WHERE name = $1 AND request = $2;
 
 -- SemaphoreSQL.Renew
 UPDATE dblock_permits SET expires_at = greatest(expires_at, now() + $1::bigint * interval '1 microsecond')

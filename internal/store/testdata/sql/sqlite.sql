@@ -360,9 +360,12 @@ SELECT IFNULL(sum(permits), 0), IFNULL(min(expires_at), 0)
 FROM dblock_permits WHERE name = ?1 AND expires_at > ?2;
 
 -- SemaphoreSQL.Grant
-INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+INSERT INTO dblock_permits (name, owner, permits, acquired_at, expires_at, metadata, request)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
 RETURNING id;
+
+-- SemaphoreSQL.Granted
+SELECT id, expires_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER) FROM dblock_permits WHERE name = ?1 AND request = ?2;
 
 -- SemaphoreSQL.Renew
 UPDATE dblock_permits SET expires_at = max(expires_at, CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?1)
