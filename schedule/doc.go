@@ -13,7 +13,11 @@
 // job, in the namespace of every mode), claims the slot with a
 // compare-and-set on the recorded one, runs the job and ends the lease. A
 // replica whose clock is seconds behind fires the same slot later and finds
-// it recorded: it never runs twice. A replica that finds the lock held by a
+// it recorded: it never runs twice. A take or a claim whose answer was lost
+// (the connection broke after it may have committed) is read back: the
+// lock's row naming the run's owner is its lease, and the slot recorded
+// while that lease holds the lock is its claim, so the slot runs rather
+// than being skipped everywhere. A replica that finds the lock held by a
 // run of the same or a later slot skips (it does not wait); one that finds a
 // run of an earlier slot waits for it, until its own next slot.
 //

@@ -59,7 +59,7 @@ func (r *run) ranAlready() bool {
 }
 
 // take acquires the job's lock; false when another run holds it (or the
-// statement failed). A run of an earlier slot, or a row locked by another
+// statement failed; one whose answer was lost is read back, settleTake). A run of an earlier slot, or a row locked by another
 // statement, is waited for, until the slot after this one is due: it may be a replica whose clock is behind, firing
 // a slot that never ran, at the moment this one fires its own, and skipping
 // would lose this slot (its successor's claim would then pass it by). A run
@@ -80,6 +80,8 @@ func (r *run) take() bool {
 	for {
 		res, reqStart, err := r.acquire(ttl)
 		switch {
+		case err != nil && leasekeeper.OutcomeUnknown(err):
+			return r.settleTake(err, reqStart)
 		case err != nil:
 			r.log(slog.LevelWarn, "schedule: take the job's lock failed; slot skipped here", slog.String("error", err.Error()))
 			return false
@@ -145,13 +147,17 @@ func slotOf(owner string) (time.Time, bool) {
 }
 
 // claim records the slot as the job's last; false when it ran already
-// (another replica, whose clock fired it first, claimed it).
+// (another replica, whose clock fired it first, claimed it). A claim whose
+// answer was lost is read back (settleClaim).
 func (r *run) claim() bool {
 	lctx, lcancel := r.lease.Context(context.Background())
 	defer lcancel()
 	ctx, cancel := context.WithTimeout(lctx, r.s.cfg.TTL)
 	defer cancel()
 	claimed, err := r.s.db.ClaimSlot(ctx, r.j.name, r.slot)
+	if err != nil && leasekeeper.OutcomeUnknown(err) {
+		claimed, err = r.settleClaim(ctx, err)
+	}
 	if err != nil {
 		r.log(slog.LevelWarn, "schedule: claim the slot failed; slot skipped here", slog.String("error", err.Error()))
 		return false
