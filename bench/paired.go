@@ -38,24 +38,37 @@ const pairedSlice = 250 * time.Millisecond
 // after the other read 0.98× and 1.02× alone and 0.85× and 0.87× within a
 // full run, where a checkpoint or an autovacuum of the earlier cells' rows
 // falls in one cell and not the other.
+//
+// The bar "fair ÷ contended optimistic" is read so too, at pairedContended
+// goroutines on one name a side (one: every goroutine of a side on the same
+// name): one cell after the other, MariaDB's read 0.40–0.76× in runs of the
+// same code minutes apart.
 var widePairings = []pairing{
-	{keyOptTry, keyFloor, pairedWide}, {keyOptAcquire, keyFloor, pairedWide},
-	{keyPessimist, keyForUpdate, 8}, {keyPessimist, keyForUpdate, 32},
+	{a: keyOptTry, b: keyFloor, n: pairedWide}, {a: keyOptAcquire, b: keyFloor, n: pairedWide},
+	{a: keyPessimist, b: keyForUpdate, n: 8}, {a: keyPessimist, b: keyForUpdate, n: 32},
+	{a: keyFair, b: keyOptAcquire, n: pairedContended, one: true},
 }
 
-// pairing names the two scenarios of a paired ratio, a ÷ b, and the
-// goroutines of each side.
+// pairedContended is the number of goroutines of the contended pairing,
+// as in the contended table.
+const pairedContended = 8
+
+// pairing names the two scenarios of a paired ratio, a ÷ b, the goroutines
+// of each side, and whether they all take one name (one) rather than a
+// name each.
 type pairing struct {
 	a, b string
 	n    int
+	one  bool
 }
 
 // pairings are the 1-goroutine comparisons that bars are read from.
 var pairings = []pairing{
-	{keyOptTry, keyFloor, 1}, {keyOptAcquire, keyFloor, 1},
-	{keyOptTry, keyFloorAsync, 1}, {keyOptAcquire, keyFloorAsync, 1},
-	{keyOptOtel, keyOptAcquire, 1}, {keyOptHistory, keyOptAcquire, 1},
-	{keyPessimist, keyForUpdate, 1}, {keyRead, keyOptAcquire, 1},
+	{a: keyOptTry, b: keyFloor, n: 1}, {a: keyOptAcquire, b: keyFloor, n: 1},
+	{a: keyOptTry, b: keyFloorAsync, n: 1}, {a: keyOptAcquire, b: keyFloorAsync, n: 1},
+	{a: keyOptOtel, b: keyOptAcquire, n: 1}, {a: keyOptHistory, b: keyOptAcquire, n: 1},
+	{a: keyPessimist, b: keyForUpdate, n: 1}, {a: keyRead, b: keyOptAcquire, n: 1},
+	{a: keyFair, b: keyOptAcquire, n: 1},
 }
 
 // pairedCell is one measured pairing: the pairs, the time and the
@@ -66,11 +79,20 @@ var pairings = []pairing{
 // kernel's cost of a round trip meets both sides alike.
 type pairedCell struct {
 	a, b           *scenario
-	n              int // Goroutines a side: 1, or pairedWide.
+	n              int  // Goroutines a side.
+	one            bool // All of a side's goroutines on one name.
 	pairsA, pairsB int
 	timeA, timeB   time.Duration
 	cpuA, cpuB     time.Duration
 	err            error
+}
+
+// width is the goroutines of a side, as the table prints them.
+func (p *pairedCell) width() string {
+	if p.one {
+		return fmt.Sprintf("%d, one name", p.n)
+	}
+	return fmt.Sprint(p.n)
 }
 
 // ratio is a's pairs per second over b's.
@@ -92,26 +114,32 @@ func (p *pairedCell) cpuRatio() float64 {
 // pairedCPURatio is the client CPU ratio of the pairing a ÷ b at 1
 // goroutine measured in ps, if any.
 func pairedCPURatio(ps []*pairedCell, a, b string) (float64, bool) {
-	return pairedBy(ps, a, b, 1, (*pairedCell).cpuRatio)
+	return pairedBy(ps, pairing{a: a, b: b, n: 1}, (*pairedCell).cpuRatio)
 }
 
 // pairedRatio is the ratio of the pairing a ÷ b at 1 goroutine measured in
 // ps, if any.
 func pairedRatio(ps []*pairedCell, a, b string) (float64, bool) {
-	return pairedBy(ps, a, b, 1, (*pairedCell).ratio)
+	return pairedBy(ps, pairing{a: a, b: b, n: 1}, (*pairedCell).ratio)
 }
 
 // pairedWideRatio is the ratio of the wide pairing a ÷ b at n goroutines
 // measured in ps, if any.
 func pairedWideRatio(ps []*pairedCell, a, b string, n int) (float64, bool) {
-	return pairedBy(ps, a, b, n, (*pairedCell).ratio)
+	return pairedBy(ps, pairing{a: a, b: b, n: n}, (*pairedCell).ratio)
 }
 
-// pairedBy is ratio (pairs a second, client CPU) of the pairing a ÷ b at n
-// goroutines measured in ps, if any.
-func pairedBy(ps []*pairedCell, a, b string, n int, ratio func(*pairedCell) float64) (float64, bool) {
+// pairedContendedRatio is the ratio of the contended pairing a ÷ b
+// (pairedContended goroutines on one name a side) measured in ps, if any.
+func pairedContendedRatio(ps []*pairedCell, a, b string) (float64, bool) {
+	return pairedBy(ps, pairing{a: a, b: b, n: pairedContended, one: true}, (*pairedCell).ratio)
+}
+
+// pairedBy is ratio (pairs a second, client CPU) of the pairing pr measured
+// in ps, if any.
+func pairedBy(ps []*pairedCell, pr pairing, ratio func(*pairedCell) float64) (float64, bool) {
 	for _, p := range ps {
-		if p.n == n && p.a.key == a && p.b.key == b && p.err == nil {
+		if p.n == pr.n && p.one == pr.one && p.a.key == pr.a && p.b.key == pr.b && p.err == nil {
 			r := ratio(p)
 			return r, r > 0
 		}
@@ -142,12 +170,12 @@ func runPairing(ctx context.Context, e *env, pr pairing, dur time.Duration, only
 	if only != nil && (!only[pr.a] || !only[pr.b]) {
 		return nil
 	}
-	p := &pairedCell{a: a, b: b, n: pr.n}
+	p := &pairedCell{a: a, b: b, n: pr.n, one: pr.one}
 	p.run(ctx, e, dur)
 	if rerr := e.reset(ctx, append(a.resetTables, b.resetTables...)...); rerr != nil && p.err == nil {
 		p.err = rerr
 	}
-	fmt.Fprintf(os.Stderr, "bench: %s paired at %d %s ÷ %s: %.3f× (%d + %d pairs)", e.label, pr.n, pr.a, pr.b, p.ratio(), p.pairsA, p.pairsB)
+	fmt.Fprintf(os.Stderr, "bench: %s paired at %s %s ÷ %s: %.3f× (%d + %d pairs)", e.label, p.width(), pr.a, pr.b, p.ratio(), p.pairsA, p.pairsB)
 	if p.err != nil {
 		fmt.Fprintf(os.Stderr, " FAILED: %v", p.err)
 	}
@@ -166,7 +194,7 @@ type pairSide struct {
 func (p *pairedCell) run(ctx context.Context, e *env, dur time.Duration) {
 	sides := [2]*pairSide{}
 	for i, sc := range []*scenario{p.a, p.b} {
-		s, err := openSide(ctx, e, sc, p.n)
+		s, err := openSide(ctx, e, sc, p.n, p.one)
 		if err != nil {
 			p.err = fmt.Errorf("%s: %w", sc.key, err)
 			break
@@ -203,8 +231,9 @@ func (p *pairedCell) run(ctx context.Context, e *env, dur time.Duration) {
 	}
 }
 
-// openSide sets up sc's instance and n workers, each on a name of its own.
-func openSide(ctx context.Context, e *env, sc *scenario, n int) (*pairSide, error) {
+// openSide sets up sc's instance and n workers, each on a name of its own
+// (one: all on one name).
+func openSide(ctx context.Context, e *env, sc *scenario, n int, one bool) (*pairSide, error) {
 	inst, err := sc.setup(ctx, e, false)
 	if err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
@@ -217,7 +246,11 @@ func openSide(ctx context.Context, e *env, sc *scenario, n int) (*pairSide, erro
 			return nil, fmt.Errorf("worker %d: %w", g, err)
 		}
 		s.ws = append(s.ws, w)
-		s.names = append(s.names, fmt.Sprintf("%s/paired%d/%s/%d", e.prefix, n, sc.key, g))
+		name := fmt.Sprintf("%s/paired%d/%s/%d", e.prefix, n, sc.key, g)
+		if one {
+			name = fmt.Sprintf("%s/paired%d/%s/one", e.prefix, n, sc.key)
+		}
+		s.names = append(s.names, name)
 	}
 	return s, nil
 }
@@ -279,16 +312,16 @@ func printPaired(w io.Writer, ps []*pairedCell) {
 	if len(ps) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "### Paired: alternating turns (1 goroutine: %d pairs each; more, a name each: %s each)\n\n",
+	fmt.Fprintf(w, "### Paired: alternating turns (1 goroutine: %d pairs each; more, a name each or \"one name\": %s each)\n\n",
 		pairBatch, fmtDur(pairedSlice))
 	fmt.Fprintln(w, "| scenario | vs | goroutines | pairs/s | vs pairs/s | ratio | client CPU/pair | vs client CPU/pair | CPU ratio |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, p := range ps {
 		if p.err != nil {
-			fmt.Fprintf(w, "| %s | %s | %d | failed: %v | | | | | |\n", p.a.title, p.b.title, p.n, p.err)
+			fmt.Fprintf(w, "| %s | %s | %s | failed: %v | | | | | |\n", p.a.title, p.b.title, p.width(), p.err)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %.0f | %.0f | %.3f× | %s | %s | %.2f× |\n", p.a.title, p.b.title, p.n,
+		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %.0f | %.3f× | %s | %s | %.2f× |\n", p.a.title, p.b.title, p.width(),
 			float64(p.pairsA)/p.timeA.Seconds(), float64(p.pairsB)/p.timeB.Seconds(), p.ratio(),
 			fmtDur(p.cpuA/time.Duration(p.pairsA)), fmtDur(p.cpuB/time.Duration(p.pairsB)), p.cpuRatio())
 	}

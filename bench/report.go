@@ -359,12 +359,12 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell, ps []*pairedC
 			fifo = "fair: %d grants (in token order) went to a waiter while one that joined the queue earlier still waited (largest head start %s, by the database clock; bar: zero FIFO violations)"
 		}
 		fmt.Fprintln(w, verdict(true, cfair.fifo == 0, "", fmt.Sprintf(fifo, cfair.fifo, fmtDur(cfair.fifoMax))))
-		have := usable(copt)
-		r := 0.0
-		if have {
-			r = ratioTo(cfair, copt)
+		text := "fair: %.3f× contended optimistic acquisitions/s (bar ≥ 0.5×)"
+		if r, ok := pairedContendedRatio(ps, keyFair, keyOptAcquire); ok {
+			fmt.Fprintln(w, verdict(true, r >= 0.5, "fair vs contended optimistic", fmt.Sprintf(text, r)+" (paired)"))
+		} else {
+			barVs(w, cfair, copt, 0.5, "fair vs contended optimistic", text)
 		}
-		fmt.Fprintln(w, verdict(have, r >= 0.5, "fair vs contended optimistic", fmt.Sprintf("fair: %.3f× contended optimistic acquisitions/s (bar ≥ 0.5×)", r)))
 	} else {
 		fmt.Fprintln(w, verdict(false, false, "fair: min/max ≥ 0.9, zero FIFO violations, ≥ 0.5× optimistic rate", ""))
 	}
@@ -386,7 +386,7 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell, ps []*pairedC
 // client (allocations; CPU against the floor's, from the paired
 // measurement when the run has it).
 func printCostBars(w io.Writer, un []*cell, ps []*pairedCell) {
-	barVs(w, find(un, keyFair, 1), find(un, keyOptAcquire, 1), 0.7, "fair vs optimistic at 1 goroutine",
+	barAt1(w, ps, un, keyFair, keyOptAcquire, 0.7, "fair vs optimistic at 1 goroutine",
 		"fair Acquire+Release, 1 goroutine: %.3f× optimistic Acquire+Release (bar ≥ 0.7×)")
 	floor := find(un, keyFloor, 1)
 	for _, key := range []string{keyOptTry, keyOptAcquire} {
