@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -152,11 +151,8 @@ func (db *DB) acquirePermitsOne(ctx context.Context, p PermitParams) (PermitResu
 	)
 	args := []any{p.Name, p.Owner, p.Limit, p.Permits, p.TTL.Microseconds(), nullString(p.Metadata), nullString(p.Request)}
 	err := db.queryRow(ctx, db, db.Dialect.Semaphore().Acquire, args, &res.Acquired, &token, &limit, &used, &next, &now)
-	if ProcedureRefused(err) {
-		return PermitResult{}, err
-	}
 	if err != nil {
-		return PermitResult{}, db.Classify(err)
+		return PermitResult{}, db.Classify(err) // ProcedureRefused still sees the server's error.
 	}
 	if limit != p.Limit {
 		return PermitResult{}, limitMismatch(p.Name, limit, p.Limit)
@@ -246,42 +242,36 @@ func (db *DB) ReleasePermits(ctx context.Context, id dblock.Token, owner string)
 }
 
 // NewRequest draws the id of one grant attempt (PermitParams.Request).
-func NewRequest() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // Never fails (crypto/rand panics instead since Go 1.24).
-	return hex.EncodeToString(b[:])
-}
+func NewRequest() string { return rand.Text() }
 
 // GrantOf reads the grant that request made on semaphore name: Exists
 // false when it made none or the grant is gone; Version is its id (the
-// token) and ExpiresAt its expiry, by the clock Now.
+// token) and ExpiresAt its expiry, by the clock Now (Owner is not read).
 func (db *DB) GrantOf(ctx context.Context, name, request string) (Holder, error) {
-	var h Holder
 	var id, exp, now int64
 	err := db.QueryRowxContext(ctx, db.Dialect.Semaphore().Granted, name, request).Scan(&id, &exp, &now)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Holder{}, nil
-	}
-	if err != nil {
-		return Holder{}, db.Classify(err)
-	}
-	h.Exists, h.Version, h.Mode, h.Reentry, h.ExpiresAt, h.Now = true, id, dblock.ModeSemaphore, 1, Micros(exp), Micros(now)
-	return h, nil
+	return db.grantHolder(err, id, "", exp, now)
 }
 
 // PermitsHolder reads grant id as a Holder (Exists false when it is gone).
 func (db *DB) PermitsHolder(ctx context.Context, id dblock.Token) (Holder, error) {
-	var h Holder
+	var owner string
 	var exp, now int64
-	err := db.QueryRowxContext(ctx, db.Dialect.Semaphore().Holder, int64(id)).Scan(&h.Owner, &exp, &now)
+	err := db.QueryRowxContext(ctx, db.Dialect.Semaphore().Holder, int64(id)).Scan(&owner, &exp, &now)
+	return db.grantHolder(err, int64(id), owner, exp, now)
+}
+
+// grantHolder is the Holder of grant id read with err (sql.ErrNoRows:
+// none, Exists false), its owner, expiry and the clock (µs).
+func (db *DB) grantHolder(err error, id int64, owner string, exp, now int64) (Holder, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return Holder{}, nil
 	}
 	if err != nil {
 		return Holder{}, db.Classify(err)
 	}
-	h.Exists, h.Version, h.Mode, h.Reentry, h.ExpiresAt, h.Now = true, int64(id), dblock.ModeSemaphore, 1, Micros(exp), Micros(now)
-	return h, nil
+	return Holder{Exists: true, Owner: owner, Version: id, Mode: dblock.ModeSemaphore, Reentry: 1,
+		ExpiresAt: Micros(exp), Now: Micros(now)}, nil
 }
 
 // SetSemaphoreLimit sets name's limit (creating the semaphore if needed).
