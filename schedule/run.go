@@ -58,6 +58,14 @@ func (r *run) ranAlready() bool {
 	return true
 }
 
+// A run's pauses between tries (a take waiting for a run of an earlier
+// slot, a read of a lost answer): from pauseFirst, doubling, up to
+// pauseMost, jittered.
+const (
+	pauseFirst = 5 * time.Millisecond
+	pauseMost  = 250 * time.Millisecond
+)
+
 // take acquires the job's lock; false when another run holds it (or the
 // statement failed; one whose answer was lost is read back, settleTake). A run of an earlier slot, or a row locked by another
 // statement, is waited for, until the slot after this one is due: it may be a replica whose clock is behind, firing
@@ -76,7 +84,7 @@ func (r *run) take() bool {
 		ttl = r.j.o.atMost
 	}
 	until := r.j.schedule.Next(r.slot)
-	pause := 5 * time.Millisecond
+	pause := pauseFirst
 	for {
 		res, reqStart, err := r.acquire(ttl)
 		switch {
@@ -104,7 +112,7 @@ func (r *run) take() bool {
 			return false
 		case <-t.C:
 		}
-		pause = min(2*pause, 250*time.Millisecond)
+		pause = min(2*pause, pauseMost)
 	}
 }
 

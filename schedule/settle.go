@@ -16,12 +16,6 @@ import (
 // expired, and the claim's record would mark the slot as run when nobody
 // ran it.
 
-// Pauses between the reads of a lost answer (leasekeeper.ReadBack).
-const (
-	readBackFirst = 5 * time.Millisecond
-	readBackMost  = 250 * time.Millisecond
-)
-
 // settleTake reads back a take whose answer was lost (err): true, with the
 // lease kept, when the job's row names this run's owner with an unexpired
 // lease that no handle of this Scheduler has.
@@ -31,7 +25,7 @@ func (r *run) settleTake(err error, reqStart time.Time) bool {
 		h, err = r.s.db.LeaseHolder(ctx, nil, r.j.name)
 		return err
 	}
-	if rerr := leasekeeper.ReadBack(context.Background(), r.s.cfg.TTL, readBackFirst, readBackMost, read); rerr != nil {
+	if rerr := leasekeeper.ReadBack(context.Background(), r.s.cfg.TTL, pauseFirst, pauseMost, read); rerr != nil {
 		r.log(slog.LevelWarn, "schedule: take the job's lock failed, and reading it back too; slot skipped here (a lock it took expires by itself)",
 			slog.String("error", err.Error()), slog.String("read_back", rerr.Error()))
 		return false
@@ -56,7 +50,7 @@ func (r *run) settleClaim(ctx context.Context, err error) (bool, error) {
 		last, err = r.s.db.LastSlot(ctx, r.j.name)
 		return err
 	}
-	if rerr := leasekeeper.ReadBack(ctx, r.s.cfg.TTL, readBackFirst, readBackMost, read); rerr != nil {
+	if rerr := leasekeeper.ReadBack(ctx, r.s.cfg.TTL, pauseFirst, pauseMost, read); rerr != nil {
 		return false, err
 	}
 	switch {
