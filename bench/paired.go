@@ -117,24 +117,6 @@ func pairedCPURatio(ps []*pairedCell, a, b string) (float64, bool) {
 	return pairedBy(ps, pairing{a: a, b: b, n: 1}, (*pairedCell).cpuRatio)
 }
 
-// pairedRatio is the ratio of the pairing a ÷ b at 1 goroutine measured in
-// ps, if any.
-func pairedRatio(ps []*pairedCell, a, b string) (float64, bool) {
-	return pairedBy(ps, pairing{a: a, b: b, n: 1}, (*pairedCell).ratio)
-}
-
-// pairedWideRatio is the ratio of the wide pairing a ÷ b at n goroutines
-// measured in ps, if any.
-func pairedWideRatio(ps []*pairedCell, a, b string, n int) (float64, bool) {
-	return pairedBy(ps, pairing{a: a, b: b, n: n}, (*pairedCell).ratio)
-}
-
-// pairedContendedRatio is the ratio of the contended pairing a ÷ b
-// (pairedContended goroutines on one name a side) measured in ps, if any.
-func pairedContendedRatio(ps []*pairedCell, a, b string) (float64, bool) {
-	return pairedBy(ps, pairing{a: a, b: b, n: pairedContended, one: true}, (*pairedCell).ratio)
-}
-
 // pairedBy is ratio (pairs a second, client CPU) of the pairing pr measured
 // in ps, if any.
 func pairedBy(ps []*pairedCell, pr pairing, ratio func(*pairedCell) float64) (float64, bool) {

@@ -304,22 +304,14 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell, ps []*pairedC
 	barAt1(w, ps, un, keyPessimist, keyForUpdate, 0.9, "pessimistic Do vs FOR UPDATE at 1",
 		"pessimistic Do, 1 goroutine(s): %.3f× hand-written FOR UPDATE (bar ≥ 0.9×)")
 	for _, n := range []int{8, 32} {
-		label := fmt.Sprintf("pessimistic Do vs FOR UPDATE at %d", n)
-		text := fmt.Sprintf("pessimistic Do, %d goroutine(s): %%.3f× hand-written FOR UPDATE (bar ≥ 0.9×)", n)
-		if r, ok := pairedWideRatio(ps, keyPessimist, keyForUpdate, n); ok {
-			fmt.Fprintln(w, verdict(true, r >= 0.9, label, fmt.Sprintf(text, r)+" (paired)"))
-			continue
-		}
-		barVs(w, find(un, keyPessimist, n), find(un, keyForUpdate, n), 0.9, label, text)
+		barPaired(w, ps, pairing{a: keyPessimist, b: keyForUpdate, n: n}, find(un, keyPessimist, n), find(un, keyForUpdate, n), 0.9,
+			fmt.Sprintf("pessimistic Do vs FOR UPDATE at %d", n),
+			fmt.Sprintf("pessimistic Do, %d goroutine(s): %%.3f× hand-written FOR UPDATE (bar ≥ 0.9×)", n))
 	}
 	for _, key := range []string{keyOptTry, keyOptAcquire} {
-		label := registry[key].title + " at 32 goroutines vs the floor"
-		text := fmt.Sprintf("%s, 32 goroutines: %%.3f× the floor's throughput (bar ≥ 1.0×)", registry[key].title)
-		if r, ok := pairedWideRatio(ps, key, keyFloor, pairedWide); ok {
-			fmt.Fprintln(w, verdict(true, r >= 1.0, label, fmt.Sprintf(text, r)+" (paired)"))
-			continue
-		}
-		barVs(w, find(un, key, 32), find(un, keyFloor, 32), 1.0, label, text)
+		barPaired(w, ps, pairing{a: key, b: keyFloor, n: pairedWide}, find(un, key, pairedWide), find(un, keyFloor, pairedWide), 1.0,
+			registry[key].title+" at 32 goroutines vs the floor",
+			fmt.Sprintf("%s, 32 goroutines: %%.3f× the floor's throughput (bar ≥ 1.0×)", registry[key].title))
 	}
 	var cfloor, copt, cfair *cell
 	for _, c := range co {
@@ -359,12 +351,8 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell, ps []*pairedC
 			fifo = "fair: %d grants (in token order) went to a waiter while one that joined the queue earlier still waited (largest head start %s, by the database clock; bar: zero FIFO violations)"
 		}
 		fmt.Fprintln(w, verdict(true, cfair.fifo == 0, "", fmt.Sprintf(fifo, cfair.fifo, fmtDur(cfair.fifoMax))))
-		text := "fair: %.3f× contended optimistic acquisitions/s (bar ≥ 0.5×)"
-		if r, ok := pairedContendedRatio(ps, keyFair, keyOptAcquire); ok {
-			fmt.Fprintln(w, verdict(true, r >= 0.5, "fair vs contended optimistic", fmt.Sprintf(text, r)+" (paired)"))
-		} else {
-			barVs(w, cfair, copt, 0.5, "fair vs contended optimistic", text)
-		}
+		barPaired(w, ps, pairing{a: keyFair, b: keyOptAcquire, n: pairedContended, one: true}, cfair, copt, 0.5,
+			"fair vs contended optimistic", "fair: %.3f× contended optimistic acquisitions/s (bar ≥ 0.5×)")
 	} else {
 		fmt.Fprintln(w, verdict(false, false, "fair: min/max ≥ 0.9, zero FIFO violations, ≥ 0.5× optimistic rate", ""))
 	}
@@ -411,11 +399,18 @@ func printCostBars(w io.Writer, un []*cell, ps []*pairedCell) {
 // measurement when the run has it (the line says "paired"), else from the
 // tables' rounds.
 func barAt1(w io.Writer, ps []*pairedCell, un []*cell, a, b string, min float64, label, text string) {
-	if r, ok := pairedRatio(ps, a, b); ok {
+	barPaired(w, ps, pairing{a: a, b: b, n: 1}, find(un, a, 1), find(un, b, 1), min, label, text)
+}
+
+// barPaired checks a bar on the ratio of pairing pr: read from the paired
+// measurement when the run has it (the line says "paired"), else from the
+// tables' cells c ÷ base.
+func barPaired(w io.Writer, ps []*pairedCell, pr pairing, c, base *cell, min float64, label, text string) {
+	if r, ok := pairedBy(ps, pr, (*pairedCell).ratio); ok {
 		fmt.Fprintln(w, verdict(true, r >= min, label, fmt.Sprintf(text, r)+" (paired)"))
 		return
 	}
-	barVs(w, find(un, a, 1), find(un, b, 1), min, label, text)
+	barVs(w, c, base, min, label, text)
 }
 
 func barVs(w io.Writer, c, base *cell, min float64, label, text string) {
