@@ -116,3 +116,38 @@ func TestReservationGivenUp(t *testing.T) {
 		}
 	})
 }
+
+// TestReserverSleeps: a reserver's first sleep where nothing announces a
+// release is a tenth of PollMin (at least 500 µs, at most PollMin), so a
+// name freed across processes changes hands within a look or two; where
+// releases are announced it is PollMin. Its cap is unchanged either way.
+func TestReserverSleeps(t *testing.T) {
+	t.Parallel()
+	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
+		for _, tc := range []struct {
+			pollMin, polled time.Duration // polled: the first sleep where nothing announces
+		}{
+			{PollMinDefault, 500 * time.Microsecond},
+			{20 * time.Millisecond, 2 * time.Millisecond},
+			{300 * time.Microsecond, 300 * time.Microsecond},
+		} {
+			l, err := New(iso.DB, &Config{PollMin: tc.pollMin})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.polled
+			if l.hub != nil {
+				want = tc.pollMin
+			}
+			if got := l.reserverFirst(); got != want {
+				t.Errorf("PollMin %v, announced %t: first sleep %v, want %v", tc.pollMin, l.hub != nil, got, want)
+			}
+			if got, cap := l.reserverFirst(), l.reserverPoll(); got > cap {
+				t.Errorf("PollMin %v: first sleep %v above the cap %v", tc.pollMin, got, cap)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
