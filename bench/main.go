@@ -263,11 +263,12 @@ func runDatabase(ctx context.Context, w io.Writer, kind store.Kind, dsn string, 
 	runGroup(contended)
 	var procs, fairProcs, handoff *procCell
 	if only == nil || only[keyOptAcquire] {
-		procs = runProcs(ctx, e, procOptimistic, warm, dur)
+		kinds := []procKind{procOptimistic, procHandoff}
 		if only == nil || only[keyFair] {
-			fairProcs = runProcs(ctx, e, procFair, warm, dur)
+			kinds = append(kinds, procFair)
 		}
-		handoff = runProcs(ctx, e, procHandoff, warm, dur)
+		cells := runProcRounds(ctx, e, kinds, warm, dur)
+		procs, fairProcs, handoff = cells[procOptimistic], cells[procFair], cells[procHandoff]
 	}
 	paired := runPairings(ctx, e, dur, only)
 	namesCells := namesCheck(e, newCell, only)

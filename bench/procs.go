@@ -226,7 +226,7 @@ func runProcCell(ctx context.Context, e *env, name string, kind procKind, warm, 
 // in-process contended cell of the same scenario (inProc) and against the
 // hand-written hand-off across the same processes (handoff).
 func printProcs(w io.Writer, c, fair, handoff *procCell, inProc *cell) {
-	fmt.Fprintf(w, "### Across processes: %d OS processes × %d goroutines on one name (Acquire+Release, defaults; the bars read dblock optimistic)\n\n", procCount, procGoroutines)
+	fmt.Fprintf(w, "### Across processes: %d OS processes × %d goroutines on one name, %d turns each, the rows taking turns (Acquire+Release, defaults; the bars read dblock optimistic)\n\n", procCount, procGoroutines, procRounds)
 	switch {
 	case c == nil || c.skip != "":
 		fmt.Fprintln(w, "not run")
@@ -298,8 +298,56 @@ func ratioOf(lo, hi int) float64 {
 	return float64(lo) / float64(hi)
 }
 
-// runProcs runs the cross-process cell of kind on e, then empties the
-// tables.
+// procRounds is how many turns each cross-process cell runs, the kinds
+// taking turns (dblock, the hand-written hand-off, dblock, ...), so that
+// the ratio between them reads the same disk and server: a flush that
+// slows for a while slows both alike.
+const procRounds = 3
+
+// runProcRounds runs the cross-process cells of kinds on e in procRounds
+// alternating turns, each a share of dur, and sums each kind's turns.
+func runProcRounds(ctx context.Context, e *env, kinds []procKind, warm, dur time.Duration) map[procKind]*procCell {
+	cells := make(map[procKind]*procCell, len(kinds))
+	for range procRounds {
+		for _, k := range kinds {
+			cells[k] = cells[k].add(runProcs(ctx, e, k, warm, dur/procRounds))
+		}
+	}
+	for _, c := range cells {
+		slices.Sort(c.wait)
+	}
+	return cells
+}
+
+// add is c with turn's counts added (turn itself when c is nil); a
+// failed turn fails the cell.
+func (c *procCell) add(turn *procCell) *procCell {
+	if c == nil || turn.err != nil {
+		return turn
+	}
+	if c.err != nil {
+		return c
+	}
+	c.ops += turn.ops
+	c.elapsed += turn.elapsed
+	addCounts(c.perProc, turn.perProc)
+	addCounts(c.perG, turn.perG)
+	c.wait = append(c.wait, turn.wait...)
+	if c.firstErr == "" {
+		c.firstErr = turn.firstErr
+	}
+	return c
+}
+
+// addCounts adds b into a, element by element (both of one cell's shape).
+func addCounts(a, b []int) {
+	for i := range min(len(a), len(b)) {
+		a[i] += b[i]
+	}
+}
+
+// runProcs runs one turn of the cross-process cell of kind on e, then
+// empties the tables.
 func runProcs(ctx context.Context, e *env, kind procKind, warm, dur time.Duration) *procCell {
 	label := [...]string{"", ", fairqueue", ", hand-written hand-off"}[kind]
 	fmt.Fprintf(os.Stderr, "bench: %s %d processes x %d goroutines on one name%s\n", e.label, procCount, procGoroutines, label)
