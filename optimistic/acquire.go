@@ -132,6 +132,7 @@ func (a *acquisition) readFirst() bool {
 	heldByOther := h.Held() && h.Owner != a.o.Owner && (a.l.writer == nil || h.Mode != dblock.ModeRead)
 	kept := !h.Held() && h.ReservedFor(a.o.Owner)
 	if !heldByOther && !kept {
+		a.params.FreeSeen = !h.Held()
 		return true
 	}
 	a.res, a.lastErr = store.AcquireResult{Holder: h}, nil
@@ -158,6 +159,7 @@ func (a *acquisition) ask(attempt int) (*dblock.Lease, bool, error) {
 	stmtCtx, cancel := l.db.StatementContext(context.WithoutCancel(a.ctx), l.cfg.StatementTimeout)
 	res, err := l.db.AcquireLease(stmtCtx, nil, a.params)
 	cancel()
+	a.params.FreeSeen = false
 	a.res = res
 	switch {
 	case err != nil:
@@ -296,6 +298,8 @@ func (a *acquisition) sleep() error {
 		a.polled = true
 		return nil
 	case <-a.wakeCh:
+		// A release was announced: the name is most likely free.
+		a.params.FreeSeen = true
 		return nil
 	case <-a.kickCh:
 		return nil

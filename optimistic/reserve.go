@@ -19,12 +19,14 @@ import (
 // the database clock (its first refusal). A head that began waiting earlier
 // takes the reservation over when it next looks, so across processes the
 // longest waiter that asks is served next. The reserver looks more often
-// (reserverPoll) and renews the reservation when half of it is left; its
-// take clears it, and a wait that ends without the name gives it up. A
-// reserver that crashes keeps the name free but unclaimed until the
-// reservation lapses (reserveFor). A waiter that last saw the name kept
-// for another reads the row when it wakes (readFirst) instead of sending
-// the acquire statement, which would be refused.
+// (from reserverFirst, doubling up to reserverPoll), sends the cheaper take
+// of a free name once a look or an announcement finds the name free
+// (store.AcquireParams.FreeSeen), and renews the reservation when half of
+// it is left; its take clears it, and a wait that ends without the name
+// gives it up. A reserver that crashes keeps the name free but unclaimed
+// until the reservation lapses (reserveFor). A waiter that last saw the
+// name kept for another reads the row when it wakes (readFirst) instead
+// of sending the acquire statement, which would be refused.
 //
 // Where releases are announced (PostgreSQL), a release that frees a name
 // kept for another owner's waiter is announced to that owner alone, and

@@ -30,7 +30,7 @@ func (db *DB) NoteReleased(name string) { db.noteReleased(name) }
 // first (on the pool; on MariaDB, no trigger seen lately: see
 // mysqlDialect.takeFree).
 func TakesFree(db *DB, name string) bool {
-	return db.takesFree(db.DB, name) && !(db.MariaDB() && db.returningAcquire())
+	return db.takesFree(db.DB, AcquireParams{Name: name}) && !(db.MariaDB() && db.returningAcquire())
 }
 
 // TakesFreeRead reports whether db's next read of name tries

@@ -128,6 +128,12 @@ type AcquireParams struct {
 	// name back from the release that follows). Elsewhere it changes
 	// nothing.
 	QueueQuiet bool
+	// FreeSeen says that the caller has just seen the name free, or was
+	// woken by its release: the acquisition tries LeaseSQL.TakeFree first
+	// where the dialect has it, as it does for a name this DB released
+	// lately (a waiter of another process the release was announced to, a
+	// poller that read the row free). Autocommit only.
+	FreeSeen bool
 }
 
 // AcquireResult is the outcome of AcquireLease.
@@ -262,7 +268,7 @@ func (db *DB) acquireLease(ctx context.Context, q Querier, p AcquireParams) (Acq
 		return db.Dialect.acquireGuarded(ctx, db, p)
 	}
 	q = db.q(q)
-	if !db.takesFree(q, p.Name) {
+	if !db.takesFree(q, p) {
 		return db.Dialect.acquireLease(ctx, db, q, p)
 	}
 	return db.acquireFreeFirst(ctx, q, p)

@@ -54,11 +54,11 @@ func (db *DB) acquireFreeFirst(ctx context.Context, q Querier, p AcquireParams) 
 	return res, err
 }
 
-// takesFree reports whether an acquisition of name on q tries TakeFree
-// before Acquire: where the dialect has it, on the pool (autocommit), for a
-// name this DB released lately.
-func (db *DB) takesFree(q Querier, name string) bool {
-	return db.Dialect.Lease().TakeFree != "" && db.onPool(q) && db.free.Within(name, freeFor)
+// takesFree reports whether the acquisition p on q tries TakeFree before
+// Acquire: where the dialect has it, on the pool (autocommit), for a name
+// this DB released lately or that its caller saw free (p.FreeSeen).
+func (db *DB) takesFree(q Querier, p AcquireParams) bool {
+	return db.Dialect.Lease().TakeFree != "" && db.onPool(q) && (p.FreeSeen || db.free.Within(p.Name, freeFor))
 }
 
 // notBusy is err, or nil where it says a row was busy (locked past the

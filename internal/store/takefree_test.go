@@ -26,6 +26,7 @@ func TestTakeFree(t *testing.T) {
 				t.Skip("MySQL 8: no TakeFree")
 			}
 			takeFreeRules(t, iso)
+			takeFreeSeen(t, iso)
 		})
 	}
 }
@@ -139,5 +140,47 @@ func takeFreeRules(t *testing.T, iso *dbtest.Isolated) {
 	db.NoteReleased(name) // o6's refusal forgot it.
 	if res = acquire("o6", time.Minute, 1); !res.Acquired {
 		t.Fatalf("after the transaction: %+v", res)
+	}
+}
+
+// takeFreeSeen: a caller that saw the name free (AcquireParams.FreeSeen: a
+// waiter woken by a release announced to it, a poller that read the row)
+// gets the update first on a DB that did not release the name itself; a
+// name taken meanwhile is refused by Acquire after it, with its holder.
+func takeFreeSeen(t *testing.T, iso *dbtest.Isolated) {
+	ctx := context.Background()
+	name := "takefree:seen"
+	db := iso.Store()
+	p := store.AcquireParams{Name: name, Owner: "s1", Mode: dblock.ModeOptimistic, TTL: time.Minute}
+	first, err := db.AcquireLease(ctx, nil, p)
+	if err != nil || !first.Acquired {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	if ok, err := db.ReleaseLease(ctx, nil, name, "s1", first.Token); err != nil || !ok {
+		t.Fatalf("release: %v, %v", ok, err)
+	}
+	// Another process's DB: the name is not one it released lately.
+	other, err := store.Open(ctx, iso.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if store.TakesFree(other, name) {
+		t.Fatal("a DB that released nothing takes first")
+	}
+	p.Owner, p.FreeSeen = "s2", true
+	res, err := other.AcquireLease(ctx, nil, p)
+	if err != nil || !res.Acquired || res.Statements != 1 || res.Token <= first.Token {
+		t.Fatalf("seen free: %+v, %v; want taken in one statement, token above %d", res, err, first.Token)
+	}
+	// Seen free, but taken since: the update misses, Acquire refuses.
+	refusal := 2
+	if iso.Kind == store.MySQL {
+		refusal = 3
+	}
+	p.Owner = "s3"
+	refused, err := other.AcquireLease(ctx, nil, p)
+	if err != nil || refused.Acquired || refused.Holder.Owner != "s2" || refused.Statements != refusal {
+		t.Fatalf("seen free, held since: %+v, %v; want refused with s2 named in %d statements", refused, err, refusal)
 	}
 }
