@@ -286,7 +286,8 @@ func (a *acquisition) sleep() error {
 		// Holding the reservation, or another Locker's waiter does: look
 		// again soon enough to take the name, or (having waited longer)
 		// the reservation.
-		d, a.backoff = min(d, a.l.reserverPoll()), min(a.backoff, a.l.reserverPoll())
+		c := a.l.keptPoll(a.reserved)
+		d, a.backoff = min(d, c), min(a.backoff, c)
 	}
 	// Wake when the lease ends by the database clock, whatever the backoff says.
 	d = backoff.UntilExpiry(d, a.res.Holder.ExpiresAt, a.res.Holder.Now)

@@ -56,7 +56,13 @@
 // by a notification or their next look. A try is refused while another
 // owner's reservation lasts (the *dblock.HeldError's cause says so). A wait
 // that ends without the name gives its reservation up; a waiter that crashes
-// leaves the name free but unclaimed until its reservation lapses.
+// leaves the name free but unclaimed until its reservation lapses. Where
+// nothing announces releases (MySQL, MariaDB, SQLite), the reserver first
+// looks a tenth of PollMin after it reserved (at least 500 µs), doubling
+// up to four PollMin, so a name freed in another process changes hands
+// within a look or two; the waiters it keeps out look at most every two
+// PollMin, so that one of them reserves the name soon after the reserver
+// took it.
 //
 // On PostgreSQL a release that frees a name kept for another owner's waiter
 // is announced to that owner alone, and a release that the Locker's own

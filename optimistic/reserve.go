@@ -71,6 +71,21 @@ func (l *Locker) reserverPoll() time.Duration {
 	return min(l.cfg.PollMax, 4*l.cfg.PollMin)
 }
 
+// keptPoll caps the sleep of a waiting call while the name is reserved:
+// the reserver's (reserved) is reserverPoll. Where nothing announces
+// releases, a waiter kept out by another's reservation looks twice as
+// often (at most 2 PollMin): once the reserver has taken the name, nobody
+// reserves it until such a waiter looks, and meanwhile the taker's own
+// waiters pass it among themselves (on MariaDB, 4 processes × 2
+// goroutines on one name: per-process min/max 0.77–0.84 with reserverPoll,
+// 0.85–0.94 with this, each look a read of one row).
+func (l *Locker) keptPoll(reserved bool) time.Duration {
+	if reserved || l.hub != nil {
+		return l.reserverPoll()
+	}
+	return min(l.reserverPoll(), 2*l.cfg.PollMin)
+}
+
 // keep runs after a waiting call saw the name held or kept from it (h): it
 // notes when the call began to wait, and reserves the name for the call
 // unless the call holds the reservation with more than half of it left or

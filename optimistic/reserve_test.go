@@ -120,7 +120,9 @@ func TestReservationGivenUp(t *testing.T) {
 // TestReserverSleeps: a reserver's first sleep where nothing announces a
 // release is a tenth of PollMin (at least 500 µs, at most PollMin), so a
 // name freed across processes changes hands within a look or two; where
-// releases are announced it is PollMin. Its cap is unchanged either way.
+// releases are announced it is PollMin. Its cap is unchanged either way;
+// a waiter kept out by the reservation looks twice as often where nothing
+// announces.
 func TestReserverSleeps(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
@@ -144,6 +146,11 @@ func TestReserverSleeps(t *testing.T) {
 			}
 			if got, cap := l.reserverFirst(), l.reserverPoll(); got > cap {
 				t.Errorf("PollMin %v: first sleep %v above the cap %v", tc.pollMin, got, cap)
+			}
+			// A waiter kept out by another's reservation: half the
+			// reserver's cap where nothing announces, the same elsewhere.
+			if got, mine := l.keptPoll(false), l.keptPoll(true); mine != l.reserverPoll() || (l.hub == nil) != (got < mine) {
+				t.Errorf("PollMin %v, announced %t: kept out %v, reserver %v", tc.pollMin, l.hub != nil, got, mine)
 			}
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
