@@ -263,14 +263,16 @@ func TestToken(t *testing.T) {
 }
 
 // TestHonoursLeaseHolder: a name held by an unexpired lease is busy for
-// pessimistic acquirers, who wait for its expiry.
+// pessimistic acquirers, who wait for its expiry. (The lease lasts long
+// enough that the try comes before its end on a loaded machine: with
+// 300 ms it once came after, and took the name.)
 func TestHonoursLeaseHolder(t *testing.T) {
 	t.Parallel()
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx := testCtx(t)
 		l := newLocker(t, iso.DB, nil)
 		name := randName(t)
-		r, err := iso.Store().AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: 300 * time.Millisecond})
+		r, err := iso.Store().AcquireLease(ctx, nil, store.AcquireParams{Name: name, Owner: "leaser", Mode: dblock.ModeOptimistic, TTL: 2 * time.Second})
 		if err != nil || !r.Acquired {
 			t.Fatalf("lease: %+v %v", r, err)
 		}
