@@ -129,10 +129,13 @@ func (a *acquisition) readFirst() bool {
 		return true
 	}
 	// (A writer held off by readers asks, which renews its mark.)
+	// What the read saw replaces what an announcement said: a name found
+	// held since is not sent the take of a free name when this call next
+	// asks.
+	a.params.FreeSeen = !h.Held()
 	heldByOther := h.Held() && h.Owner != a.o.Owner && (a.l.writer == nil || h.Mode != dblock.ModeRead)
 	kept := !h.Held() && h.ReservedFor(a.o.Owner)
 	if !heldByOther && !kept {
-		a.params.FreeSeen = !h.Held()
 		return true
 	}
 	a.res, a.lastErr = store.AcquireResult{Holder: h}, nil

@@ -59,7 +59,7 @@
 // leaves the name free but unclaimed until its reservation lapses. Where
 // nothing announces releases (MySQL, MariaDB, SQLite), the reserver first
 // looks a tenth of PollMin after it reserved (at least 500 µs), doubling
-// up to four PollMin, so a name freed in another process changes hands
+// up to four PollMin (at most PollMax), so a name freed in another process changes hands
 // within a look or two; the waiters it keeps out look at most every two
 // PollMin, so that one of them reserves the name soon after the reserver
 // took it.

@@ -53,7 +53,8 @@ func (l *Locker) reserveFor() time.Duration {
 // one row, while one held long costs the reserver only the few looks
 // more it takes to reach the cap (on MariaDB, 4 processes taking turns on
 // one name: 0.61× a hand-written hand-off that polls every millisecond
-// with the first step at PollMin, 0.9× with this; bench/README.md).
+// with the first step at PollMin, 0.84–0.94× with this alone in quick
+// runs; bench/README.md).
 func (l *Locker) reserverFirst() time.Duration {
 	if l.hub != nil {
 		return l.cfg.PollMin
