@@ -207,10 +207,10 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 // reads the row through optimistic's Guard, which marks the lease lost with
 // the reason) and returns the term's loss.
 func (e *Election) markLost(ctx context.Context, term *dblock.Lease) error {
-	tx, err := e.db.DB.DB.BeginTx(ctx, nil)
+	tx, end, err := e.db.BeginPinned(ctx, nil)
 	if err == nil {
 		err = e.locker.Guard(ctx, tx, term)
-		_ = tx.Rollback()
+		end()
 	}
 	if lost := term.Err(); lost != nil {
 		return lost

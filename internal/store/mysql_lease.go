@@ -126,18 +126,32 @@ type txBeginner interface {
 	BeginTxx(ctx context.Context, opts *sql.TxOptions) (*sqlx.Tx, error)
 }
 
-// casInTx is casLocked in a transaction of its own begun on b.
+// casInTx is casLocked in a transaction of its own begun on b (on a
+// connection of its own when b is the pool: BeginPinned).
 func casInTx(ctx context.Context, db *DB, b txBeginner, name, query string, args []any) (bool, error) {
-	tx, err := b.BeginTxx(ctx, nil)
+	tx, end, err := beginOwnTx(ctx, b)
 	if err != nil {
 		return false, db.Classify(err)
 	}
-	defer func() { _ = tx.Rollback() }()
+	defer end()
 	ok, err := casLocked(ctx, db, tx, name, query, args)
 	if err != nil {
 		return false, err
 	}
 	return ok, db.Classify(tx.Commit())
+}
+
+// beginOwnTx begins a transaction on b: beginPinnedOn where b is the pool,
+// on b itself where it is a connection.
+func beginOwnTx(ctx context.Context, b txBeginner) (*sqlx.Tx, func(), error) {
+	if p, ok := b.(pool); ok {
+		return beginPinnedOn(ctx, p, nil)
+	}
+	tx, err := b.BeginTxx(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tx, func() { _ = tx.Rollback() }, nil
 }
 
 // casLocked locks name's row in tx, then runs the CAS update.

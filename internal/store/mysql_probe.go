@@ -25,13 +25,12 @@ func (mysqlDialect) txCandidatesSQL(filter string) string {
 // it locks no gap, rolled back at once.
 func (d mysqlDialect) unlockedNames(ctx context.Context, db *DB, names []string) ([]string, error) {
 	query := d.sharedSkipLockedSQL(db.nameFilter("name", names, 1, " "))
-	tx, err := db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, end, err := db.BeginPinned(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, db.Classify(err)
 	}
-	free, err := db.names(ctx, tx, query, nameArgs(names))
-	_ = tx.Rollback()
-	return free, err
+	defer end()
+	return db.names(ctx, tx, query, nameArgs(names))
 }
 
 // sharedSkipLockedSQL returns the probe's locking read of the names that

@@ -11,10 +11,11 @@ import (
 // no statement needs a connection set up for it.
 type server struct{}
 
-// beginWriteTx is BeginWriteTx: a transaction on the pool.
+// beginWriteTx is BeginWriteTx: a transaction on a connection of the pool
+// (BeginPinned).
 func (server) beginWriteTx(ctx context.Context, db *DB) (*sqlx.Tx, func(), error) {
-	tx, err := db.BeginTxx(ctx, nil)
-	return tx, func() {}, db.Classify(err)
+	tx, end, err := db.BeginPinned(ctx, nil)
+	return tx, end, db.Classify(err)
 }
 
 // onPool runs fn on the pool.

@@ -420,6 +420,6 @@ func (db *DB) beginShortTx(ctx context.Context) (*sqlx.Tx, func(), error) {
 	if !db.Dialect.Caps().RowLocks {
 		return db.BeginWriteTx(ctx)
 	}
-	tx, err := db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	return tx, func() {}, db.Classify(err)
+	tx, end, err := db.BeginPinned(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	return tx, end, db.Classify(err)
 }
