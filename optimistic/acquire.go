@@ -50,6 +50,10 @@ type acquisition struct {
 	since    time.Time
 	reserved bool
 
+	// handed is what a release handed this call while it slept (see
+	// handoff.go), until run takes it.
+	handed *handResult
+
 	w           *waiter         // This call's place in the line, once it waits.
 	kickCh      <-chan struct{} // A release through this Locker may have freed the name.
 	wakeCh      <-chan struct{} // The name's notifications (PostgreSQL).
@@ -74,6 +78,12 @@ func (a *acquisition) run() (*dblock.Lease, error) {
 		}
 	}
 	for attempt := 1; ; attempt++ {
+		if r := a.handed; r != nil {
+			a.handed = nil
+			if lease, err := a.takeHanded(r); lease != nil || err != nil {
+				return lease, err
+			}
+		}
 		if lease, err := a.settleUnknown(); lease != nil || err != nil {
 			return lease, err
 		}
@@ -260,8 +270,21 @@ func (a *acquisition) joinLine(asked bool) (bool, error) {
 
 // waitTurn waits until this call is the head, or is kicked because the
 // name was found held by its own owner (it then asks, to re-enter, keeping
-// its place in line).
+// its place in line). A head that left holding the name parks this call
+// as it makes it the head (gates.parkNext): a release that follows at once
+// may hand it the name, and then it asks at once (run takes the lease).
 func (a *acquisition) waitTurn() (bool, error) {
+	a.awaitTurn()
+	ask, err := a.turnOrEnd()
+	if r := a.unpark(); r != nil {
+		a.handed = r
+		return true, nil
+	}
+	return ask, err
+}
+
+// turnOrEnd is waitTurn's wait.
+func (a *acquisition) turnOrEnd() (bool, error) {
 	select {
 	case free := <-a.w.turn:
 		if !free {
@@ -297,8 +320,21 @@ func (a *acquisition) sleep() error {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	a.polled = false
+	err := a.wakeUp(timer.C, a.park(), held)
+	if r := a.unpark(); r != nil {
+		// A release handed the name to this call while it slept (even if
+		// its wait ended meanwhile: the name is its lease).
+		a.handed = r
+		return nil
+	}
+	return err
+}
+
+// wakeUp waits for the first wake-up of sleep: the timer, a notification,
+// a kick, the end of a claim (handCh, when parked), or the end of the wait.
+func (a *acquisition) wakeUp(timer <-chan time.Time, handCh <-chan struct{}, held *dblock.HeldError) error {
 	select {
-	case <-timer.C:
+	case <-timer:
 		a.polled = true
 		return nil
 	case <-a.wakeCh:
@@ -306,6 +342,10 @@ func (a *acquisition) sleep() error {
 		a.params.FreeSeen = true
 		return nil
 	case <-a.kickCh:
+		return nil
+	case <-handCh:
+		// A release claimed this call and handed it nothing: the name
+		// was released, or kept for another.
 		return nil
 	case <-a.waitCtx.Done():
 		return a.ended(held, context.Cause(a.waitCtx))

@@ -77,6 +77,15 @@
 // Every announcement costs the releasing commit PostgreSQL's notification
 // lock, which serialises the commits of every client that announces.
 //
+// On PostgreSQL a release through the Locker hands the name to its next
+// waiter in the release's own statement when that waiter sleeps and the
+// release frees the name for it (no other owner's reservation keeps it):
+// the waiter wakes holding its lease, having sent nothing, so a contended
+// name changes hands in one statement instead of two. Such a release
+// commits durably (it is an acquisition), where a plain release does not
+// wait for the flush. A wait that ends while a release hands it the name
+// returns that lease. An rwlock's write side does not hand over.
+//
 // # Several names at once
 //
 // AcquireMany and TryAcquireMany take a set of names in one transaction, in

@@ -3,6 +3,7 @@ package optimistic
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dblock-go/dblock/internal/store"
 )
@@ -29,6 +30,10 @@ import (
 type gates struct {
 	mu sync.Mutex
 	m  map[string]*line
+	// hands: releases hand the name to the line's head (handoff.go);
+	// handed counts the hand-offs done, for tests.
+	hands  bool
+	handed atomic.Uint64
 }
 
 // line is the queue of one name; q[0] is the head.
@@ -53,9 +58,12 @@ type waiter struct {
 	// waiter's own owner (sent to any waiter). Buffered one deep; sends
 	// never block.
 	kick chan struct{}
+	// hand is where the waiter stands for its Locker's releases (see
+	// handoff.go), guarded by gates.mu.
+	hand handSlot
 }
 
-func newGates() *gates { return &gates{m: map[string]*line{}} }
+func newGates(hands bool) *gates { return &gates{m: map[string]*line{}, hands: hands} }
 
 // busy reports whether some waiters of this Locker are in name's line.
 func (g *gates) busy(name string) bool {
@@ -78,6 +86,9 @@ func (g *gates) heldBy(name, owner string) bool {
 // kicked at once.
 func (g *gates) join(name, owner string, seen store.Holder) (*waiter, bool) {
 	w := &waiter{owner: owner, turn: make(chan bool, 1), kick: make(chan struct{}, 1)}
+	if g.hands {
+		w.hand.wake = make(chan struct{}, 1)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ln := g.m[name]
@@ -164,6 +175,9 @@ func (g *gates) leave(name string, w *waiter, taken *store.Holder) {
 		} else {
 			if i == 0 {
 				ln.q[0].turn <- taken == nil
+				if taken != nil {
+					g.parkNext(ln.q[0])
+				}
 			}
 			if taken != nil {
 				ln.saw(*taken)

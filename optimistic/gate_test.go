@@ -326,7 +326,7 @@ func TestLineOwnerReenters(t *testing.T) {
 // waiter of the line, or for nobody, kicks the head, and so does the next
 // release that records nothing (the owner is read once).
 func TestKickKept(t *testing.T) {
-	g := newGates()
+	g := newGates(false)
 	head, _ := g.join("n", "a2", store.Holder{})
 	g.join("n", "a3", store.Holder{})
 	kicked := func() bool {

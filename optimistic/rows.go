@@ -17,13 +17,27 @@ import (
 // other processes would only wake to be refused. They reserve the name
 // when they next look (reserve.go), and the release after that is
 // announced to the reservation's owner alone.
+//
+// Where hands is set, a release hands the name to the line's head when it
+// sleeps (handoff.go).
 type lineRows struct {
 	leasekeeper.Rows // leasekeeper.Exclusive: Renew and Holder.
 	db               *store.DB
 	gates            *gates
+	hands            bool
 }
 
 func (r lineRows) Release(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
+	if r.hands {
+		if w := r.gates.claim(name, owner); w != nil {
+			return r.handOver(ctx, w, name, owner, token)
+		}
+	}
+	return r.release(ctx, name, owner, token)
+}
+
+// release is Release without a hand-off.
+func (r lineRows) release(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
 	released, kept, err := r.db.ReleaseLeaseKept(ctx, name, owner, token, r.gates.busy(name))
 	if released {
 		r.gates.released(name, kept)

@@ -28,6 +28,9 @@ type HandOff struct {
 	Handed  bool
 	Token   dblock.Token
 	Reentry int
+	// Kept (HandLease, released only): the owner of another owner's live
+	// reservation of the freed name, "" when none.
+	Kept string
 }
 
 // HandOver releases the lease (name, owner, token) and hands the name to

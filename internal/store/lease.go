@@ -93,6 +93,10 @@ type LeaseSQL struct {
 	// Reserve and Unreserve keep a free name for a waiting owner and give
 	// it up (see reserve.go).
 	Reserve, Unreserve string
+	// HandOver (PostgreSQL), where not empty, is Release that hands the
+	// name, in the same statement, to an acquisition of another owner
+	// waiting in the releasing Locker's line (see leasehandover.go).
+	HandOver string
 	// MarkListened (PostgreSQL) records on a name's row that a waiter
 	// listens for its release, until a time by the database clock (see
 	// listened.go); empty where releases are not announced.

@@ -191,6 +191,8 @@ RETURNING (CASE WHEN owner IS NULL OR expires_at <= now() THEN pg_notify('` + No
 
 	// A mark that has more than half of d left is not written again; the
 	// answer is whether the row exists.
+	HandOver: pgLeaseHandOver,
+
 	MarkListened: `WITH m AS (
     UPDATE dblock_locks SET listened_until = now() + $2::bigint * interval '1 microsecond'
     FROM ` + pgAdvisoryWrite + `

@@ -1,0 +1,51 @@
+package store
+
+// pgLeaseHandOver is LeaseSQL.HandOver: the release of the lease ($1 name,
+// $2 owner, $3 token) that makes the name, in the same statement, the
+// lease of owner $4 (TTL µs $5, mode $6, metadata $7) when the release
+// frees it (cur.hand: the holder's last entry, no readers' period, no live
+// reservation of an owner other than $4, $4 not the releasing owner) and
+// no other transaction holds the row (excl, FOR UPDATE SKIP LOCKED, as a
+// take locks it: see pgHandOver, the fair queue's hand-off, whose
+// statement this is without the queue's rows). Handed, the row is taken as
+// pgTakeUpd takes it, the commit is durable (an acquisition), and nothing
+// is announced: the releasing Locker's line waits for the name, and other
+// processes' waiters would only be refused (lineRows, in optimistic).
+// Released only, it is Release with quiet set: asynchronous, announced to
+// another owner's reservation alone (the fourth column then names that
+// owner), or to every listener when readers take the name over.
+var pgLeaseHandOver = `WITH excl AS (
+    SELECT name FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3
+    FOR UPDATE SKIP LOCKED
+), cur AS (
+    SELECT name, (reentry = 1 AND $4 <> $2 AND NOT coalesce(shared_until > now(), false)
+        AND NOT coalesce(next_until > now() AND next_owner <> $4, false)
+        AND EXISTS (SELECT 1 FROM excl)) AS hand
+    FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3
+    FOR NO KEY UPDATE
+), upd AS (
+    UPDATE dblock_locks l SET
+        reentry      = CASE WHEN cur.hand THEN 1 WHEN l.reentry > 1 THEN l.reentry - 1 WHEN l.shared_until > now() THEN 1 ELSE 0 END,
+        owner        = CASE WHEN cur.hand THEN $4 WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
+        version      = CASE WHEN cur.hand THEN nextval('dblock_token_seq') ELSE l.version END,
+        mode         = CASE WHEN cur.hand THEN $6 WHEN l.reentry <= 1 AND l.shared_until > now() THEN '` + readMode + `' ELSE l.mode END,
+        acquired_at  = CASE WHEN cur.hand THEN now() ELSE l.acquired_at END,
+        metadata     = CASE WHEN cur.hand THEN $7 ELSE l.metadata END,
+        expires_at   = CASE WHEN cur.hand THEN now() + $5::bigint * interval '1 microsecond'
+                            WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
+        shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
+        reader       = NULL,
+        next_owner   = CASE WHEN cur.hand AND (l.next_owner = $4 OR l.next_until <= now()) THEN NULL ELSE l.next_owner END,
+        next_since   = CASE WHEN cur.hand AND (l.next_owner = $4 OR l.next_until <= now()) THEN NULL ELSE l.next_since END,
+        next_until   = CASE WHEN cur.hand AND (l.next_owner = $4 OR l.next_until <= now()) THEN NULL ELSE l.next_until END,
+        updated_at   = now()
+    FROM cur WHERE l.name = cur.name
+    RETURNING cur.hand, l.version, l.reentry, CASE
+        WHEN cur.hand THEN ''
+        WHEN set_config('synchronous_commit', 'off', true) IS NULL THEN ''
+        WHEN l.reentry = 0 AND ` + pgKeptForOther + ` THEN
+            pg_notify('` + NotifyChannel + `', l.name || E'\x1f' || l.next_owner)::text || l.next_owner
+        WHEN l.owner = '' THEN pg_notify('` + NotifyChannel + `', l.name)::text
+        ELSE '' END AS kept
+)
+SELECT hand, version, reentry, kept FROM upd`

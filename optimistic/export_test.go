@@ -1,0 +1,35 @@
+package optimistic
+
+// Parked counts l's waiters of name asleep in its line, where releases can
+// hand them the name.
+func Parked(l *Locker, name string) int {
+	l.gates.mu.Lock()
+	defer l.gates.mu.Unlock()
+	n := 0
+	if ln := l.gates.m[name]; ln != nil {
+		for _, w := range ln.q {
+			if w.hand.state == handParked {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Handed counts the hand-offs l's releases did.
+func Handed(l *Locker) uint64 { return l.gates.handed.Load() }
+
+// Claimed counts l's waiters of name that a release is handing the name to.
+func Claimed(l *Locker, name string) int {
+	l.gates.mu.Lock()
+	defer l.gates.mu.Unlock()
+	n := 0
+	if ln := l.gates.m[name]; ln != nil {
+		for _, w := range ln.q {
+			if w.hand.state == handClaimed {
+				n++
+			}
+		}
+	}
+	return n
+}
