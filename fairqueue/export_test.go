@@ -1,5 +1,7 @@
 package fairqueue
 
+import "github.com/dblock-go/dblock/internal/handoff"
+
 // Parked counts l's waiters of name asleep in its line, where releases can
 // hand them the name.
 func Parked(l *Locker, name string) int {
@@ -7,7 +9,7 @@ func Parked(l *Locker, name string) int {
 	defer l.line.mu.Unlock()
 	n := 0
 	for _, s := range l.line.names[name] {
-		if s.state == slotParked {
+		if s.State == handoff.Parked {
 			n++
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/handoff"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/store"
 )
@@ -24,33 +25,13 @@ import (
 // for the claim's outcome before it does anything else, so it never takes,
 // checks or leaves while a release may be handing it the name.
 
-// slotState is where a waiter stands for the releases of its Locker.
-type slotState uint8
-
-const (
-	slotBusy    slotState = iota // Awake: not to be claimed.
-	slotParked                   // Asleep: a release may claim it.
-	slotClaimed                  // A release is handing it the name.
-)
-
 // slot is a queued waiter as its Locker's releases see it. Its fields after
-// params are guarded by line.mu.
+// params, handoff.Slot's, are guarded by line.mu.
 type slot struct {
 	id      int64
 	created time.Time // The row's created_at: the queue's order, with id.
 	params  store.AcquireParams
-	state   slotState
-	result  *handResult   // A claim's outcome, until the waiter reads it.
-	wake    chan struct{} // Buffered one deep: a claim ended.
-}
-
-// handResult is a claim's outcome for its waiter: the lease handed to it,
-// or (err) a statement whose outcome is unknown. A claim that handed
-// nothing leaves no result.
-type handResult struct {
-	res      store.AcquireResult
-	reqStart time.Time // When the statement was sent: the lease's start.
-	err      error
+	handoff.Slot
 }
 
 // line holds the Locker's queued waiters per name.
@@ -95,58 +76,24 @@ func (ln *line) claim(name, owner string) *slot {
 			first = s
 		}
 	}
-	if first == nil || first.state != slotParked || first.params.Owner == owner {
+	if first == nil || first.params.Owner == owner || !first.Claim() {
 		return nil
 	}
-	first.state = slotClaimed
 	return first
 }
 
-// finish ends a claim: with a result the waiter wakes to it; without, it
-// sleeps on, claimable again.
-func (ln *line) finish(s *slot, r *handResult) {
-	ln.mu.Lock()
-	if r == nil {
-		s.state = slotParked
-	} else {
-		s.state, s.result = slotBusy, r
-	}
-	ln.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
+// finish ends a claim (handoff.Slot.Finish).
+func (ln *line) finish(s *slot, r *handoff.Result) { s.Finish(&ln.mu, r) }
 
 // park makes s claimable while its waiter sleeps.
-func (ln *line) park(s *slot) {
-	ln.mu.Lock()
-	s.state = slotParked
-	ln.mu.Unlock()
-}
+func (ln *line) park(s *slot) { s.Park(&ln.mu) }
 
 // woken reports whether a claim left s a result (the sleep's wake-up).
-func (ln *line) woken(s *slot) bool {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	return s.result != nil
-}
+func (ln *line) woken(s *slot) bool { return s.Woken(&ln.mu) }
 
 // unpark makes s busy as its waiter wakes, first waiting out a claim in
 // progress, and returns the result a claim left, if any.
-func (ln *line) unpark(s *slot) *handResult {
-	for {
-		ln.mu.Lock()
-		if s.state != slotClaimed {
-			r := s.result
-			s.state, s.result = slotBusy, nil
-			ln.mu.Unlock()
-			return r
-		}
-		ln.mu.Unlock()
-		<-s.wake
-	}
-}
+func (ln *line) unpark(s *slot) *handoff.Result { return s.Unpark(&ln.mu) }
 
 // handRows are the Rows of this Locker's leases where releases hand over:
 // the exclusive lease's, but for Release.
@@ -169,10 +116,10 @@ func (r handRows) Release(ctx context.Context, name, owner string, token dblock.
 	h, err := r.l.db.HandOver(ctx, name, owner, token, s.params, s.id)
 	switch {
 	case err != nil && leasekeeper.OutcomeUnknown(err):
-		r.l.line.finish(s, &handResult{reqStart: reqStart, err: err})
+		r.l.line.finish(s, &handoff.Result{ReqStart: reqStart, Err: err})
 	case err == nil && h.Handed:
-		r.l.line.finish(s, &handResult{reqStart: reqStart,
-			res: store.AcquireResult{Acquired: true, Token: h.Token, Reentry: h.Reentry}})
+		r.l.line.finish(s, &handoff.Result{ReqStart: reqStart,
+			Res: store.AcquireResult{Acquired: true, Token: h.Token, Reentry: h.Reentry}})
 	default:
 		r.l.line.finish(s, nil)
 		if err != nil {
@@ -192,7 +139,7 @@ func (q *queueWait) joinLine() {
 	if a.l.rows == nil || q.joined == nil {
 		return
 	}
-	q.slot = &slot{id: q.w.id, created: q.joined.CreatedAt, params: a.params, wake: make(chan struct{}, 1)}
+	q.slot = &slot{id: q.w.id, created: q.joined.CreatedAt, params: a.params, Slot: handoff.NewSlot()}
 	a.l.line.join(a.name, q.slot)
 }
 
@@ -213,7 +160,7 @@ func (q *queueWait) park() <-chan struct{} {
 		return nil
 	}
 	q.a.l.line.park(q.slot)
-	return q.slot.wake
+	return q.slot.Wake
 }
 
 // collect ends the waiter's sleep for releases: it waits out a claim in
@@ -229,13 +176,13 @@ func (q *queueWait) collect() (lease *dblock.Lease, done bool, err error) {
 		return nil, false, nil
 	}
 	a := q.a
-	if r.err == nil {
+	if r.Err == nil {
 		a.l.beats.remove(q.w.id)
 		q.drop()
-		lease, err = a.started(r.res, r.reqStart)
+		lease, err = a.started(r.Res, r.ReqStart)
 		return lease, true, err
 	}
-	if lease, _ = a.takenAnyway(q.w, r.reqStart, r.err); lease != nil {
+	if lease, _ = a.takenAnyway(q.w, r.ReqStart, r.Err); lease != nil {
 		q.drop()
 		return lease, true, nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
+	"github.com/dblock-go/dblock/internal/handoff"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -36,7 +37,7 @@ func TestHandOverFailureReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &slot{id: tk.ID, created: time.Now(), state: slotParked, wake: make(chan struct{}, 1),
+	s := &slot{id: tk.ID, created: time.Now(), Slot: handoff.Slot{State: handoff.Parked, Wake: make(chan struct{}, 1)},
 		params: store.AcquireParams{Name: name, Owner: "b", Mode: strings.Repeat("m", 200), TTL: time.Minute}}
 	l.line.join(name, s)
 	if err := lease.Release(ctx); err != nil {
@@ -48,7 +49,7 @@ func TestHandOverFailureReleases(t *testing.T) {
 	if c, err := l.db.CheckWaiter(ctx, nil, name, tk.ID); err != nil || !c.Live {
 		t.Fatalf("the waiter after a failed hand-off: %+v %v", c, err)
 	}
-	if s.state != slotParked || s.result != nil {
-		t.Fatalf("the claimed waiter after a failed hand-off: state %d, result %+v", s.state, s.result)
+	if s.State != handoff.Parked || s.Result != nil {
+		t.Fatalf("the claimed waiter after a failed hand-off: state %d, result %+v", s.State, s.Result)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/backoff"
+	"github.com/dblock-go/dblock/internal/handoff"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/mode"
 	"github.com/dblock-go/dblock/internal/store"
@@ -52,7 +53,7 @@ type acquisition struct {
 
 	// handed is what a release handed this call while it slept (see
 	// handoff.go), until run takes it.
-	handed *handResult
+	handed *handoff.Result
 
 	w           *waiter         // This call's place in the line, once it waits.
 	kickCh      <-chan struct{} // A release through this Locker may have freed the name.

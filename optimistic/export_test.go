@@ -1,5 +1,7 @@
 package optimistic
 
+import "github.com/dblock-go/dblock/internal/handoff"
+
 // Parked counts l's waiters of name asleep in its line, where releases can
 // hand them the name.
 func Parked(l *Locker, name string) int {
@@ -8,7 +10,7 @@ func Parked(l *Locker, name string) int {
 	n := 0
 	if ln := l.gates.m[name]; ln != nil {
 		for _, w := range ln.q {
-			if w.hand.state == handParked {
+			if w.hand.State == handoff.Parked {
 				n++
 			}
 		}
@@ -26,7 +28,7 @@ func Claimed(l *Locker, name string) int {
 	n := 0
 	if ln := l.gates.m[name]; ln != nil {
 		for _, w := range ln.q {
-			if w.hand.state == handClaimed {
+			if w.hand.State == handoff.Claimed {
 				n++
 			}
 		}

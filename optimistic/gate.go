@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dblock-go/dblock/internal/handoff"
 	"github.com/dblock-go/dblock/internal/store"
 )
 
@@ -87,7 +88,7 @@ func (g *gates) heldBy(name, owner string) bool {
 func (g *gates) join(name, owner string, seen store.Holder) (*waiter, bool) {
 	w := &waiter{owner: owner, turn: make(chan bool, 1), kick: make(chan struct{}, 1)}
 	if g.hands {
-		w.hand.wake = make(chan struct{}, 1)
+		w.hand.Slot = handoff.NewSlot()
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dblock-go/dblock"
+	"github.com/dblock-go/dblock/internal/handoff"
 	"github.com/dblock-go/dblock/internal/leasekeeper"
 	"github.com/dblock-go/dblock/internal/store"
 )
@@ -25,32 +26,12 @@ import (
 // reads or leaves while a release may be handing it the name. An rwlock's
 // write side does not hand over: its releases go to readers too.
 
-// handState is where a waiter stands for its Locker's releases.
-type handState uint8
-
-const (
-	handBusy    handState = iota // Awake: not to be claimed.
-	handParked                   // Asleep: a release may claim it.
-	handClaimed                  // A release is handing it the name.
-)
-
 // handSlot is a waiter as its Locker's releases see it, guarded by
 // gates.mu.
 type handSlot struct {
-	state  handState
+	handoff.Slot
 	inTurn bool                // Waiting for its turn (waitTurn): parkNext may park it.
-	params store.AcquireParams // What the sleeping call would ask for.
-	result *handResult         // A claim's outcome, until the waiter reads it.
-	wake   chan struct{}       // Buffered one deep: a claim ended.
-}
-
-// handResult is a claim's outcome for its waiter: the lease handed to it,
-// or (err) a statement whose outcome is unknown. A claim that handed
-// nothing leaves no result.
-type handResult struct {
-	res      store.AcquireResult
-	reqStart time.Time // When the statement was sent: the lease's start.
-	err      error
+	params store.AcquireParams // What the call would ask for.
 }
 
 // claim returns the head of name's line, claimed, when it sleeps and is
@@ -63,39 +44,20 @@ func (g *gates) claim(name, owner string) *waiter {
 		return nil
 	}
 	w := ln.q[0]
-	if w.hand.state != handParked || w.owner == owner {
+	if w.owner == owner || !w.hand.Claim() {
 		return nil
 	}
-	w.hand.state = handClaimed
 	return w
 }
 
-// finish ends a claim: with a result the waiter wakes to it; without, it
-// wakes as a kick would wake it (the name was released, or nothing done).
-func (g *gates) finish(w *waiter, r *handResult) {
-	g.mu.Lock()
-	if r == nil {
-		w.hand.state = handParked
-	} else {
-		w.hand.state, w.hand.result = handBusy, r
-	}
-	g.mu.Unlock()
-	select {
-	case w.hand.wake <- struct{}{}:
-	default:
-	}
-}
+// finish ends a claim (handoff.Slot.Finish).
+func (g *gates) finish(w *waiter, r *handoff.Result) { w.hand.Finish(&g.mu, r) }
 
-// park makes w claimable while it sleeps; p is what it would ask for. A
-// claim's end signalled after the waiter woke is dropped: no claim is in
-// progress while it is busy.
+// park makes w claimable while it sleeps; p is what it would ask for.
 func (g *gates) park(w *waiter, p store.AcquireParams) {
 	g.mu.Lock()
-	select {
-	case <-w.hand.wake:
-	default:
-	}
-	w.hand.state, w.hand.params = handParked, p
+	w.hand.params = p
+	w.hand.ParkLocked()
 	g.mu.Unlock()
 }
 
@@ -112,29 +74,19 @@ func (g *gates) awaitTurn(w *waiter, p store.AcquireParams) {
 // ask before a release, and the release that follows may come before it
 // runs again. g.mu is held.
 func (g *gates) parkNext(w *waiter) {
-	if g.hands && w.hand.inTurn && w.hand.state == handBusy {
-		select {
-		case <-w.hand.wake:
-		default:
-		}
-		w.hand.state = handParked
+	if g.hands && w.hand.inTurn && w.hand.State == handoff.Busy {
+		w.hand.ParkLocked()
 	}
 }
 
 // unpark makes w busy as it wakes, first waiting out a claim in progress,
-// and returns the result a claim left, if any.
-func (g *gates) unpark(w *waiter) *handResult {
-	for {
-		g.mu.Lock()
-		if w.hand.state != handClaimed {
-			r := w.hand.result
-			w.hand.state, w.hand.result, w.hand.inTurn = handBusy, nil, false
-			g.mu.Unlock()
-			return r
-		}
-		g.mu.Unlock()
-		<-w.hand.wake
-	}
+// and returns the result a claim left, if any. It ends w's wait for its
+// turn first, so that parkNext cannot park it again once it is busy.
+func (g *gates) unpark(w *waiter) *handoff.Result {
+	g.mu.Lock()
+	w.hand.inTurn = false
+	g.mu.Unlock()
+	return w.hand.Unpark(&g.mu)
 }
 
 // handOver is lineRows.Release with the head w claimed: the hand-off's
@@ -148,7 +100,7 @@ func (r lineRows) handOver(ctx context.Context, w *waiter, name, owner string, t
 	h, err := r.db.HandLease(ctx, name, owner, token, w.hand.params)
 	switch {
 	case err != nil && leasekeeper.OutcomeUnknown(err):
-		g.finish(w, &handResult{reqStart: reqStart, err: err})
+		g.finish(w, &handoff.Result{ReqStart: reqStart, Err: err})
 		return false, err
 	case err != nil:
 		g.finish(w, nil)
@@ -157,8 +109,8 @@ func (r lineRows) handOver(ctx context.Context, w *waiter, name, owner string, t
 		// The kick that follows wakes nobody else: the name is w's.
 		g.released(name, w.owner)
 		g.handed.Add(1)
-		g.finish(w, &handResult{reqStart: reqStart,
-			res: store.AcquireResult{Acquired: true, Token: h.Token, Reentry: h.Reentry}})
+		g.finish(w, &handoff.Result{ReqStart: reqStart,
+			Res: store.AcquireResult{Acquired: true, Token: h.Token, Reentry: h.Reentry}})
 	default:
 		if h.Released {
 			g.released(name, h.Kept)
@@ -170,13 +122,13 @@ func (r lineRows) handOver(ctx context.Context, w *waiter, name, owner string, t
 
 // takeHanded returns the lease a release handed to this call; a hand-off
 // whose outcome is unknown is read back as a lost acquire is (unknown).
-func (a *acquisition) takeHanded(r *handResult) (*dblock.Lease, error) {
-	if r.err != nil {
-		a.unknown = &pending{name: a.name, owner: a.o.Owner, handles: a.l.handles(a.name, a.o.Owner), reqStart: r.reqStart, err: r.err}
+func (a *acquisition) takeHanded(r *handoff.Result) (*dblock.Lease, error) {
+	if r.Err != nil {
+		a.unknown = &pending{name: a.name, owner: a.o.Owner, handles: a.l.handles(a.name, a.o.Owner), reqStart: r.ReqStart, err: r.Err}
 		return nil, nil
 	}
 	a.reserved = false // The take cleared it.
-	return a.l.newLease(a.name, a.o, r.res, r.reqStart, time.Since(a.start))
+	return a.l.newLease(a.name, a.o, r.Res, r.ReqStart, time.Since(a.start))
 }
 
 // park makes the call claimable for its sleep where releases hand over, and
@@ -186,12 +138,12 @@ func (a *acquisition) park() <-chan struct{} {
 		return nil
 	}
 	a.l.gates.park(a.w, a.params)
-	return a.w.hand.wake
+	return a.w.hand.Wake
 }
 
 // unpark ends the call's sleep for its Locker's releases: it waits out a
 // claim in progress and returns the claim's result, if any.
-func (a *acquisition) unpark() *handResult {
+func (a *acquisition) unpark() *handoff.Result {
 	if !a.l.hands || a.w == nil {
 		return nil
 	}

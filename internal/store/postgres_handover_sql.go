@@ -40,22 +40,7 @@ var pgHandOver = `WITH alive AS (
     FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3
     FOR NO KEY UPDATE
 ), upd AS (
-    UPDATE dblock_locks l SET
-        reentry      = CASE WHEN cur.hand THEN 1 WHEN l.reentry > 1 THEN l.reentry - 1 WHEN l.shared_until > now() THEN 1 ELSE 0 END,
-        owner        = CASE WHEN cur.hand THEN $5 WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
-        version      = CASE WHEN cur.hand THEN nextval('dblock_token_seq') ELSE l.version END,
-        mode         = CASE WHEN cur.hand THEN $7 WHEN l.reentry <= 1 AND l.shared_until > now() THEN '` + readMode + `' ELSE l.mode END,
-        acquired_at  = CASE WHEN cur.hand THEN now() ELSE l.acquired_at END,
-        metadata     = CASE WHEN cur.hand THEN $8 ELSE l.metadata END,
-        expires_at   = CASE WHEN cur.hand THEN now() + $6::bigint * interval '1 microsecond'
-                            WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
-        shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
-        reader       = NULL,
-        next_owner   = CASE WHEN cur.hand AND (l.next_owner = $5 OR l.next_until <= now()) THEN NULL ELSE l.next_owner END,
-        next_since   = CASE WHEN cur.hand AND (l.next_owner = $5 OR l.next_until <= now()) THEN NULL ELSE l.next_since END,
-        next_until   = CASE WHEN cur.hand AND (l.next_owner = $5 OR l.next_until <= now()) THEN NULL ELSE l.next_until END,
-        updated_at   = now()
-    FROM cur WHERE l.name = cur.name
+    ` + pgHandUpd("$5", "$6", "$7", "$8") + `
     RETURNING cur.hand, l.version, l.reentry, CASE
         WHEN cur.hand THEN CASE WHEN l.listened_until > now() THEN pg_notify('` + NotifyChannel + `', l.name)::text END
         WHEN set_config('synchronous_commit', 'off', true) IS NULL THEN NULL
@@ -66,3 +51,28 @@ var pgHandOver = `WITH alive AS (
     DELETE FROM dblock_waiters w USING me WHERE w.id = me.id AND EXISTS (SELECT 1 FROM upd WHERE upd.hand)
 )
 SELECT hand, version, reentry, coalesce(note, '') FROM upd`
+
+// pgHandUpd is the update of the hand-offs' upd CTE (pgHandOver,
+// pgLeaseHandOver): the row cur locked taken for owner (when cur.hand:
+// the TTL in µs, mode and metadata given, the reservation cleared when it
+// was owner's or ran out) as pgTakeUpd takes it, or else released as
+// pgLease.Release releases it. The arguments are the statement's
+// placeholders for those four.
+func pgHandUpd(owner, ttl, mode, metadata string) string {
+	return `UPDATE dblock_locks l SET
+        reentry      = CASE WHEN cur.hand THEN 1 WHEN l.reentry > 1 THEN l.reentry - 1 WHEN l.shared_until > now() THEN 1 ELSE 0 END,
+        owner        = CASE WHEN cur.hand THEN ` + owner + ` WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
+        version      = CASE WHEN cur.hand THEN nextval('dblock_token_seq') ELSE l.version END,
+        mode         = CASE WHEN cur.hand THEN ` + mode + ` WHEN l.reentry <= 1 AND l.shared_until > now() THEN '` + readMode + `' ELSE l.mode END,
+        acquired_at  = CASE WHEN cur.hand THEN now() ELSE l.acquired_at END,
+        metadata     = CASE WHEN cur.hand THEN ` + metadata + ` ELSE l.metadata END,
+        expires_at   = CASE WHEN cur.hand THEN now() + ` + ttl + `::bigint * interval '1 microsecond'
+                            WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
+        shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
+        reader       = NULL,
+        next_owner   = CASE WHEN cur.hand AND (l.next_owner = ` + owner + ` OR l.next_until <= now()) THEN NULL ELSE l.next_owner END,
+        next_since   = CASE WHEN cur.hand AND (l.next_owner = ` + owner + ` OR l.next_until <= now()) THEN NULL ELSE l.next_since END,
+        next_until   = CASE WHEN cur.hand AND (l.next_owner = ` + owner + ` OR l.next_until <= now()) THEN NULL ELSE l.next_until END,
+        updated_at   = now()
+    FROM cur WHERE l.name = cur.name`
+}

@@ -24,22 +24,7 @@ var pgLeaseHandOver = `WITH excl AS (
     FROM dblock_locks WHERE name = $1 AND owner = $2 AND version = $3
     FOR NO KEY UPDATE
 ), upd AS (
-    UPDATE dblock_locks l SET
-        reentry      = CASE WHEN cur.hand THEN 1 WHEN l.reentry > 1 THEN l.reentry - 1 WHEN l.shared_until > now() THEN 1 ELSE 0 END,
-        owner        = CASE WHEN cur.hand THEN $4 WHEN l.reentry > 1 THEN l.owner WHEN l.shared_until > now() THEN '' END,
-        version      = CASE WHEN cur.hand THEN nextval('dblock_token_seq') ELSE l.version END,
-        mode         = CASE WHEN cur.hand THEN $6 WHEN l.reentry <= 1 AND l.shared_until > now() THEN '` + readMode + `' ELSE l.mode END,
-        acquired_at  = CASE WHEN cur.hand THEN now() ELSE l.acquired_at END,
-        metadata     = CASE WHEN cur.hand THEN $7 ELSE l.metadata END,
-        expires_at   = CASE WHEN cur.hand THEN now() + $5::bigint * interval '1 microsecond'
-                            WHEN l.reentry > 1 THEN l.expires_at WHEN l.shared_until > now() THEN l.shared_until END,
-        shared_until = CASE WHEN l.reentry > 1 THEN l.shared_until END,
-        reader       = NULL,
-        next_owner   = CASE WHEN cur.hand AND (l.next_owner = $4 OR l.next_until <= now()) THEN NULL ELSE l.next_owner END,
-        next_since   = CASE WHEN cur.hand AND (l.next_owner = $4 OR l.next_until <= now()) THEN NULL ELSE l.next_since END,
-        next_until   = CASE WHEN cur.hand AND (l.next_owner = $4 OR l.next_until <= now()) THEN NULL ELSE l.next_until END,
-        updated_at   = now()
-    FROM cur WHERE l.name = cur.name
+    ` + pgHandUpd("$4", "$5", "$6", "$7") + `
     RETURNING cur.hand, l.version, l.reentry, CASE
         WHEN cur.hand THEN ''
         WHEN set_config('synchronous_commit', 'off', true) IS NULL THEN ''
