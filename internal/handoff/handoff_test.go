@@ -44,7 +44,14 @@ func TestSlot(t *testing.T) {
 	if s.State != handoff.Busy || s.Result != nil {
 		t.Fatalf("after Unpark: state %d, result %+v", s.State, s.Result)
 	}
-	// A stale wake-up is dropped when the slot parks again.
+	// A stale wake-up (a claim that handed nothing ended after the waiter
+	// woke) is dropped when the slot parks again.
+	s.Park(&mu)
+	s.Claim()
+	s.Finish(&mu, nil)
+	if r := s.Unpark(&mu); r != nil || len(s.Wake) != 1 {
+		t.Fatalf("Unpark after a claim that handed nothing: %+v, %d wake-ups pending", r, len(s.Wake))
+	}
 	s.Park(&mu)
 	select {
 	case <-s.Wake:
