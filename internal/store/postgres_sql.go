@@ -189,10 +189,10 @@ WHERE name = $1 AND (next_until IS NULL OR next_until <= now() OR next_owner = $
     OR next_since > timestamptz 'epoch' + $3::bigint * interval '1 microsecond')
 RETURNING (CASE WHEN owner IS NULL OR expires_at <= now() THEN pg_notify('` + NotifyChannel + `', name || E'\x1f' || $2)::text END) IS NOT NULL`,
 
-	// A mark that has more than half of d left is not written again; the
-	// answer is whether the row exists.
 	HandOver: pgLeaseHandOver,
 
+	// A mark that has more than half of d left is not written again; the
+	// answer is whether the row exists.
 	MarkListened: `WITH m AS (
     UPDATE dblock_locks SET listened_until = now() + $2::bigint * interval '1 microsecond'
     FROM ` + pgAdvisoryWrite + `
