@@ -44,25 +44,33 @@ func (db *DB) HandOver(ctx context.Context, name, owner string, token dblock.Tok
 		released, err := db.ReleaseLease(ctx, nil, name, owner, token)
 		return HandOff{Released: released}, err
 	}
-	var (
-		h       HandOff
-		version int64
-		note    string
-	)
-	err := db.queryRow(ctx, db, query,
-		[]any{name, owner, int64(token), id, p.Owner, ttlArg(p.TTL), modeArg(p.Mode), nullString(p.Metadata)},
-		&h.Handed, &version, &h.Reentry, &note)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return HandOff{}, nil
-	case ProcedureRefused(err):
+	h, _, err := db.handOff(ctx, name, query,
+		[]any{name, owner, int64(token), id, p.Owner, ttlArg(p.TTL), modeArg(p.Mode), nullString(p.Metadata)})
+	if ProcedureRefused(err) {
 		// A schema or grants from before MariaDB's procedure: the call
 		// did nothing; from now on the release alone.
 		db.noHandOver.Store(true)
 		released, err := db.ReleaseLease(ctx, nil, name, owner, token)
 		return HandOff{Released: released}, err
+	}
+	return h, db.Classify(err)
+}
+
+// handOff runs a hand-off's statement (query, args), whose row is (hand,
+// version, reentry, and a fourth text column, returned): what it did. No
+// row: the lease was not held. The error is the driver's, unclassified.
+func (db *DB) handOff(ctx context.Context, name, query string, args []any) (HandOff, string, error) {
+	var (
+		h       HandOff
+		version int64
+		fourth  string
+	)
+	err := db.queryRow(ctx, db, query, args, &h.Handed, &version, &h.Reentry, &fourth)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return HandOff{}, "", nil
 	case err != nil:
-		return HandOff{}, db.Classify(err)
+		return HandOff{}, "", err
 	}
 	h.Released = true
 	if h.Handed {
@@ -70,5 +78,5 @@ func (db *DB) HandOver(ctx context.Context, name, owner string, token dblock.Tok
 	} else {
 		db.noteReleased(name)
 	}
-	return h, nil
+	return h, fourth, nil
 }

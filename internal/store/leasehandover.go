@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 
 	"github.com/dblock-go/dblock"
 )
@@ -31,24 +29,8 @@ func (db *DB) HandLease(ctx context.Context, name, owner string, token dblock.To
 		released, kept, err := db.ReleaseLeaseKept(ctx, name, owner, token, true)
 		return HandOff{Released: released, Kept: kept}, err
 	}
-	var (
-		h       HandOff
-		version int64
-	)
-	err := db.queryRow(ctx, db, query,
-		[]any{name, owner, int64(token), p.Owner, ttlArg(p.TTL), modeArg(p.Mode), nullString(p.Metadata)},
-		&h.Handed, &version, &h.Reentry, &h.Kept)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return HandOff{}, nil
-	case err != nil:
-		return HandOff{}, db.Classify(err)
-	}
-	h.Released = true
-	if h.Handed {
-		h.Token, h.Kept = dblock.Token(version), ""
-	} else {
-		db.noteReleased(name)
-	}
-	return h, nil
+	h, kept, err := db.handOff(ctx, name, query,
+		[]any{name, owner, int64(token), p.Owner, ttlArg(p.TTL), modeArg(p.Mode), nullString(p.Metadata)})
+	h.Kept = kept // '' when handed.
+	return h, db.Classify(err)
 }
