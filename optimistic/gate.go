@@ -31,8 +31,9 @@ import (
 type gates struct {
 	mu sync.Mutex
 	m  map[string]*line
-	// hands: releases hand the name to the line's head (handoff.go);
-	// handed counts the hand-offs done, for tests.
+	// hands: the Locker's releases hand the name to the line's head
+	// (handoff.go; set once, by newGates); handed counts the hand-offs
+	// done, for tests.
 	hands  bool
 	handed atomic.Uint64
 }

@@ -134,7 +134,7 @@ func (a *acquisition) takeHanded(r *handoff.Result) (*dblock.Lease, error) {
 // park makes the call claimable for its sleep where releases hand over, and
 // returns the channel a claim's end is signalled on (nil when not parked).
 func (a *acquisition) park() <-chan struct{} {
-	if !a.l.hands || a.w == nil {
+	if !a.l.gates.hands || a.w == nil {
 		return nil
 	}
 	a.l.gates.park(a.w, a.params)
@@ -144,7 +144,7 @@ func (a *acquisition) park() <-chan struct{} {
 // unpark ends the call's sleep for its Locker's releases: it waits out a
 // claim in progress and returns the claim's result, if any.
 func (a *acquisition) unpark() *handoff.Result {
-	if !a.l.hands || a.w == nil {
+	if !a.l.gates.hands || a.w == nil {
 		return nil
 	}
 	return a.l.gates.unpark(a.w)
@@ -153,7 +153,7 @@ func (a *acquisition) unpark() *handoff.Result {
 // awaitTurn marks the call as waiting for its turn, where releases hand
 // over (see gates.parkNext).
 func (a *acquisition) awaitTurn() {
-	if a.l.hands && a.w != nil {
+	if a.l.gates.hands && a.w != nil {
 		a.l.gates.awaitTurn(a.w, a.params)
 	}
 }

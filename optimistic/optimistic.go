@@ -79,7 +79,6 @@ type Locker struct {
 	gates  *gates            // This Locker's waiters, in line per name.
 	kick   func(name string) // gates.kick, made once for every lease's OnReleased.
 	rows   leasekeeper.Rows  // Every lease's statements: lineRows, boxed once.
-	hands  bool              // Releases hand the name to the line's head (handoff.go).
 	keeper *leasekeeper.Keeper
 	parts  leasemode.Parts
 	life   *leasemode.Life // Closed by Close.
@@ -124,9 +123,9 @@ func newLocker(handle *dialect.DB, cfg *Config, prefix, modeName string) (*Locke
 	}
 	hands := db.HandsOverLeases() && modeName == dblock.ModeOptimistic
 	l := &Locker{parts: p, db: db, cfg: c, logger: p.Logger, events: p.Events, rec: p.Events.Recorder(),
-		keeper: p.Keeper, hub: p.Hub, life: p.Life, gates: newGates(hands), mode: modeName, prefix: prefix, hands: hands}
+		keeper: p.Keeper, hub: p.Hub, life: p.Life, gates: newGates(hands), mode: modeName, prefix: prefix}
 	l.kick = l.gates.kick
-	l.rows = lineRows{Rows: leasekeeper.Exclusive(db), db: db, gates: l.gates, hands: l.hands}
+	l.rows = lineRows{Rows: leasekeeper.Exclusive(db), db: db, gates: l.gates}
 	return l, nil
 }
 

@@ -18,17 +18,16 @@ import (
 // when they next look (reserve.go), and the release after that is
 // announced to the reservation's owner alone.
 //
-// Where hands is set, a release hands the name to the line's head when it
-// sleeps (handoff.go).
+// Where the gates hand over, a release hands the name to the line's head
+// when it sleeps (handoff.go).
 type lineRows struct {
 	leasekeeper.Rows // leasekeeper.Exclusive: Renew and Holder.
 	db               *store.DB
 	gates            *gates
-	hands            bool
 }
 
 func (r lineRows) Release(ctx context.Context, name, owner string, token dblock.Token) (bool, error) {
-	if r.hands {
+	if r.gates.hands {
 		if w := r.gates.claim(name, owner); w != nil {
 			return r.handOver(ctx, w, name, owner, token)
 		}

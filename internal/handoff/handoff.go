@@ -46,8 +46,9 @@ func (s *Slot) Claim() bool {
 	return true
 }
 
-// Finish ends a claim: with a result the waiter wakes to it; without, it
-// sleeps on, claimable again, and wakes as a kick would wake it.
+// Finish ends a claim and wakes the waiter: with a result, to take it;
+// without, s is parked again (claimable), and the waiter sleeps on or
+// looks again, as its mode decides.
 func (s *Slot) Finish(mu sync.Locker, r *Result) {
 	mu.Lock()
 	if r == nil {
