@@ -13,8 +13,9 @@ import (
 )
 
 // An abandoned lock wait is ended from the Locker's own connection (on
-// MySQL and MariaDB for every wait; on PostgreSQL for Lock's waits inside a
-// hold). When that end reaches the server before the lock statement has
+// MySQL and MariaDB for every wait, armed before the statement; on
+// PostgreSQL for Lock's waits inside a hold, and after an acquisition's
+// statement was cut off: see TestCancelledWaitLetsGoFirst). When that end reaches the server before the lock statement has
 // started (the statement was sent just before the caller's context ended),
 // the statement must still not wait out its bound, nor be granted the row
 // at the holder's release: the caller has gone. These tests send the end

@@ -487,6 +487,7 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 		return l.lockStmt(callCtx, h, names, store.RowLockParams{IdleTimeout: ttl})
 	}
 	found, session, err := l.lockStmt(callCtx, h, names, store.RowLockParams{NoWait: true, IdleTimeout: ttl, Shared: h.shared})
+	err = l.endCutOff(callCtx, h, names, err)
 	if try || !errors.Is(err, dblock.ErrNotAcquired) {
 		return found, session, err
 	}
@@ -517,7 +518,8 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 	}
 	p := store.RowLockParams{Wait: wait, IdleTimeout: ttl, Shared: h.shared}
 	if !l.caps.LockWaitInSeconds {
-		return l.lockStmt(qctx, h, names, p)
+		found, session, err = l.lockStmt(qctx, h, names, p)
+		return found, session, l.endCutOff(qctx, h, names, err)
 	}
 	// On MySQL the driver gives up a wait by closing the connection, which
 	// the server does not notice while the statement waits: end the

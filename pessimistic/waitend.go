@@ -39,6 +39,8 @@ type waitEnder struct {
 	l     *Locker
 	s     waitSession
 	names []string
+	// ctx is the context whose end ends the wait.
+	ctx context.Context
 	// stmtDone is closed when the statement has returned; done when the
 	// ender's goroutine has (it ran: stop reported false).
 	stmtDone, done chan struct{}
@@ -48,21 +50,30 @@ type waitEnder struct {
 // endWaitOnDone arms a waitEnder for session s, which is about to run a
 // lock statement for names, to end its wait when ctx ends.
 func (l *Locker) endWaitOnDone(ctx context.Context, s waitSession, names []string) *waitEnder {
-	e := &waitEnder{l: l, s: s, names: names, stmtDone: make(chan struct{}), done: make(chan struct{})}
+	e := &waitEnder{l: l, s: s, names: names, ctx: ctx, stmtDone: make(chan struct{}), done: make(chan struct{})}
 	e.stop = context.AfterFunc(ctx, e.run)
 	return e
 }
 
 // finished tells e that the statement has returned, and reports whether e
 // ran (then it has finished too: the session may run its next statement).
-// A nil e never runs.
+// A nil e never runs. When the context has ended but its end has not
+// reached e yet (a context tells its watchers one after another, and the
+// driver's watcher, which closed the connection under the statement, can
+// be told first), e runs here for a discarded session: it may still be
+// waiting at the server. (A session that lives on returned from its
+// statement by itself: a cancel now could only hit its next one.)
 func (e *waitEnder) finished() bool {
 	if e == nil {
 		return false
 	}
 	close(e.stmtDone)
 	if e.stop() {
-		return false
+		if !e.s.discarded || e.ctx.Err() == nil {
+			return false
+		}
+		e.run()
+		return true
 	}
 	<-e.done
 	return true
@@ -95,17 +106,61 @@ func (e *waitEnder) run() {
 // once sends one end: on the Locker's own connection when it has one (on
 // the pool otherwise). A discarded session is killed whole only when that
 // connection was opened before the session's id was read: it has talked
-// to the same server run since, so the id is still that session's.
+// to the same server run since, so the id is still that session's. Then
+// once waits until the server no longer lists a discarded session (its
+// driver closed the connection, so it ends even when only its statement
+// was cancelled): until then the server could still grant it the row.
 func (e *waitEnder) once(ctx context.Context) error {
 	l := e.l
 	err := l.withSide(ctx, false, func(q store.Querier) error {
-		if e.s.discarded && !e.s.readAt.IsZero() && l.side.opened.Before(e.s.readAt) {
-			return l.db.KillSession(ctx, q, e.s.id)
-		}
-		return l.db.CancelStatement(ctx, q, e.s.id)
+		return e.end(ctx, q, e.s.discarded && !e.s.readAt.IsZero() && l.side.opened.Before(e.s.readAt))
 	})
 	if errors.Is(err, errNoSide) {
-		err = l.db.CancelStatement(ctx, nil, e.s.id)
+		err = e.end(ctx, nil, false)
 	}
+	return err
+}
+
+// end kills the session (or cancels its statement) from q, and waits for a
+// discarded one to be gone.
+func (e *waitEnder) end(ctx context.Context, q store.Querier, kill bool) error {
+	db := e.l.db
+	var err error
+	if kill {
+		err = db.KillSession(ctx, q, e.s.id)
+	} else {
+		err = db.CancelStatement(ctx, q, e.s.id)
+	}
+	if err != nil || !e.s.discarded {
+		return err
+	}
+	return db.AwaitSessionEnd(ctx, q, e.s.id)
+}
+
+// endCutOff ends the session of h, whose lock statement for names failed
+// with err, when ctx cut the statement off in flight and the driver knows
+// the session's id (PostgreSQL through pgx: store.DiscardedSessionID), and
+// returns err once the server no longer lists the session. The driver
+// closed the connection, but its cancel of the statement travels on a
+// connection of its own after the call has returned, so the server could
+// still run the statement (a NOWAIT sent just before), or still wait in
+// it, and be granted the row after the caller has gone: a release right
+// after would leave the name to a session nobody uses until it ends.
+// Where the id is not known without asking (MySQL: see lockRows for its
+// waits), the server's own noticing of the closed connection ends it.
+func (l *Locker) endCutOff(ctx context.Context, h *hold, names []string, err error) error {
+	if err == nil || ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+		return err
+	}
+	id, ok := l.db.DiscardedSessionID(h.conn.Conn)
+	if !ok {
+		return err
+	}
+	// h.start is after h's connection was taken from the pool: its
+	// session was alive then (see once).
+	e := &waitEnder{l: l, s: waitSession{id: id, readAt: h.start, discarded: true}, names: names, ctx: ctx,
+		stmtDone: make(chan struct{}), done: make(chan struct{})}
+	close(e.stmtDone)
+	e.run()
 	return err
 }

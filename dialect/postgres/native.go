@@ -28,7 +28,8 @@ func native(pool *sql.DB) *store.Native {
 		return nil
 	}
 	n := pgNative{pool: pool}
-	return &store.Native{QueryRow: n.queryRow, Exec: n.exec, QueryRowOn: queryRowOn, ExecOn: execOn}
+	return &store.Native{QueryRow: n.queryRow, Exec: n.exec, QueryRowOn: queryRowOn, ExecOn: execOn,
+		DiscardedSession: discardedSession}
 }
 
 // queryRowOn and execOn run one statement on a pinned connection (in the
@@ -72,6 +73,24 @@ func runOn(ctx context.Context, conn *sql.Conn, query string, args, dest []any) 
 		})
 	})
 	return affected, err
+}
+
+// discardedSession returns the pid of conn's backend, which pgx learned
+// when it connected, once pgx has closed the connection (it does when a
+// statement's context ends while the statement is in flight, sending the
+// server a cancel of it from another connection, later).
+func discardedSession(conn *sql.Conn) (id int64, ok bool) {
+	_ = conn.Raw(func(dc any) error {
+		sc, isPgx := dc.(*stdlib.Conn)
+		if lc, lazy := dc.(*lazyConn); lazy {
+			sc, isPgx = lc.stdConn, true
+		}
+		if isPgx && sc.Conn().IsClosed() {
+			id, ok = int64(sc.Conn().PgConn().PID()), true
+		}
+		return nil
+	})
+	return id, ok
 }
 
 type pgNative struct{ pool *sql.DB }

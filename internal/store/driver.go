@@ -71,6 +71,10 @@ type Native struct {
 	// begun there), without retries. Optional.
 	QueryRowOn func(ctx context.Context, conn *sql.Conn, query string, args []any, dest ...any) error
 	ExecOn     func(ctx context.Context, conn *sql.Conn, query string, args ...any) (int64, error)
+	// DiscardedSession returns the server's id of conn's session, as the
+	// driver learned it when it connected, when the driver has closed
+	// conn (a statement cut off in flight); false otherwise. Optional.
+	DiscardedSession func(conn *sql.Conn) (int64, bool)
 }
 
 // ServerError is an error the database server sent, as the driver reports

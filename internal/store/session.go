@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -113,6 +114,19 @@ func (db *DB) SQLiteWriteLock(ctx context.Context, tx Querier) error {
 // pid, MySQL CONNECTION_ID()); zero on SQLite.
 func (db *DB) SessionID(ctx context.Context, q Querier) (int64, error) {
 	return db.Dialect.sessionID(ctx, db, q)
+}
+
+// DiscardedSessionID returns the server's id of conn's session when its
+// driver has closed the connection under a statement (one cut off in
+// flight by its context) and learned the id when it connected (PostgreSQL
+// through pgx: the backend pid, Native.DiscardedSession); false otherwise.
+// The server may still run that statement, or wait in it, until it
+// notices the closed connection.
+func (db *DB) DiscardedSessionID(conn *sql.Conn) (int64, bool) {
+	if conn == nil || db.native == nil || db.native.DiscardedSession == nil {
+		return 0, false
+	}
+	return db.native.DiscardedSession(conn)
 }
 
 // CancelStatement cancels the statement the session id is running, from q
