@@ -149,9 +149,16 @@ type SharedSQL struct {
 // the retries.
 const lockWaitMs = "100"
 
-// shareLockedMax bounds the retries of a shared-lock transaction whose row
+// shareLockedMax bounds the retries of a shared-lock acquisition whose row
 // another transaction held locked; then the name is reported held by it.
 const shareLockedMax = 200 * time.Millisecond
+
+// shareEndLockedMax is shareLockedMax for a release or a renewal, which
+// keeps trying longer: giving up for mere contention leaves a share to
+// its expiry (a release) or puts a live lease at risk (a renewal). Eight
+// SQLite readers releasing one name at once on a loaded machine took
+// longer than 200 ms to all get the database's write lock.
+const shareEndLockedMax = 5 * time.Second
 
 // ShareParams are the inputs of AcquireShare.
 type ShareParams struct {
@@ -241,9 +248,9 @@ var errRowLocked = errors.New("the name's row is locked by another transaction")
 
 // sharedTx runs fn in a write transaction holding name's row locked (the row
 // is inserted first if missing) and commits when fn asks to. A row locked
-// elsewhere is waited for shareLockedMax at most (errRowLocked).
-func (db *DB) sharedTx(ctx context.Context, name string, fn func(tx *sqlx.Tx, r sharedRow) (commit bool, err error)) error {
-	return db.retryRowLocked(ctx, func() error { return db.sharedAttempt(ctx, name, fn) })
+// elsewhere is waited for limit at most (errRowLocked).
+func (db *DB) sharedTx(ctx context.Context, name string, limit time.Duration, fn func(tx *sqlx.Tx, r sharedRow) (commit bool, err error)) error {
+	return db.retryRowLocked(ctx, limit, func() error { return db.sharedAttempt(ctx, name, fn) })
 }
 
 // sharedAttempt is one transaction of sharedTx.

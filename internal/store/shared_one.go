@@ -23,7 +23,7 @@ func (db *DB) acquireShareOne(ctx context.Context, p ShareParams) (ShareResult, 
 	)
 	args := []any{p.Name, p.Owner, p.TTL.Microseconds(), nullString(p.Metadata)}
 	query := db.shareAcquireSQL()
-	err := db.retryRowLocked(ctx, func() error {
+	err := db.retryRowLocked(ctx, shareLockedMax, func() error {
 		return db.queryRow(ctx, db, query, args,
 			&res.Acquired, &token, &owner, &mode, &expUs, &nowUs, &res.WriterWaits, &grantedUs)
 	})
@@ -75,7 +75,7 @@ func (db *DB) shareAcquireSQL() string {
 // or ReleaseJoined).
 func (db *DB) releaseShareOne(ctx context.Context, query, name, owner string, token dblock.Token) (bool, error) {
 	var released bool
-	err := db.retryRowLocked(ctx, func() error {
+	err := db.retryRowLocked(ctx, shareEndLockedMax, func() error {
 		return db.queryRow(ctx, db, query, []any{name, owner, int64(token)}, &released)
 	})
 	if errors.Is(err, errRowLocked) {
@@ -93,7 +93,7 @@ func releaseLocked(name string, err error) error {
 // renewShareOne is RenewShare in one statement.
 func (db *DB) renewShareOne(ctx context.Context, name, owner string, token dblock.Token, ttl time.Duration) (bool, error) {
 	var renewed bool
-	err := db.retryRowLocked(ctx, func() error {
+	err := db.retryRowLocked(ctx, shareEndLockedMax, func() error {
 		return db.queryRow(ctx, db, db.Dialect.Shared().Renew, []any{name, owner, int64(token), ttl.Microseconds()}, &renewed)
 	})
 	if errors.Is(err, errRowLocked) {
@@ -108,9 +108,10 @@ func (db *DB) renewShareOne(ctx context.Context, name, owner string, token dbloc
 // deadlock's victim or a serialization failure; MariaDB's readers
 // releasing one name at once can deadlock, a SKIP LOCKED read waiting for
 // a share another release deleted but has not committed), for
-// shareLockedMax at most: then errRowLocked where the row stayed locked,
-// else the last error. Other errors, classified, end it.
-func (db *DB) retryRowLocked(ctx context.Context, attempt func() error) error {
+// limit at most (shareLockedMax, or shareEndLockedMax for a release or a
+// renewal): then errRowLocked where the row stayed locked, else the last
+// error. Other errors, classified, end it.
+func (db *DB) retryRowLocked(ctx context.Context, limit time.Duration, attempt func() error) error {
 	var first time.Time
 	pause := fenceRetryMin
 	for {
@@ -120,7 +121,7 @@ func (db *DB) retryRowLocked(ctx context.Context, attempt func() error) error {
 		}
 		if first.IsZero() {
 			first = time.Now()
-		} else if time.Since(first) >= shareLockedMax {
+		} else if time.Since(first) >= limit {
 			if errors.Is(err, dblock.ErrNotAcquired) {
 				return errRowLocked
 			}

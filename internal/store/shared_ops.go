@@ -41,7 +41,7 @@ func (db *DB) acquireShare(ctx context.Context, p ShareParams) (ShareResult, err
 		return res, err
 	}
 	c := &shareAcquire{db: db, ctx: ctx, p: p}
-	err := db.sharedTx(ctx, p.Name, c.run)
+	err := db.sharedTx(ctx, p.Name, shareLockedMax, c.run)
 	if errors.Is(err, errRowLocked) {
 		return ShareResult{Holder: Holder{Exists: true, Mode: dblock.ModePessimistic}}, nil
 	}
@@ -218,7 +218,7 @@ func (db *DB) releaseShare(ctx context.Context, name, owner string, token dblock
 		return db.releaseShareOne(ctx, q, name, owner, token)
 	}
 	released := false
-	err := db.sharedTx(ctx, name, func(tx *sqlx.Tx, r sharedRow) (bool, error) {
+	err := db.sharedTx(ctx, name, shareEndLockedMax, func(tx *sqlx.Tx, r sharedRow) (bool, error) {
 		released = false
 		s, err := db.readShare(ctx, tx, name, owner)
 		if err != nil || !s.found || s.token != int64(token) || s.reentry <= 0 {
@@ -295,7 +295,7 @@ func (db *DB) RenewShare(ctx context.Context, name, owner string, token dblock.T
 		return db.renewShareOne(ctx, name, owner, token, ttl)
 	}
 	renewed := false
-	err := db.sharedTx(ctx, name, func(tx *sqlx.Tx, r sharedRow) (bool, error) {
+	err := db.sharedTx(ctx, name, shareEndLockedMax, func(tx *sqlx.Tx, r sharedRow) (bool, error) {
 		renewed = false
 		if r.live() && r.owner == "" && r.reader == owner && r.version == int64(token) {
 			// The reader recorded in the row (MariaDB): the row is its lease.

@@ -97,7 +97,7 @@ func (db *DB) ReleaseRecordedShare(ctx context.Context, name, owner string, toke
 		return db.ReleaseShare(ctx, name, owner, token)
 	}
 	var released bool
-	err := db.retryRowLocked(ctx, func() (err error) {
+	err := db.retryRowLocked(ctx, shareEndLockedMax, func() (err error) {
 		released, err = db.execOne(ctx, db, q, name, owner, int64(token))
 		return err
 	})
