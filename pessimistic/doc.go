@@ -17,6 +17,14 @@
 // and the server's wait ends within the next second), MySQL 8's session
 // innodb_lock_wait_timeout, set around the statement and restored.
 //
+// A wait given up (its context ended, or the Locker closed) returns only once
+// its server session can no longer be granted the row: the drivers give up a
+// statement by closing its connection, which the server may notice only
+// later, so the session is ended from the Locker's own connection and seen
+// gone first (on MySQL and MariaDB for every wait; on PostgreSQL for any lock
+// statement cut off in flight, a NOWAIT included). A release right after the
+// call therefore leaves the name free for the next acquirer.
+//
 // A name that has no row yet gets one from an autocommit INSERT ... ON
 // CONFLICT DO NOTHING on the pool (never inside the locking transaction, so
 // nobody waits on an uncommitted insert and no transaction is aborted by a
