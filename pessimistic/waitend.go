@@ -20,6 +20,10 @@ type waitSession struct {
 	// discarded: the session's connection is not used again after the
 	// wait (the driver closed it), so the whole session may be ended.
 	discarded bool
+	// clientPort, when not zero, is the TCP port the session's client
+	// connected from: id came from the driver, not the server, and is
+	// ended only if the server lists it from that port (not a pooler's).
+	clientPort int
 }
 
 // waitEnder ends, from the Locker's own connection, the lock wait a session
@@ -125,6 +129,12 @@ func (e *waitEnder) once(ctx context.Context) error {
 // discarded one to be gone.
 func (e *waitEnder) end(ctx context.Context, q store.Querier, kill bool) error {
 	db := e.l.db
+	if e.s.clientPort != 0 {
+		ours, err := db.SessionFromPort(ctx, q, e.s.id, e.s.clientPort)
+		if err != nil || !ours {
+			return err // Gone already, or not a session of the server's.
+		}
+	}
 	var err error
 	if kill {
 		err = db.KillSession(ctx, q, e.s.id)
@@ -139,7 +149,7 @@ func (e *waitEnder) end(ctx context.Context, q store.Querier, kill bool) error {
 
 // endCutOff ends the session of h, whose lock statement for names failed
 // with err, when ctx cut the statement off in flight and the driver knows
-// the session's id (PostgreSQL through pgx: store.DiscardedSessionID), and
+// the session's id (PostgreSQL through pgx: store.DiscardedSession), and
 // returns err once the server no longer lists the session. The driver
 // closed the connection, but its cancel of the statement travels on a
 // connection of its own after the call has returned, so the server could
@@ -152,13 +162,14 @@ func (l *Locker) endCutOff(ctx context.Context, h *hold, names []string, err err
 	if err == nil || ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
 		return err
 	}
-	id, ok := l.db.DiscardedSessionID(h.conn.Conn)
+	s, ok := l.db.DiscardedSession(h.conn.Conn)
 	if !ok {
 		return err
 	}
 	// h.start is after h's connection was taken from the pool: its
 	// session was alive then (see once).
-	e := &waitEnder{l: l, s: waitSession{id: id, readAt: h.start, discarded: true}, names: names, ctx: ctx,
+	ws := waitSession{id: s.ID, readAt: h.start, discarded: true, clientPort: s.ClientPort}
+	e := &waitEnder{l: l, s: ws, names: names, ctx: ctx,
 		stmtDone: make(chan struct{}), done: make(chan struct{})}
 	close(e.stmtDone)
 	e.run()

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"net"
 	"os"
 
 	"github.com/jackc/pgx/v5"
@@ -76,21 +77,26 @@ func runOn(ctx context.Context, conn *sql.Conn, query string, args, dest []any) 
 }
 
 // discardedSession returns the pid of conn's backend, which pgx learned
-// when it connected, once pgx has closed the connection (it does when a
-// statement's context ends while the statement is in flight, sending the
-// server a cancel of it from another connection, later).
-func discardedSession(conn *sql.Conn) (id int64, ok bool) {
+// when it connected, and the socket's local TCP port, once pgx has closed
+// the connection (it does when a statement's context ends while the
+// statement is in flight, sending the server a cancel of it from another
+// connection, later).
+func discardedSession(conn *sql.Conn) (s store.CutOffSession, ok bool) {
 	_ = conn.Raw(func(dc any) error {
 		sc, isPgx := dc.(*stdlib.Conn)
 		if lc, lazy := dc.(*lazyConn); lazy {
 			sc, isPgx = lc.stdConn, true
 		}
-		if isPgx && sc.Conn().IsClosed() {
-			id, ok = int64(sc.Conn().PgConn().PID()), true
+		if !isPgx || !sc.Conn().IsClosed() {
+			return nil
+		}
+		pc := sc.Conn().PgConn()
+		if a, tcp := pc.Conn().LocalAddr().(*net.TCPAddr); tcp {
+			s, ok = store.CutOffSession{ID: int64(pc.PID()), ClientPort: a.Port}, true
 		}
 		return nil
 	})
-	return id, ok
+	return s, ok
 }
 
 type pgNative struct{ pool *sql.DB }

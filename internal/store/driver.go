@@ -72,9 +72,10 @@ type Native struct {
 	QueryRowOn func(ctx context.Context, conn *sql.Conn, query string, args []any, dest ...any) error
 	ExecOn     func(ctx context.Context, conn *sql.Conn, query string, args ...any) (int64, error)
 	// DiscardedSession returns the server's id of conn's session, as the
-	// driver learned it when it connected, when the driver has closed
-	// conn (a statement cut off in flight); false otherwise. Optional.
-	DiscardedSession func(conn *sql.Conn) (int64, bool)
+	// driver learned it when it connected, and the client's TCP port, when
+	// the driver has closed conn (a statement cut off in flight); false
+	// otherwise, or when conn is not a TCP connection. Optional.
+	DiscardedSession func(conn *sql.Conn) (CutOffSession, bool)
 }
 
 // ServerError is an error the database server sent, as the driver reports

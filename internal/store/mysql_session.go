@@ -63,6 +63,13 @@ func (mysqlDialect) cancelStatement(ctx context.Context, db *DB, q Querier, id i
 	return db.Classify(err)
 }
 
+// sessionFromPort: the processlist's Host is "host:port" for a TCP client.
+func (mysqlDialect) sessionFromPort(ctx context.Context, db *DB, q Querier, id int64, port int) (bool, error) {
+	var found bool
+	err := q.QueryRowxContext(ctx, "SELECT EXISTS (SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = ? AND HOST LIKE CONCAT('%:', ?))", id, port).Scan(&found)
+	return found, db.Classify(err)
+}
+
 // killSession: an unknown thread id (1094) is a session gone already.
 func (mysqlDialect) killSession(ctx context.Context, db *DB, q Querier, id int64) error {
 	_, err := q.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))

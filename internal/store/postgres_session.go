@@ -70,6 +70,12 @@ func (postgres) cancelStatement(ctx context.Context, db *DB, q Querier, id int64
 	return db.Classify(err)
 }
 
+func (postgres) sessionFromPort(ctx context.Context, db *DB, q Querier, id int64, port int) (bool, error) {
+	var found bool
+	err := q.QueryRowxContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND client_port = $2)", id, port).Scan(&found)
+	return found, db.Classify(err)
+}
+
 func (postgres) killSession(ctx context.Context, db *DB, q Querier, id int64) error {
 	_, err := q.ExecContext(ctx, "SELECT pg_terminate_backend($1)", id)
 	return db.Classify(err)

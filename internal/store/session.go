@@ -21,6 +21,8 @@ type sessionEngine interface {
 	cancelStatement(ctx context.Context, db *DB, q Querier, id int64) error
 	// killSession is KillSession on q (not nil).
 	killSession(ctx context.Context, db *DB, q Querier, id int64) error
+	// sessionFromPort is SessionFromPort on q (not nil).
+	sessionFromPort(ctx context.Context, db *DB, q Querier, id int64, port int) (bool, error)
 }
 
 // Incarnation describes one run of the database server, as seen on one
@@ -116,17 +118,35 @@ func (db *DB) SessionID(ctx context.Context, q Querier) (int64, error) {
 	return db.Dialect.sessionID(ctx, db, q)
 }
 
-// DiscardedSessionID returns the server's id of conn's session when its
-// driver has closed the connection under a statement (one cut off in
-// flight by its context) and learned the id when it connected (PostgreSQL
-// through pgx: the backend pid, Native.DiscardedSession); false otherwise.
-// The server may still run that statement, or wait in it, until it
-// notices the closed connection.
-func (db *DB) DiscardedSessionID(conn *sql.Conn) (int64, bool) {
+// CutOffSession is the server session of a connection its driver closed
+// under a statement, as the driver knew it: the id it was told when it
+// connected, and the client's TCP port.
+type CutOffSession struct {
+	ID         int64
+	ClientPort int
+}
+
+// DiscardedSession returns the session of conn when its driver has closed
+// the connection under a statement (one cut off in flight by its context)
+// and learned the session's id when it connected (PostgreSQL through pgx:
+// the backend pid, Native.DiscardedSession); false otherwise. The server
+// may still run that statement, or wait in it, until it notices the closed
+// connection. The id is the one the server end of the socket gave: behind a
+// pooler (PgBouncer) it is the pooler's, so check it with SessionFromPort
+// before ending a session by it.
+func (db *DB) DiscardedSession(conn *sql.Conn) (CutOffSession, bool) {
 	if conn == nil || db.native == nil || db.native.DiscardedSession == nil {
-		return 0, false
+		return CutOffSession{}, false
 	}
 	return db.native.DiscardedSession(conn)
+}
+
+// SessionFromPort reports, asking on q (nil: the pool), whether the server
+// lists session id as a client's connected from TCP port port: a session
+// id a driver was told by a pooler, not the server, is not (the server
+// sees the pooler's port), nor is one that has ended. SQLite: false.
+func (db *DB) SessionFromPort(ctx context.Context, q Querier, id int64, port int) (bool, error) {
+	return db.Dialect.sessionFromPort(ctx, db, db.q(q), id, port)
 }
 
 // CancelStatement cancels the statement the session id is running, from q

@@ -34,3 +34,7 @@ func (sqliteDialect) sessionID(context.Context, *DB, Querier) (int64, error) { r
 func (sqliteDialect) cancelStatement(context.Context, *DB, Querier, int64) error { return nil }
 
 func (sqliteDialect) killSession(context.Context, *DB, Querier, int64) error { return nil }
+
+func (sqliteDialect) sessionFromPort(context.Context, *DB, Querier, int64, int) (bool, error) {
+	return false, nil
+}
