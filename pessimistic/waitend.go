@@ -54,9 +54,15 @@ type waitEnder struct {
 // endWaitOnDone arms a waitEnder for session s, which is about to run a
 // lock statement for names, to end its wait when ctx ends.
 func (l *Locker) endWaitOnDone(ctx context.Context, s waitSession, names []string) *waitEnder {
-	e := &waitEnder{l: l, s: s, names: names, ctx: ctx, stmtDone: make(chan struct{}), done: make(chan struct{})}
+	e := l.newWaitEnder(ctx, s, names)
 	e.stop = context.AfterFunc(ctx, e.run)
 	return e
+}
+
+// newWaitEnder returns a waitEnder for session s's lock statement for
+// names, whose wait ctx ends, neither armed nor run.
+func (l *Locker) newWaitEnder(ctx context.Context, s waitSession, names []string) *waitEnder {
+	return &waitEnder{l: l, s: s, names: names, ctx: ctx, stmtDone: make(chan struct{}), done: make(chan struct{})}
 }
 
 // finished tells e that the statement has returned, and reports whether e
@@ -168,10 +174,8 @@ func (l *Locker) endCutOff(ctx context.Context, h *hold, names []string, err err
 	}
 	// h.start is after h's connection was taken from the pool: its
 	// session was alive then (see once).
-	ws := waitSession{id: s.ID, readAt: h.start, discarded: true, clientPort: s.ClientPort}
-	e := &waitEnder{l: l, s: ws, names: names, ctx: ctx,
-		stmtDone: make(chan struct{}), done: make(chan struct{})}
-	close(e.stmtDone)
+	e := l.newWaitEnder(ctx, waitSession{id: s.ID, readAt: h.start, discarded: true, clientPort: s.ClientPort}, names)
+	close(e.stmtDone) // The statement has returned.
 	e.run()
 	return err
 }
