@@ -50,7 +50,7 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 	defer l.local.unsubscribe(a.name, q.sig)
 	if l.hub != nil {
 		var unsubscribe func()
-		q.hubC, unsubscribe = l.hub.Subscribe(a.ctx, a.name)
+		q.hubC, q.hubSent, unsubscribe = l.hub.SubscribeCounted(a.ctx, a.name)
 		defer unsubscribe()
 	}
 	defer func() {
@@ -139,6 +139,7 @@ type queueWait struct {
 	a         *attempt
 	sig       *signal
 	hubC      <-chan struct{}
+	hubSent   func() uint64 // The notices sent to hubC (nil without a hub).
 	observe   func(Position)
 	w         *waiter
 	slot      *slot // w in its Locker's line, where releases hand over.
@@ -152,11 +153,16 @@ type queueWait struct {
 	joined *store.QueueState
 }
 
-// eventMark is where the signals' counts stood before a check.
-type eventMark struct{ events, releases uint64 }
+// eventMark is where the counts of events stood before a check: this
+// Locker's own (signals) and the notices of the hub.
+type eventMark struct{ events, releases, notices uint64 }
 
 func (q *queueWait) mark() eventMark {
-	return eventMark{q.sig.events.Load(), q.sig.releases.Load()}
+	m := eventMark{events: q.sig.events.Load(), releases: q.sig.releases.Load()}
+	if q.hubSent != nil {
+		m.notices = q.hubSent()
+	}
+	return m
 }
 
 // retry decides after a failed statement: the end of the wait, or an error
@@ -301,11 +307,14 @@ func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) (releas
 			continue
 		case <-q.sig.ch:
 		case <-q.hubC:
-			hubEvents++
+			// Counted from the mark, not by wake-ups: the channel holds
+			// one, and notices that arrive together (one read of the
+			// listening connection, a waiter slow to run) merge there.
+			hubEvents = int(q.hubSent() - mark.notices)
 			if !capped && time.Until(deadline) > notifiedRecheck {
-				// Notifications merge (PostgreSQL delivers one per
-				// transaction and payload, the channel holds one, and one
-				// wake-up covers those sent before the listener listened):
+				// Notifications still merge where PostgreSQL delivers one
+				// per transaction and payload (a reaper's batch), and one
+				// wake-up covers those sent before the listener listened:
 				// the count may stop short of need. Having heard anything,
 				// the waiter looks again soon at the latest.
 				capped = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dblock-go/dblock/internal/backoff"
@@ -41,7 +42,10 @@ type Hub struct {
 // release announced for another owner (a name kept for its waiter) does
 // not wake it.
 type sub struct {
-	ch    chan struct{}
+	ch chan struct{}
+	// sent counts the notices sent to ch, merged there or not (see
+	// SubscribeCounted).
+	sent  atomic.Uint64
 	owner string
 	// unmarked: subscribed by SubscribeUnmarked; its name's mark is not
 	// renewed for it.
@@ -76,26 +80,39 @@ func (h *Hub) Subscribe(ctx context.Context, name string) (wake <-chan struct{},
 // another owner, which a reservation keeps the name for (see
 // store.NoticeSep), does not wake it; "" subscribes to every release.
 func (h *Hub) SubscribeFor(ctx context.Context, name, owner string) (wake <-chan struct{}, cancel func()) {
-	return h.subscribe(ctx, name, owner, true)
+	s, cancel := h.subscribe(ctx, name, owner, true)
+	return s.ch, cancel
+}
+
+// SubscribeCounted is Subscribe with a count of the notices sent to the
+// subscription (one per announced release, and one per reconnection of the
+// listening connection). The channel holds one wake-up, so notices that
+// arrive while one is pending merge there; the count does not merge them,
+// so a waiter that needs a number of events reads it from sent rather than
+// from its wake-ups.
+func (h *Hub) SubscribeCounted(ctx context.Context, name string) (wake <-chan struct{}, sent func() uint64, cancel func()) {
+	s, cancel := h.subscribe(ctx, name, "", true)
+	return s.ch, s.sent.Load, cancel
 }
 
 // SubscribeUnmarked is Subscribe for a name whose releases are announced
 // whether or not anybody listens (a semaphore's: its grants' rows, not
 // dblock_locks'), so no mark is written.
 func (h *Hub) SubscribeUnmarked(name string) (wake <-chan struct{}, cancel func()) {
-	return h.subscribe(context.Background(), name, "", false)
+	s, cancel := h.subscribe(context.Background(), name, "", false)
+	return s.ch, cancel
 }
 
-func (h *Hub) subscribe(ctx context.Context, name, owner string, mark bool) (wake <-chan struct{}, cancel func()) {
-	s := &sub{ch: make(chan struct{}, 1), owner: owner, unmarked: !mark}
+func (h *Hub) subscribe(ctx context.Context, name, owner string, mark bool) (s *sub, cancel func()) {
+	s = &sub{ch: make(chan struct{}, 1), owner: owner, unmarked: !mark}
 	if !h.add(name, s) {
-		return s.ch, func() {}
+		return s, func() {}
 	}
 	if mark {
 		h.mark(ctx, name)
 	}
 	var once sync.Once
-	return s.ch, func() { once.Do(func() { h.remove(name, s) }) }
+	return s, func() { once.Do(func() { h.remove(name, s) }) }
 }
 
 // add registers s for name and starts the hub's goroutines on the first
@@ -168,10 +185,16 @@ func (h *Hub) wake(name, owner string) {
 		if owner != "" && s.owner != "" && s.owner != owner {
 			continue
 		}
-		select {
-		case s.ch <- struct{}{}:
-		default:
-		}
+		s.send()
+	}
+}
+
+// send counts a notice and wakes s unless a wake-up is pending.
+func (s *sub) send() {
+	s.sent.Add(1)
+	select {
+	case s.ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -180,10 +203,7 @@ func (h *Hub) notifyAll() {
 	defer h.mu.Unlock()
 	for _, m := range h.subs {
 		for s := range m {
-			select {
-			case s.ch <- struct{}{}:
-			default:
-			}
+			s.send()
 		}
 	}
 }

@@ -119,3 +119,38 @@ func TestHubNoNotify(t *testing.T) {
 		})
 	}
 }
+
+// TestHubCountsMergedNotices (PostgreSQL): releases announced while a
+// wake-up is pending merge in the subscription's channel, and each is
+// counted (SubscribeCounted), so a waiter that needs n events never stops
+// short of them.
+func TestHubCountsMergedNotices(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, store.Postgres)
+	hub := wake.New(iso.Store(), nil)
+	defer func() { _ = hub.Close() }()
+	name := locktest.RandomName("wake-count")
+	pool := iso.Open(t)
+	release(t, pool, name)
+	ch, sent, cancel := hub.SubscribeCounted(context.Background(), name)
+	defer cancel()
+	wait(t, ch, "first connection")
+	base := sent()
+	const releases = 20
+	for range releases {
+		release(t, pool, name) // The channel is not read meanwhile.
+	}
+	deadline := time.Now().Add(hangGuard)
+	for sent()-base < releases && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := sent() - base; n != releases {
+		t.Fatalf("%d notices counted for %d releases", n, releases)
+	}
+	wait(t, ch, "the merged wake-up")
+	select {
+	case <-ch:
+		t.Fatalf("the channel held more than one wake-up")
+	default:
+	}
+}
