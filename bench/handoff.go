@@ -92,7 +92,7 @@ func runHandoffChild(j childJob) childResult {
 		}
 		defer stop()
 	}
-	time.Sleep(time.Until(j.Start))
+	time.Sleep(time.Until(j.begin()))
 	return h.run(ctx, end)
 }
 
@@ -161,6 +161,10 @@ func (h *handoffChild) run(ctx context.Context, end time.Time) childResult {
 					}
 					mu.Unlock()
 					return
+				}
+				if !h.j.measured(t0) {
+					mu.Unlock()
+					continue
 				}
 				res.Counts[g]++
 				res.Waits = append(res.Waits, time.Since(t0))

@@ -38,8 +38,12 @@ type childJob struct {
 	PgURL      string        `json:"pg_url,omitempty"` // PostgreSQL's, for the hand-written reference's LISTEN
 	Name       string        `json:"name"`
 	Goroutines int           `json:"goroutines"`
-	Start      time.Time     `json:"start"` // wall clock: the children start together
+	Start      time.Time     `json:"start"` // wall clock: the children measure from it together
 	Duration   time.Duration `json:"duration"`
+	// Warm is how long the children run before Start, uncounted, as every
+	// in-process cell does: new sessions plan their statements and fill
+	// their caches there.
+	Warm time.Duration `json:"warm"`
 	// Fair runs fairqueue's Locker instead of optimistic's.
 	Fair bool `json:"fair,omitempty"`
 	// Handoff runs the hand-written reference (handoff.go) instead of
@@ -48,6 +52,12 @@ type childJob struct {
 	Index   int  `json:"index,omitempty"`
 	Members int  `json:"members,omitempty"`
 }
+
+// begin is when the children start: Warm before Start.
+func (j childJob) begin() time.Time { return j.Start.Add(-j.Warm) }
+
+// measured reports whether an acquisition begun at t0 counts (from Start).
+func (j childJob) measured(t0 time.Time) bool { return !t0.Before(j.Start) }
 
 // childResult is what a child prints.
 type childResult struct {
@@ -121,7 +131,7 @@ func runChild(j childJob) childResult {
 		return childResult{Err: err.Error()}
 	}
 	defer l.Close()
-	time.Sleep(time.Until(j.Start))
+	time.Sleep(time.Until(j.begin()))
 	end := j.Start.Add(j.Duration)
 	var (
 		mu  sync.Mutex
@@ -147,6 +157,9 @@ func runChild(j childJob) childResult {
 					res.Err = err.Error()
 					mu.Unlock()
 					return
+				}
+				if !j.measured(t0) {
+					continue
 				}
 				mu.Lock()
 				res.Counts[g]++
@@ -181,7 +194,7 @@ func runProcCell(ctx context.Context, e *env, name string, kind procKind, warm, 
 		}
 	}
 	base := childJob{DSN: e.dsn, PgURL: e.pgURL, Name: name, Goroutines: procGoroutines,
-		Start: time.Now().Add(2*time.Second + warm), Duration: dur, Handoff: handoff, Fair: kind == procFair,
+		Start: time.Now().Add(2*time.Second + warm), Duration: dur, Warm: warm, Handoff: handoff, Fair: kind == procFair,
 		Members: procCount * procGoroutines}
 	outs := make([][]byte, procCount)
 	errs := make([]error, procCount)
