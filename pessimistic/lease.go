@@ -30,6 +30,7 @@ type hold struct {
 	session  store.SessionRef // the locking session; its ID is zero on SQLite
 	ttl      time.Duration
 	shared   bool          // AcquireShared: the row's shared lock
+	deferred bool          // The transaction's BEGIN goes with its first lock statement (Locker.defersBegin)
 	prevBusy time.Duration // SQLite: busy timeout to restore; -1 when untouched
 	start    time.Time
 	// lockedAt is the database's clock when the rows were locked (the
@@ -146,7 +147,10 @@ func (l *Locker) register(h *hold, o mode.Options, label string, start time.Time
 	for _, n := range h.names {
 		l.holds[holdKey{n, h.owner}] = h
 	}
-	l.all[h] = struct{}{}
+	if _, ok := l.all[h]; !ok {
+		l.all[h] = struct{}{}
+		l.busy.Add(1)
+	}
 	lease := l.newHandle(h, label)
 	l.mu.Unlock()
 	l.acquired(lease, start)
@@ -302,7 +306,10 @@ func (l *Locker) forget(h *hold) {
 			delete(l.holds, holdKey{n, h.owner})
 		}
 	}
-	delete(l.all, h)
+	if _, ok := l.all[h]; ok {
+		delete(l.all, h)
+		l.busy.Add(-1)
+	}
 }
 
 func (l *Locker) released(lease *Lease, h *hold) {

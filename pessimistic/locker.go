@@ -158,7 +158,14 @@ type Locker struct {
 	// deferBegin: a hold's BEGIN goes with its lock statement, in one round
 	// trip (store.DefersBegin).
 	deferBegin bool
-	exclusive  atomic.Bool // The database's row locks were found to exclude every client.
+	// beginsInCall: the deferred BEGIN is MariaDB's lock call
+	// (store.BeginsInCall), used only while the Locker is otherwise idle
+	// (defersBegin).
+	beginsInCall bool
+	// busy counts acquisitions under way and holds registered (acquiring
+	// plus len(all)), read without mu by defersBegin.
+	busy      atomic.Int32
+	exclusive atomic.Bool // The database's row locks were found to exclude every client.
 
 	hooks4test testHooks
 }
@@ -201,6 +208,7 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 		allowMultiPrimary: cfg.AllowMultiPrimary,
 		checkedCommit:     db.ChecksCommit(),
 		deferBegin:        db.DefersBegin(),
+		beginsInCall:      db.BeginsInCall(),
 	}
 	rec, err := obs.New(cfg.Telemetry, string(db.Dialect.Kind()), dblock.ModePessimistic)
 	if err != nil {

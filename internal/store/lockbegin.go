@@ -22,6 +22,15 @@ import (
 // shared).
 const MariaDBLockBegin = "CALL dblock_lock_begin(?, ?)"
 
+// BeginsInCall reports whether a transaction begun on db with a context
+// from WithDeferredBegin begins with its lock's call (MariaDBLockBegin):
+// MariaDB's holds on a pool Open opened. The call saves the round trip of
+// START TRANSACTION, and costs the server more work than the two
+// statements it replaces (see pessimistic's beginsInCall).
+func (db *DB) BeginsInCall() bool {
+	return db.DefersBegin() && db.Dialect.Kind() == MySQL
+}
+
 // ErrBegun is the driver's answer to MariaDBLockBegin in a transaction that
 // has begun on the server already (its BEGIN was not deferred, or was sent):
 // nothing was sent, and the plain lock statement is to be sent instead.

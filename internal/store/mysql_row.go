@@ -39,7 +39,7 @@ func (d mysqlDialect) ensureRow(ctx context.Context, db *DB, q Querier, name str
 func (d mysqlDialect) lockRow(ctx context.Context, db *DB, tx Querier, name string, p RowLockParams, dest []any) error {
 	query := d.Row().lockText(p)
 	switch {
-	case p.NoWait && d.mariadb && db.DefersBegin():
+	case p.NoWait && p.BeginDeferred && d.mariadb && db.DefersBegin():
 		if done, err := lockBegin(ctx, tx, name, p.Shared, dest); done {
 			return err
 		}

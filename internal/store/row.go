@@ -78,6 +78,12 @@ type RowLockParams struct {
 	// this long (PostgreSQL, rounded up as HoldBound says; MariaDB and MySQL
 	// take it from SetHoldBound); zero leaves the server's setting.
 	IdleTimeout time.Duration
+	// BeginDeferred: the transaction was begun with a context from
+	// WithDeferredBegin and this is its first statement. On MariaDB the lock
+	// then goes as MariaDBLockBegin, which begins the transaction
+	// (lockbegin.go); elsewhere the driver sends the BEGIN with it or
+	// before it alike.
+	BeginDeferred bool
 	// Conn, when not nil, is the pinned connection the transaction runs
 	// on: where the driver has a native interface (PostgreSQL's pgx), the
 	// lock statement goes through it instead of database/sql (a dozen
