@@ -10,8 +10,11 @@ import (
 // defers the BEGIN of a transaction begun with a context from both
 // WithCheckedCommit and WithDeferredBegin, and LockRow sends
 // MariaDBLockBegin (MySQL migration 00026) in place of the NOWAIT lock
-// statement. With the checked commit, a hold then takes two round trips
-// where a hand-written one takes three. The driver runs the call only
+// statement when its caller says the BEGIN was deferred
+// (RowLockParams.BeginDeferred). With the checked commit, a hold then
+// takes two round trips where a hand-written one takes three. The pessimistic
+// Locker defers the BEGIN only while a hold is its only one (see
+// BeginsInCall). The driver runs the call only
 // while the BEGIN is pending, and otherwise answers ErrBegun without
 // sending anything; where the procedure is refused (missing, or not
 // executable by the account) it sends START TRANSACTION at once. Either
@@ -26,7 +29,8 @@ const MariaDBLockBegin = "CALL dblock_lock_begin(?, ?)"
 // from WithDeferredBegin begins with its lock's call (MariaDBLockBegin):
 // MariaDB's holds on a pool Open opened. The call saves the round trip of
 // START TRANSACTION, and costs the server more work than the two
-// statements it replaces (see pessimistic's beginsInCall).
+// statements it replaces, so the pessimistic Locker asks for it only
+// while a hold is its only one (pessimistic's Locker.defersBegin).
 func (db *DB) BeginsInCall() bool {
 	return db.DefersBegin() && db.Dialect.Kind() == MySQL
 }
