@@ -218,7 +218,6 @@ func (l *Locker) admit(ctx context.Context, r *request) (lease *Lease, done bool
 	}
 	l.inflight.Add(1)
 	l.acquiring++
-	l.busy.Add(1)
 	l.mu.Unlock()
 	return nil, false, nil
 }
@@ -227,7 +226,6 @@ func (l *Locker) admit(ctx context.Context, r *request) (lease *Lease, done bool
 func (l *Locker) leave() {
 	l.mu.Lock()
 	l.acquiring--
-	l.busy.Add(-1)
 	l.mu.Unlock()
 	l.inflight.Done()
 }

@@ -390,7 +390,13 @@ func (a *attemptRun) begin() error {
 // nothing else: where holds overlap, the server's work rather than the
 // round trip bounds them.
 func (l *Locker) defersBegin() bool {
-	return l.deferBegin && (!l.beginsInCall || l.busy.Load() <= 1)
+	if !l.deferBegin || !l.beginsInCall {
+		return l.deferBegin
+	}
+	l.mu.Lock()
+	alone := l.acquiring+len(l.all) <= 1 // This acquisition is counted in acquiring.
+	l.mu.Unlock()
+	return alone
 }
 
 // release gives the connection back after an attempt that ended cleanly

@@ -147,10 +147,7 @@ func (l *Locker) register(h *hold, o mode.Options, label string, start time.Time
 	for _, n := range h.names {
 		l.holds[holdKey{n, h.owner}] = h
 	}
-	if _, ok := l.all[h]; !ok {
-		l.all[h] = struct{}{}
-		l.busy.Add(1)
-	}
+	l.all[h] = struct{}{}
 	lease := l.newHandle(h, label)
 	l.mu.Unlock()
 	l.acquired(lease, start)
@@ -306,10 +303,7 @@ func (l *Locker) forget(h *hold) {
 			delete(l.holds, holdKey{n, h.owner})
 		}
 	}
-	if _, ok := l.all[h]; ok {
-		delete(l.all, h)
-		l.busy.Add(-1)
-	}
+	delete(l.all, h)
 }
 
 func (l *Locker) released(lease *Lease, h *hold) {

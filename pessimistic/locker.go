@@ -162,10 +162,7 @@ type Locker struct {
 	// (store.BeginsInCall), used only while the Locker is otherwise idle
 	// (defersBegin).
 	beginsInCall bool
-	// busy counts acquisitions under way and holds registered (acquiring
-	// plus len(all)), read without mu by defersBegin.
-	busy      atomic.Int32
-	exclusive atomic.Bool // The database's row locks were found to exclude every client.
+	exclusive    atomic.Bool // The database's row locks were found to exclude every client.
 
 	hooks4test testHooks
 }

@@ -12,10 +12,10 @@ import (
 // MariaDBLockBegin (MySQL migration 00026) in place of the NOWAIT lock
 // statement when its caller says the BEGIN was deferred
 // (RowLockParams.BeginDeferred). With the checked commit, a hold then
-// takes two round trips where a hand-written one takes three. The pessimistic
-// Locker defers the BEGIN only while a hold is its only one (see
-// BeginsInCall). The driver runs the call only
-// while the BEGIN is pending, and otherwise answers ErrBegun without
+// takes two round trips where a hand-written one takes three. The
+// pessimistic Locker defers the BEGIN only while a hold is its only one
+// (see BeginsInCall). The driver runs the call only while the BEGIN is
+// pending, and otherwise answers ErrBegun without
 // sending anything; where the procedure is refused (missing, or not
 // executable by the account) it sends START TRANSACTION at once. Either
 // way LockRow then sends the plain statement.
