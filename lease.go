@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,6 +34,7 @@ type Lease struct {
 	lost     error     // the *LostError, if lost before Release
 	deadline time.Time // local monotonic time until which the lease can be trusted
 	released bool      // Release has been called
+	watches  []*lossWatch
 }
 
 func init() {
@@ -129,8 +131,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		lost = l.lost // lost while releasing: the release found the row gone
 	}
 	if l.err == nil {
-		l.err = ErrReleased
-		close(l.done)
+		l.endLocked(ErrReleased)
 	}
 	l.mu.Unlock()
 	if lost != nil {
@@ -147,18 +148,62 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // Context returns a context derived from parent that is cancelled, with the
 // loss as its cause, when the lease is lost. Call cancel when done with it.
+//
+// The context is registered with the lease (see lossWatch) rather than
+// watched by a goroutine: a goroutine per call costs its start and, when
+// the context ends, a wake-up, on every Do.
 func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
-	go func() {
-		select {
-		case <-l.done:
-			if err := l.Err(); err != nil && !errors.Is(err, ErrReleased) {
-				cancel(err)
-			}
-		case <-ctx.Done():
+	w := &lossWatch{cancel: cancel}
+	l.mu.Lock()
+	ended := l.err
+	if ended == nil {
+		l.watches = append(l.watches, w)
+	}
+	l.mu.Unlock()
+	if ended != nil && !errors.Is(ended, ErrReleased) {
+		cancel(ended)
+	}
+	return ctx, w.stop(l)
+}
+
+// lossWatch is one context of Context: it is cancelled with the loss when
+// the lease is lost, and forgotten when the lease is released or the
+// context's cancel is called.
+type lossWatch struct{ cancel context.CancelCauseFunc }
+
+// stop returns the cancel function Context hands out: it forgets w and
+// cancels its context.
+func (w *lossWatch) stop(l *Lease) context.CancelFunc {
+	return func() {
+		l.mu.Lock()
+		if i := slices.Index(l.watches, w); i >= 0 {
+			l.watches = slices.Delete(l.watches, i, i+1)
 		}
-	}()
-	return ctx, func() { cancel(context.Canceled) }
+		l.mu.Unlock()
+		w.cancel(context.Canceled)
+	}
+}
+
+// endLocked ends the lease with err (a loss, or ErrReleased) and closes
+// done; l.mu is held. It returns the contexts of Context to cancel, with
+// err, once l.mu is released (none after a release).
+func (l *Lease) endLocked(err error) []*lossWatch {
+	l.err = err
+	close(l.done)
+	watches := l.watches
+	l.watches = nil
+	if errors.Is(err, ErrReleased) {
+		return nil
+	}
+	return watches
+}
+
+// cancelWatches cancels the contexts endLocked returned, with err.
+func cancelWatches(watches []*lossWatch, err error) {
+	for _, w := range watches {
+		w.cancel(err)
+	}
 }
 
 // Lose marks the lease lost with reason (ErrExpired, ErrTakenOver, ...). It
@@ -178,9 +223,9 @@ func (c leaseControl) Lose(reason error) bool {
 		l.mu.Unlock()
 		return true
 	}
-	l.err = lostErr
-	close(l.done)
+	watches := l.endLocked(lostErr)
 	l.mu.Unlock()
+	cancelWatches(watches, lostErr)
 	return true
 }
 
@@ -191,13 +236,15 @@ func (c leaseControl) Lose(reason error) bool {
 func (c leaseControl) LoseIfHeld(reason error) bool {
 	l := c.l
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil || l.lost != nil || l.released {
+		l.mu.Unlock()
 		return false
 	}
 	lostErr := &LostError{Name: l.name, Reason: reason}
-	l.lost, l.err = lostErr, lostErr
-	close(l.done)
+	l.lost = lostErr
+	watches := l.endLocked(lostErr)
+	l.mu.Unlock()
+	cancelWatches(watches, lostErr)
 	return true
 }
 

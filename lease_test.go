@@ -3,6 +3,7 @@ package dblock_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -183,6 +184,51 @@ func TestLoseIfHeld(t *testing.T) {
 	}
 	if !errors.Is(l2.Err(), dblock.ErrReleased) {
 		t.Fatalf("Err = %v, want ErrReleased", l2.Err())
+	}
+}
+
+// TestLeaseContexts: Lease.Context's contexts end with the loss (also one
+// made after it), are left alone by a release, and start no goroutine.
+func TestLeaseContexts(t *testing.T) {
+	l, ctl := newLease(t, func(context.Context) error { return nil })
+	before := runtime.NumGoroutine()
+	ctxs := make([]context.Context, 100)
+	for i := range ctxs {
+		var cancel context.CancelFunc
+		ctxs[i], cancel = l.Context(context.Background())
+		defer cancel()
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("100 contexts of a lease run %d goroutines more", n-before)
+	}
+	stopped, stop := l.Context(context.Background())
+	stop()
+	ctl.Lose(dblock.ErrExpired)
+	for _, ctx := range ctxs {
+		<-ctx.Done()
+		if cause := context.Cause(ctx); !errors.Is(cause, dblock.ErrLost) || !errors.Is(cause, dblock.ErrExpired) {
+			t.Fatalf("context cause = %v, want the loss", cause)
+		}
+	}
+	if cause := context.Cause(stopped); cause != context.Canceled {
+		t.Fatalf("a context cancelled before the loss has cause %v, want context.Canceled", cause)
+	}
+	late, cancel := l.Context(context.Background())
+	defer cancel()
+	if cause := context.Cause(late); !errors.Is(cause, dblock.ErrExpired) {
+		t.Fatalf("a context made after the loss has cause %v, want the loss", cause)
+	}
+
+	released, _ := newLease(t, func(context.Context) error { return nil })
+	kept, cancelKept := released.Context(context.Background())
+	defer cancelKept()
+	if err := released.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	after, cancelAfter := released.Context(context.Background())
+	defer cancelAfter()
+	if kept.Err() != nil || after.Err() != nil {
+		t.Fatalf("a release cancelled the lease's contexts: %v, %v", kept.Err(), after.Err())
 	}
 }
 
