@@ -124,18 +124,18 @@ func (l *Locker) acquire(ctx context.Context, k kind, names []string, opts []dbl
 		return nil, err
 	}
 	r := &req
-	if lease, done, err := l.admit(ctx, r); done {
-		return lease, err
-	}
-	defer l.leave()
-
-	// Close ends waits: closeCtx is cancelled with dblock.ErrClosed as its cause.
+	// Close ends waits: closeCtx is cancelled with dblock.ErrClosed as its
+	// cause (admit registers it with the Locker, leave forgets it).
 	// Statements that do not wait keep the caller's ctx: a context that can
 	// be cancelled costs the drivers a watcher hand-off per statement.
 	closeCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(l.closing, func() { cancel(dblock.ErrClosed) })
-	defer stop()
+	r.closeWait = cancel
+	if lease, done, err := l.admit(ctx, r); done {
+		return lease, err
+	}
+	defer l.leave(r)
+
 	waitCtx, cancelWait := l.waitBound(closeCtx, r)
 	defer cancelWait()
 
@@ -161,6 +161,8 @@ type request struct {
 	ttl       time.Duration
 	try       bool
 	start     time.Time
+	// closeWait cancels the acquisition's waits when the Locker closes.
+	closeWait context.CancelCauseFunc
 }
 
 // prepare validates the names and options of an acquisition.
@@ -217,15 +219,15 @@ func (l *Locker) admit(ctx context.Context, r *request) (lease *Lease, done bool
 		}
 	}
 	l.inflight.Add(1)
-	l.acquiring++
+	l.admitted[r] = struct{}{}
 	l.mu.Unlock()
 	return nil, false, nil
 }
 
 // leave counts an admitted acquisition out.
-func (l *Locker) leave() {
+func (l *Locker) leave(r *request) {
 	l.mu.Lock()
-	l.acquiring--
+	delete(l.admitted, r)
 	l.mu.Unlock()
 	l.inflight.Done()
 }

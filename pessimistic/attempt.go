@@ -273,8 +273,8 @@ func (l *Locker) attempt(callCtx, ctx, waitCtx context.Context, r *request) (*ho
 	}
 	a.h.session = session
 	for _, row := range found {
-		if row.Now.After(a.h.lockedAt) {
-			a.h.lockedAt = row.Now // Held from the last row's lock on.
+		if row.Holder.Now.After(a.h.lockedAt) {
+			a.h.lockedAt = row.Holder.Now // Held from the last row's lock on.
 		}
 	}
 	if err := a.seal(); err != nil {
@@ -394,7 +394,7 @@ func (l *Locker) defersBegin() bool {
 		return l.deferBegin
 	}
 	l.mu.Lock()
-	alone := l.acquiring+len(l.all) <= 1 // This acquisition is counted in acquiring.
+	alone := len(l.admitted)+len(l.all) <= 1 // This acquisition is counted in admitted.
 	l.mu.Unlock()
 	return alone
 }
@@ -434,11 +434,11 @@ func (a *attemptRun) fail(cause error) error {
 // check looks at the locked rows: a missing row is created (the attempt
 // ends with errRetry), and a live lease holder ends the attempt with that
 // holder. Both roll back first.
-func (a *attemptRun) check(found map[string]store.Holder) (*store.Holder, error) {
+func (a *attemptRun) check(found lockedRows) (*store.Holder, error) {
 	if len(found) < len(a.names) {
 		_ = a.fail(nil)
 		for _, n := range a.names {
-			if _, ok := found[n]; ok {
+			if _, ok := found.holder(n); ok {
 				continue
 			}
 			if err := a.l.ensureRow(a.callCtx, n); err != nil {
@@ -448,9 +448,10 @@ func (a *attemptRun) check(found map[string]store.Holder) (*store.Holder, error)
 		return nil, errRetry
 	}
 	for _, n := range a.names {
-		if holder := found[n]; holder.Held() && !(a.h.shared && readersOnly(holder)) {
+		if holder, _ := found.holder(n); holder.Held() && !(a.h.shared && readersOnly(holder)) {
 			_ = a.fail(nil)
-			return &holder, nil
+			in := holder // Declared here, so that only a refusal allocates it.
+			return &in, nil
 		}
 	}
 	return nil, nil
@@ -506,7 +507,7 @@ func (l *Locker) ensureRow(ctx context.Context, name string) error {
 // common, uncontended path is one statement), then, unless trying, a wait in
 // the database's queue. On PostgreSQL a failed NOWAIT aborts the
 // transaction, so the wait starts a new one (begin).
-func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names []string, ttl time.Duration, try bool, begin func() error) (map[string]store.Holder, store.SessionRef, error) {
+func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names []string, ttl time.Duration, try bool, begin func() error) (lockedRows, store.SessionRef, error) {
 	db := l.db
 	if !l.caps.RowLocks {
 		return l.lockStmt(callCtx, h, names, store.RowLockParams{IdleTimeout: ttl})
@@ -569,24 +570,20 @@ func (l *Locker) lockRows(callCtx, ctx, waitCtx context.Context, h *hold, names 
 }
 
 // lockStmt runs one lock statement on h's transaction for names.
-func (l *Locker) lockStmt(ctx context.Context, h *hold, names []string, p store.RowLockParams) (map[string]store.Holder, store.SessionRef, error) {
+func (l *Locker) lockStmt(ctx context.Context, h *hold, names []string, p store.RowLockParams) (lockedRows, store.SessionRef, error) {
 	if len(names) == 1 {
 		p.Conn = h.conn.Conn
 		rl, err := l.db.LockRow(ctx, h.tx, names[0], p)
 		if err != nil || !rl.Found {
 			return nil, store.SessionRef{}, err
 		}
-		return map[string]store.Holder{names[0]: rl.Holder}, rl.Session, nil
+		return lockedRows{{Name: names[0], Holder: rl.Holder}}, rl.Session, nil
 	}
 	rows, session, err := l.db.LockRows(ctx, h.tx, names, p)
 	if err != nil {
 		return nil, store.SessionRef{}, err
 	}
-	found := make(map[string]store.Holder, len(rows))
-	for _, r := range rows {
-		found[r.Name] = r.Holder
-	}
-	return found, session, nil
+	return sortedRows(rows), session, nil
 }
 
 // bumpTokens gives each of names a fencing token, committed on the Locker's

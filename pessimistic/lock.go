@@ -318,7 +318,7 @@ func (m *moreRows) lockOnce() ([]string, error) {
 	}
 	var missing []string
 	for _, n := range m.names {
-		holder, ok := found[n]
+		holder, ok := found.holder(n)
 		if !ok {
 			missing = append(missing, n)
 			continue
@@ -362,7 +362,7 @@ func (m *moreRows) lockErr(err error) error {
 // lockStmtWait is lockStmt with the server-side bound taken from waitCtx's
 // deadline as well as p.Wait, the statement itself running on sctx (which
 // is not cancelled).
-func (l *Locker) lockStmtWait(sctx, waitCtx context.Context, h *hold, names []string, p store.RowLockParams) (map[string]store.Holder, store.SessionRef, error) {
+func (l *Locker) lockStmtWait(sctx, waitCtx context.Context, h *hold, names []string, p store.RowLockParams) (lockedRows, store.SessionRef, error) {
 	if !p.NoWait {
 		if dl, ok := waitCtx.Deadline(); ok {
 			left := max(time.Until(dl), time.Millisecond)

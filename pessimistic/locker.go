@@ -132,10 +132,7 @@ type Locker struct {
 	// from fn's return: cleanupTimeout (tests shorten it).
 	endBound time.Duration
 
-	// closing is cancelled by Close, ending the waits under way.
-	closing   context.Context
-	cancelAll context.CancelCauseFunc
-	inflight  sync.WaitGroup
+	inflight sync.WaitGroup // The acquisitions under way (admitted).
 
 	side side // The Locker's own connection; lock side.mu before mu, never after.
 
@@ -146,10 +143,12 @@ type Locker struct {
 	freeGates []*gate // Unused gates kept for reuse (see newGate).
 	closed    bool
 	watching  bool
-	acquiring int // Acquisitions under way (they keep the side connection).
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	bg        sync.WaitGroup // Commits and rollbacks left running by a Release whose ctx ended.
+	// admitted holds the acquisitions under way: they keep the side
+	// connection, and Close cancels their waits (request.closeWait).
+	admitted map[*request]struct{}
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	bg       sync.WaitGroup // Commits and rollbacks left running by a Release whose ctx ended.
 
 	allowMultiPrimary bool
 	// checkedCommit: a hold's COMMIT checks, in the same statement, that
@@ -199,6 +198,7 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 		endBound: cleanupTimeout,
 		holds:    make(map[holdKey]*hold),
 		all:      make(map[*hold]struct{}),
+		admitted: make(map[*request]struct{}),
 		gates:    make(map[string]*gate),
 		stop:     make(chan struct{}),
 
@@ -212,7 +212,6 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 		return nil, fmt.Errorf("pessimistic: new: %w", err)
 	}
 	l.rec, l.events = rec, obs.NewEvents(cfg.Hooks, rec)
-	l.closing, l.cancelAll = context.WithCancelCause(context.Background())
 	if l.lockWait < 0 {
 		return nil, fmt.Errorf("pessimistic: new: %w: lock timeout %v is negative", dblock.ErrInvalidOption, l.lockWait)
 	}
@@ -244,8 +243,10 @@ func (l *Locker) Close() error {
 	}
 	l.closed = true
 	close(l.stop)
+	for r := range l.admitted {
+		r.closeWait(dblock.ErrClosed)
+	}
 	l.mu.Unlock()
-	l.cancelAll(dblock.ErrClosed)
 	l.inflight.Wait()
 	l.mu.Lock()
 	var leases []*Lease

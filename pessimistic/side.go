@@ -242,7 +242,7 @@ func (l *Locker) watch() {
 // (idle), giving back the Locker's own connection.
 func (l *Locker) watchedHolds() (holds []*hold, idle bool) {
 	// side.mu before mu: an acquisition that reserved the connection
-	// has already counted itself in acquiring.
+	// has already counted itself in admitted.
 	l.side.mu.Lock()
 	l.mu.Lock()
 	for h := range l.all {
@@ -250,7 +250,7 @@ func (l *Locker) watchedHolds() (holds []*hold, idle bool) {
 			holds = append(holds, h)
 		}
 	}
-	if len(l.all) == 0 && l.acquiring == 0 {
+	if len(l.all) == 0 && len(l.admitted) == 0 {
 		l.watching = false
 		conn := l.side.conn
 		l.side.set(nil)
