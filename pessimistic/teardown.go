@@ -83,7 +83,7 @@ func (l *Locker) endBounded(ctx context.Context, h *hold, rollback bool) error {
 		// interruptConn fails as its socket is closed: no goroutine is
 		// needed to give up on it.
 		interrupted := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() {
+		stop := store.AfterFunc(ctx, func() {
 			// interrupt first: on MySQL it starts the session's kill,
 			// counted in l.bg, which must be counted before this call
 			// returns and a Close can wait for l.bg.

@@ -45,6 +45,18 @@ func (c *deadlineOnly) Err() error                  { return c.w.ctx.Err() }
 // window's context instead of starting a goroutine to watch it.
 func (c *deadlineOnly) AfterFunc(f func()) func() bool { return context.AfterFunc(c.w.ctx, f) }
 
+// AfterFunc is context.AfterFunc. For a context made by StatementContext
+// whose only end is its deadline, f is registered with the window's
+// context directly, where context.AfterFunc would go through
+// deadlineOnly.AfterFunc and register a context of its own in between
+// (three allocations fewer, on every pessimistic hold's end).
+func AfterFunc(ctx context.Context, f func()) (stop func() bool) {
+	if d, ok := ctx.(*deadlineOnly); ok {
+		return context.AfterFunc(d.w.ctx, f)
+	}
+	return context.AfterFunc(ctx, f)
+}
+
 // DeadlineOnly reports, for a context made by StatementContext whose only
 // end is its deadline, that deadline and the context without it: a caller
 // that enforces the deadline by other means (a deadline on the connection)
