@@ -186,16 +186,14 @@ func (w *lossWatch) stop(l *Lease) context.CancelFunc {
 }
 
 // endLocked ends the lease with err (a loss, or ErrReleased) and closes
-// done; l.mu is held. It returns the contexts of Context to cancel, with
-// err, once l.mu is released (none after a release).
+// done; l.mu is held. It returns the contexts of Context, which it
+// forgets: a loss cancels them once l.mu is released, a release leaves
+// them be.
 func (l *Lease) endLocked(err error) []*lossWatch {
 	l.err = err
 	close(l.done)
 	watches := l.watches
 	l.watches = nil
-	if errors.Is(err, ErrReleased) {
-		return nil
-	}
 	return watches
 }
 
