@@ -181,6 +181,7 @@ func New(handle *dialect.DB, cfg *Config) (*Locker, error) {
 	l.onReleased = func(name string) { l.local.notify(name, eventRelease) }
 	l.beats.ids = map[int64]struct{}{}
 	l.line.names = map[string][]*slot{}
+	l.line.handing = map[string]int{}
 	if db.HandsOver() {
 		l.rows = handRows{Rows: leasekeeper.Exclusive(db), l: l}
 	}

@@ -34,10 +34,13 @@ type slot struct {
 	handoff.Slot
 }
 
-// line holds the Locker's queued waiters per name.
+// line holds the Locker's queued waiters per name, and per name the
+// hand-offs under way: claimed, or handed and not yet collected, that is,
+// not yet a lease of the Locker's keeper (see queueWait.echo).
 type line struct {
-	mu    sync.Mutex
-	names map[string][]*slot
+	mu      sync.Mutex
+	names   map[string][]*slot
+	handing map[string]int
 }
 
 // join adds a waiter that just joined name's queue.
@@ -79,11 +82,35 @@ func (ln *line) claim(name, owner string) *slot {
 	if first == nil || first.params.Owner == owner || !first.Claim() {
 		return nil
 	}
+	ln.handing[name]++
 	return first
 }
 
-// finish ends a claim (handoff.Slot.Finish).
-func (ln *line) finish(s *slot, r *handoff.Result) { s.Finish(&ln.mu, r) }
+// finish ends name's claim of s (handoff.Slot.Finish). A claim that handed
+// nothing is over; one that left a result lasts until its waiter collects
+// it (settle).
+func (ln *line) finish(name string, s *slot, r *handoff.Result) {
+	if r == nil {
+		ln.settle(name)
+	}
+	s.Finish(&ln.mu, r)
+}
+
+// settle ends a hand-off of name.
+func (ln *line) settle(name string) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if ln.handing[name]--; ln.handing[name] <= 0 {
+		delete(ln.handing, name)
+	}
+}
+
+// handingOver reports whether a hand-off of name is under way.
+func (ln *line) handingOver(name string) bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.handing[name] > 0
+}
 
 // park makes s claimable while its waiter sleeps.
 func (ln *line) park(s *slot) { s.Park(&ln.mu) }
@@ -116,12 +143,12 @@ func (r handRows) Release(ctx context.Context, name, owner string, token dblock.
 	h, err := r.l.db.HandOver(ctx, name, owner, token, s.params, s.id)
 	switch {
 	case err != nil && leasekeeper.OutcomeUnknown(err):
-		r.l.line.finish(s, &handoff.Result{ReqStart: reqStart, Err: err})
+		r.l.line.finish(name, s, &handoff.Result{ReqStart: reqStart, Err: err})
 	case err == nil && h.Handed:
-		r.l.line.finish(s, &handoff.Result{ReqStart: reqStart,
+		r.l.line.finish(name, s, &handoff.Result{ReqStart: reqStart,
 			Res: store.AcquireResult{Acquired: true, Token: h.Token, Reentry: h.Reentry}})
 	default:
-		r.l.line.finish(s, nil)
+		r.l.line.finish(name, s, nil)
 		if err != nil {
 			// The statement failed and did nothing: release as without
 			// hand-offs, so that no failure of its own fails a release.
@@ -176,6 +203,7 @@ func (q *queueWait) collect() (lease *dblock.Lease, done bool, err error) {
 		return nil, false, nil
 	}
 	a := q.a
+	defer a.l.line.settle(a.name) // The lease, if any, is the keeper's by then.
 	if r.Err == nil {
 		a.l.beats.remove(q.w.id)
 		q.drop()
@@ -193,12 +221,15 @@ func (q *queueWait) collect() (lease *dblock.Lease, done bool, err error) {
 // echo reports whether a sleep's notifications, counting more events than
 // the Locker's own, may be echoes of its own hand-offs, so that waking for
 // them would only cost a look: where releases hand over, while a lease of
-// this Locker holds the name. (A notification arrives after the statement
-// that sent it has returned, and a hand-off's may reach a waiter that
-// joined after it; counted, the waiter wakes an event early and is not
-// asleep when its turn is handed over.) That lease's release wakes the
+// this Locker holds the name, or a hand-off of it to one of the Locker's
+// waiters is under way (between the release's claim and the lease the
+// waiter collects: line.handing). (A notification arrives after the
+// statement that sent it has returned, and a hand-off's may reach a waiter
+// that joined after it; counted, the waiter wakes an event early and is
+// not asleep when its turn is handed over.) That lease's release wakes the
 // waiter, handing it the name or counted as its own event, and the
 // notifications of a release elsewhere come after that.
 func (q *queueWait) echo() bool {
-	return q.slot != nil && q.a.l.keeper.HoldsName(q.a.name)
+	l := q.a.l
+	return q.slot != nil && (l.keeper.HoldsName(q.a.name) || l.line.handingOver(q.a.name))
 }

@@ -53,3 +53,80 @@ func TestHandOverFailureReleases(t *testing.T) {
 		t.Fatalf("the claimed waiter after a failed hand-off: state %d, result %+v", s.State, s.Result)
 	}
 }
+
+// TestHandingSettles: every hand-off a release starts ends in the line's
+// count (line.handing), whether it handed the name or not, so that no
+// name's notifications stay taken for echoes of hand-offs (queueWait.echo)
+// once its contention is over.
+func TestHandingSettles(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			l, err := New(dbtest.New(t, kind).DB, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			if l.rows == nil {
+				t.Skip("MySQL 8 hands nothing over")
+			}
+			const name = "handing-settles"
+			seen := watchHanding(t, l, name, contend(t, l, name, 4, 40))
+			if !seen {
+				t.Fatal("160 contended acquisitions: no hand-off seen under way")
+			}
+			l.line.mu.Lock()
+			defer l.line.mu.Unlock()
+			if n := len(l.line.handing); n != 0 {
+				t.Fatalf("after the contention: %d names with hand-offs under way (%v), want none", n, l.line.handing)
+			}
+		})
+	}
+}
+
+// contend runs workers goroutines each acquiring and releasing name n
+// times; the channel closes when they are done.
+func contend(t *testing.T, l *Locker, name string, workers, n int) <-chan struct{} {
+	done := make(chan struct{})
+	errs := make(chan error, workers)
+	go func() {
+		defer close(done)
+		for range workers {
+			go func() {
+				for range n {
+					lease, err := l.Acquire(context.Background(), name)
+					if err == nil {
+						err = lease.Release(context.Background())
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range workers {
+			if err := <-errs; err != nil {
+				t.Errorf("acquire and release: %v", err)
+			}
+		}
+	}()
+	return done
+}
+
+// watchHanding polls whether a hand-off of name is under way until done
+// closes, and reports whether it ever was.
+func watchHanding(t *testing.T, l *Locker, name string, done <-chan struct{}) (seen bool) {
+	t.Helper()
+	for {
+		select {
+		case <-done:
+			return seen
+		default:
+		}
+		seen = seen || l.line.handingOver(name)
+		time.Sleep(50 * time.Microsecond)
+	}
+}
