@@ -18,16 +18,8 @@ import (
 // claimable again, its row kept.
 func TestHandOverFailureReleases(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, store.MySQL)
 	ctx := context.Background()
-	l, err := New(iso.DB, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	if l.rows == nil {
-		t.Skip("MySQL 8 hands nothing over")
-	}
+	l := handingLocker(t, store.MySQL)
 	const name = "hand-over-fails"
 	lease, err := l.Acquire(ctx, name, dblock.WithOwner("a"))
 	if err != nil {
@@ -54,6 +46,21 @@ func TestHandOverFailureReleases(t *testing.T) {
 	}
 }
 
+// handingLocker is a Locker on a new database of kind whose releases hand
+// over; the test is skipped where they cannot (MySQL 8).
+func handingLocker(t *testing.T, kind store.Kind) *Locker {
+	t.Helper()
+	l, err := New(dbtest.New(t, kind).DB, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	if l.rows == nil {
+		t.Skip("MySQL 8 hands nothing over")
+	}
+	return l
+}
+
 // TestHandingSettles: every hand-off a release starts ends in the line's
 // count (line.handing), whether it handed the name or not, so that no
 // name's notifications stay taken for echoes of hand-offs (queueWait.echo)
@@ -63,14 +70,7 @@ func TestHandingSettles(t *testing.T) {
 	for _, kind := range []store.Kind{store.Postgres, store.MySQL} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
-			l, err := New(dbtest.New(t, kind).DB, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			if l.rows == nil {
-				t.Skip("MySQL 8 hands nothing over")
-			}
+			l := handingLocker(t, kind)
 			const name = "handing-settles"
 			seen := watchHanding(t, l, name, contend(t, l, name, 4, 40))
 			if !seen {
