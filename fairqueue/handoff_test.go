@@ -27,6 +27,18 @@ func waitParked(t *testing.T, l *fairqueue.Locker, name string, n int) {
 	}
 }
 
+// quietWaiters is testConfig with timers that do not fire within a test:
+// a waiter wakes only for its events, and sends no heartbeat, so the
+// statements a test counts around a release are the release's and the
+// take's alone (a machine stalled between the waiter's parking and the
+// release would otherwise let the waiter's own look or heartbeat in).
+func quietWaiters(t *testing.T) *fairqueue.Config {
+	cfg := testConfig(t)
+	cfg.PollMin, cfg.HeadPollMax, cfg.PollMax = 20*time.Second, 20*time.Second, 20*time.Second
+	cfg.HeartbeatInterval, cfg.HeartbeatTimeout = 20*time.Second, time.Minute
+	return cfg
+}
+
 // TestHandOff: where a release hands over (PostgreSQL), the release of a
 // lease whose Locker has a waiter of the name asleep, first in the queue,
 // makes the name that waiter's lease in the release's own statement: the
@@ -38,7 +50,7 @@ func TestHandOff(t *testing.T) {
 	dbtest.ForEach(t, func(t *testing.T, iso *dbtest.Isolated) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		l := newFair(t, iso.DB, testConfig(t))
+		l := newFair(t, iso.DB, quietWaiters(t))
 		t.Cleanup(func() { _ = l.Close() })
 		name := locktest.RandomName("handoff")
 		held, err := l.Acquire(ctx, name, dblock.WithOwner("a"))
