@@ -42,11 +42,13 @@ const pairedSlice = 250 * time.Millisecond
 // The bar "fair ÷ contended optimistic" is read so too, at pairedContended
 // goroutines on one name a side (one: every goroutine of a side on the same
 // name): one cell after the other, MariaDB's read 0.40–0.76× in runs of the
-// same code minutes apart.
+// same code minutes apart. So is fair ÷ the hand-written FIFO lock, its
+// reference (no bar).
 var widePairings = []pairing{
 	{a: keyOptTry, b: keyFloor, n: pairedWide}, {a: keyOptAcquire, b: keyFloor, n: pairedWide},
 	{a: keyPessimist, b: keyForUpdate, n: 8}, {a: keyPessimist, b: keyForUpdate, n: 32},
 	{a: keyFair, b: keyOptAcquire, n: pairedContended, one: true},
+	{a: keyFair, b: keyFIFO, n: pairedContended, one: true},
 }
 
 // pairedContended is the number of goroutines of the contended pairing,

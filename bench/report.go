@@ -353,6 +353,9 @@ func printBars(w io.Writer, e *env, un, co []*cell, names []*cell, ps []*pairedC
 		fmt.Fprintln(w, verdict(true, cfair.fifo == 0, "", fmt.Sprintf(fifo, cfair.fifo, fmtDur(cfair.fifoMax))))
 		barPaired(w, ps, pairing{a: keyFair, b: keyOptAcquire, n: pairedContended, one: true}, cfair, copt, 0.5,
 			"fair vs contended optimistic", "fair: %.3f× contended optimistic acquisitions/s (bar ≥ 0.5×)")
+		if r, ok := pairedBy(ps, pairing{a: keyFair, b: keyFIFO, n: pairedContended, one: true}, (*pairedCell).ratio); ok {
+			fmt.Fprintf(w, "- (no bar) — fair: %.3f× the hand-written FIFO lock's acquisitions/s, contended (paired)\n", r)
+		}
 	} else {
 		fmt.Fprintln(w, verdict(false, false, "fair: min/max ≥ 0.9, zero FIFO violations, ≥ 0.5× optimistic rate", ""))
 	}
