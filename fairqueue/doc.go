@@ -85,8 +85,8 @@
 // take of its own whose outcome is unknown is: handed, it returns the
 // lease; otherwise it looks again.
 // While a lease of this Locker holds the name, notifications alone do not
-// end a waiter's sleep (they may be echoes of its own Locker's hand-offs):
-// the lease's release wakes it. The releases of other modes and of earlier
+// end a waiter's sleep (they may be echoes of its own Locker's hand-offs;
+// they are counted, and wake nobody): the lease's release wakes it. The releases of other modes and of earlier
 // versions hand nothing over; their waiters take the name after the
 // release, as before.
 //

@@ -230,6 +230,25 @@ func (q *queueWait) collect() (lease *dblock.Lease, done bool, err error) {
 // waiter, handing it the name or counted as its own event, and the
 // notifications of a release elsewhere come after that.
 func (q *queueWait) echo() bool {
-	l := q.a.l
-	return q.slot != nil && (l.keeper.HoldsName(q.a.name) || l.line.handingOver(q.a.name))
+	return q.slot != nil && q.a.l.held(q.a.name)
+}
+
+// held reports whether a lease of this Locker holds name, or a hand-off
+// of it to one of the Locker's waiters is under way.
+func (l *Locker) held(name string) bool {
+	return l.keeper.HoldsName(name) || l.line.handingOver(name)
+}
+
+// echoing is the hub's test of a notice of name for a waiter of this
+// Locker (wake.Hub.SubscribeCounted's quiet): where releases hand over,
+// one that arrives while the Locker holds name (held) wakes nobody, since
+// the waiter would go back to sleep on it (echo) and the Locker's release
+// wakes it by itself (a local event, or the hand-off); the notice is still
+// counted, and the waiter reads the count when it wakes. Nil where
+// nothing hands over.
+func (l *Locker) echoing(name string) func() bool {
+	if l.rows == nil {
+		return nil
+	}
+	return func() bool { return l.held(name) }
 }

@@ -50,7 +50,7 @@ func (a *attempt) queue() (*dblock.Lease, error) {
 	defer l.local.unsubscribe(a.name, q.sig)
 	if l.hub != nil {
 		var unsubscribe func()
-		q.hubC, q.hubSent, unsubscribe = l.hub.SubscribeCounted(a.ctx, a.name)
+		q.hubC, q.hubSent, unsubscribe = l.hub.SubscribeCounted(a.ctx, a.name, l.echoing(a.name))
 		defer unsubscribe()
 	}
 	defer func() {
@@ -307,10 +307,6 @@ func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) (releas
 			continue
 		case <-q.sig.ch:
 		case <-q.hubC:
-			// Counted from the mark, not by wake-ups: the channel holds
-			// one, and notices that arrive together (one read of the
-			// listening connection, a waiter slow to run) merge there.
-			hubEvents = int(q.hubSent() - mark.notices)
 			if !capped && time.Until(deadline) > notifiedRecheck {
 				// Notifications still merge where PostgreSQL delivers one
 				// per transaction and payload (a reaper's batch), and one
@@ -328,8 +324,15 @@ func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) (releas
 		// This Locker's own events arrive first; on PostgreSQL the
 		// notifications follow and cover them and everyone else's, so the
 		// larger count never counts one event twice. The head waits for a
-		// release only.
+		// release only. Notices are counted from the mark, not by
+		// wake-ups: the channel holds one, notices that arrive together
+		// (one read of the listening connection, a waiter slow to run)
+		// merge there, and echoes of this Locker's hand-offs wake nobody
+		// (Locker.echoing).
 		local := int(q.sig.events.Load() - mark.events)
+		if q.hubSent != nil {
+			hubEvents = int(q.hubSent() - mark.notices)
+		}
 		if s.Ahead == 0 {
 			local = int(q.sig.releases.Load() - mark.releases)
 		}

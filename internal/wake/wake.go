@@ -50,6 +50,10 @@ type sub struct {
 	// unmarked: subscribed by SubscribeUnmarked; its name's mark is not
 	// renewed for it.
 	unmarked bool
+	// quiet, when set, is asked at each notice of the name whether the
+	// subscriber would only go back to sleep on it: a notice is then
+	// counted and sent nowhere (see SubscribeCounted).
+	quiet func() bool
 }
 
 // New returns a hub for db. Nothing is started until the first Subscribe.
@@ -80,7 +84,7 @@ func (h *Hub) Subscribe(ctx context.Context, name string) (wake <-chan struct{},
 // another owner, which a reservation keeps the name for (see
 // store.NoticeSep), does not wake it; "" subscribes to every release.
 func (h *Hub) SubscribeFor(ctx context.Context, name, owner string) (wake <-chan struct{}, cancel func()) {
-	s, cancel := h.subscribe(ctx, name, owner, true)
+	s, cancel := h.subscribe(ctx, name, owner, true, nil)
 	return s.ch, cancel
 }
 
@@ -89,9 +93,16 @@ func (h *Hub) SubscribeFor(ctx context.Context, name, owner string) (wake <-chan
 // listening connection). The channel holds one wake-up, so notices that
 // arrive while one is pending merge there; the count does not merge them,
 // so a waiter that needs a number of events reads it from sent rather than
-// from its wake-ups.
-func (h *Hub) SubscribeCounted(ctx context.Context, name string) (wake <-chan struct{}, sent func() uint64, cancel func()) {
-	s, cancel := h.subscribe(ctx, name, "", true)
+// from its wake-ups, whenever it wakes.
+//
+// quiet, when not nil, is asked at each announced release of name, on the
+// hub's goroutine and under its lock (so it must not call the hub), whether
+// the waiter would go back to sleep on it (a fair waiter while a lease of
+// its own Locker holds the name: the notice echoes that Locker's hand-off,
+// and the lease's release wakes the waiter by itself); the notice is then
+// counted but wakes nobody. A reconnection's wake-up is always sent.
+func (h *Hub) SubscribeCounted(ctx context.Context, name string, quiet func() bool) (wake <-chan struct{}, sent func() uint64, cancel func()) {
+	s, cancel := h.subscribe(ctx, name, "", true, quiet)
 	return s.ch, s.sent.Load, cancel
 }
 
@@ -99,12 +110,12 @@ func (h *Hub) SubscribeCounted(ctx context.Context, name string) (wake <-chan st
 // whether or not anybody listens (a semaphore's: its grants' rows, not
 // dblock_locks'), so no mark is written.
 func (h *Hub) SubscribeUnmarked(name string) (wake <-chan struct{}, cancel func()) {
-	s, cancel := h.subscribe(context.Background(), name, "", false)
+	s, cancel := h.subscribe(context.Background(), name, "", false, nil)
 	return s.ch, cancel
 }
 
-func (h *Hub) subscribe(ctx context.Context, name, owner string, mark bool) (s *sub, cancel func()) {
-	s = &sub{ch: make(chan struct{}, 1), owner: owner, unmarked: !mark}
+func (h *Hub) subscribe(ctx context.Context, name, owner string, mark bool, quiet func() bool) (s *sub, cancel func()) {
+	s = &sub{ch: make(chan struct{}, 1), owner: owner, unmarked: !mark, quiet: quiet}
 	if !h.add(name, s) {
 		return s, func() {}
 	}
@@ -183,6 +194,10 @@ func (h *Hub) notify(payload string) {
 func (h *Hub) wake(name, owner string) {
 	for s := range h.subs[name] {
 		if owner != "" && s.owner != "" && s.owner != owner {
+			continue
+		}
+		if s.quiet != nil && s.quiet() {
+			s.sent.Add(1)
 			continue
 		}
 		s.send()

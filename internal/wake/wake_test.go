@@ -2,6 +2,7 @@ package wake_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,7 +133,7 @@ func TestHubCountsMergedNotices(t *testing.T) {
 	name := locktest.RandomName("wake-count")
 	pool := iso.Open(t)
 	release(t, pool, name)
-	ch, sent, cancel := hub.SubscribeCounted(context.Background(), name)
+	ch, sent, cancel := hub.SubscribeCounted(context.Background(), name, nil)
 	defer cancel()
 	wait(t, ch, "first connection")
 	base := sent()
@@ -152,5 +153,47 @@ func TestHubCountsMergedNotices(t *testing.T) {
 	case <-ch:
 		t.Fatalf("the channel held more than one wake-up")
 	default:
+	}
+}
+
+// TestHubQuietCounts (PostgreSQL): a notice that arrives while the
+// subscription's quiet test says the waiter would go back to sleep on it
+// is counted and wakes nobody; once the test says otherwise, notices wake
+// the waiter again.
+func TestHubQuietCounts(t *testing.T) {
+	t.Parallel()
+	iso := dbtest.New(t, store.Postgres)
+	hub := wake.New(iso.Store(), nil)
+	defer func() { _ = hub.Close() }()
+	name := locktest.RandomName("wake-quiet")
+	pool := iso.Open(t)
+	release(t, pool, name)
+	var quiet atomic.Bool
+	ch, sent, cancel := hub.SubscribeCounted(context.Background(), name, quiet.Load)
+	defer cancel()
+	wait(t, ch, "first connection")
+	quiet.Store(true)
+	base := sent()
+	const releases = 5
+	for range releases {
+		release(t, pool, name)
+	}
+	deadline := time.Now().Add(hangGuard)
+	for sent()-base < releases && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := sent() - base; n != releases {
+		t.Fatalf("%d notices counted for %d quiet releases", n, releases)
+	}
+	select {
+	case <-ch:
+		t.Fatalf("a quiet notice woke the waiter")
+	default:
+	}
+	quiet.Store(false)
+	release(t, pool, name)
+	wait(t, ch, "a notice once no longer quiet")
+	if n := sent() - base; n != releases+1 {
+		t.Fatalf("%d notices counted for %d releases", n, releases+1)
 	}
 }
