@@ -84,9 +84,10 @@
 // (for Config.ReleaseTimeout at least, then while its wait lasts), as a
 // take of its own whose outcome is unknown is: handed, it returns the
 // lease; otherwise it looks again.
-// While a lease of this Locker holds the name, notifications alone do not
-// end a waiter's sleep (they may be echoes of its own Locker's hand-offs;
-// they are counted, and wake nobody): the lease's release wakes it. The releases of other modes and of earlier
+// While a lease of this Locker holds the name, the events a waiter counts
+// do not end its sleep (notifications may echo its own Locker's hand-offs,
+// and are counted without waking it; a count may run ahead of its turn):
+// the lease's release wakes it, or hands it the name. The releases of other modes and of earlier
 // versions hand nothing over; their waiters take the name after the
 // release, as before.
 //

@@ -337,8 +337,8 @@ func (q *queueWait) sleep(s store.QueueState, held bool, mark eventMark) (releas
 			local = int(q.sig.releases.Load() - mark.releases)
 		}
 		if max(local, hubEvents) >= need {
-			if local < need && q.echo() {
-				continue
+			if q.echo() {
+				continue // The count may have run ahead of the turn (echo).
 			}
 			return true
 		}
