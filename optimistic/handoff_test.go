@@ -177,8 +177,8 @@ func TestHandOffWaitEnds(t *testing.T) {
 		t.Fatalf("begin: %v", err)
 	}
 	defer func() { _ = blocker.Rollback() }()
-	var one int
-	if err := blocker.QueryRowxContext(ctx, "SELECT 1 FROM dblock_locks WHERE name = $1 FOR NO KEY UPDATE", name).Scan(&one); err != nil {
+	var one, blockerPID int
+	if err := blocker.QueryRowxContext(ctx, "SELECT 1, pg_backend_pid() FROM dblock_locks WHERE name = $1 FOR NO KEY UPDATE", name).Scan(&one, &blockerPID); err != nil {
 		t.Fatalf("lock the row: %v", err)
 	}
 	released := make(chan error, 1)
@@ -190,6 +190,10 @@ func TestHandOffWaitEnds(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	// The claim comes before the statement is sent: wait until the
+	// statement waits for the blocker's row lock, so that the rollback
+	// below comes after the statement has found the row held.
+	waitBlockedBy(ctx, t, db, blockerPID)
 	stop()
 	select {
 	case err := <-got:
@@ -210,5 +214,25 @@ func TestHandOffWaitEnds(t *testing.T) {
 	}
 	if n := optimistic.Handed(l); n != 0 {
 		t.Fatalf("%d hand-offs, want none (the row was held elsewhere)", n)
+	}
+}
+
+// waitBlockedBy waits until a session waits for a lock that the session
+// of pid holds.
+func waitBlockedBy(ctx context.Context, t *testing.T, db *store.DB, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRowxContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", pid).Scan(&n); err != nil {
+			t.Fatalf("read the blocked sessions: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no session waited for the blocker's row lock within 10s")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
