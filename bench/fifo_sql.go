@@ -100,6 +100,17 @@ func fifoRow(err error) (bool, error) {
 // MySQL and MariaDB: each step is a procedure (one round trip), a
 // transaction in READ COMMITTED as dblock's procedures; the join commits
 // by itself (MySQL has no asynchronous commit per transaction).
+// myFIFOBegin opens the take's and the hand-off's transaction, rolled
+// back on any error.
+const myFIFOBegin = `    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        ROLLBACK;
+        RESIGNAL;
+    END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+`
+
 var fifoMySQLProcs = map[string]string{
 	"bench_fifo_join": `CREATE PROCEDURE bench_fifo_join(IN p_name VARBINARY(255))
 BEGIN
@@ -113,14 +124,7 @@ BEGIN
 END`,
 	"bench_fifo_take": `CREATE PROCEDURE bench_fifo_take(IN p_name VARBINARY(255), IN p_id BIGINT, IN p_owner VARBINARY(255))
 BEGIN
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN
-        ROLLBACK;
-        RESIGNAL;
-    END;
-    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-    START TRANSACTION;
-    UPDATE dblock_locks SET owner = p_owner, reentry = 1, version = version + 1,
+` + myFIFOBegin + `    UPDATE dblock_locks SET owner = p_owner, reentry = 1, version = version + 1,
         expires_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, updated_at = UTC_TIMESTAMP(6)
     WHERE name = p_name AND owner IS NULL
       AND NOT EXISTS (SELECT 1 FROM bench_fifo_waiters w WHERE w.name = p_name AND w.id < p_id);
@@ -136,14 +140,7 @@ END`,
 	"bench_fifo_hand_off": `CREATE PROCEDURE bench_fifo_hand_off(IN p_name VARBINARY(255), IN p_owner VARBINARY(255))
 BEGIN
     DECLARE v_next BIGINT;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN
-        ROLLBACK;
-        RESIGNAL;
-    END;
-    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-    START TRANSACTION;
-    SET v_next = (SELECT id FROM bench_fifo_waiters WHERE name = p_name ORDER BY id LIMIT 1);
+` + myFIFOBegin + `    SET v_next = (SELECT id FROM bench_fifo_waiters WHERE name = p_name ORDER BY id LIMIT 1);
     UPDATE dblock_locks SET owner = IF(v_next IS NULL, NULL, CONCAT('w', v_next)),
         reentry = v_next IS NOT NULL, version = version + (v_next IS NOT NULL),
         expires_at = IF(v_next IS NULL, NULL, UTC_TIMESTAMP(6) + INTERVAL 30 SECOND), updated_at = UTC_TIMESTAMP(6)

@@ -127,30 +127,16 @@ func TestHubNoNotify(t *testing.T) {
 // short of them.
 func TestHubCountsMergedNotices(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, store.Postgres)
-	hub := wake.New(iso.Store(), nil)
-	defer func() { _ = hub.Close() }()
-	name := locktest.RandomName("wake-count")
-	pool := iso.Open(t)
-	release(t, pool, name)
-	ch, sent, cancel := hub.SubscribeCounted(context.Background(), name, nil)
-	defer cancel()
-	wait(t, ch, "first connection")
-	base := sent()
+	c := newCounted(t, "wake-count", nil)
+	base := c.sent()
 	const releases = 20
 	for range releases {
-		release(t, pool, name) // The channel is not read meanwhile.
+		release(t, c.pool, c.name) // The channel is not read meanwhile.
 	}
-	deadline := time.Now().Add(hangGuard)
-	for sent()-base < releases && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if n := sent() - base; n != releases {
-		t.Fatalf("%d notices counted for %d releases", n, releases)
-	}
-	wait(t, ch, "the merged wake-up")
+	c.waitCount(base, releases)
+	wait(t, c.ch, "the merged wake-up")
 	select {
-	case <-ch:
+	case <-c.ch:
 		t.Fatalf("the channel held more than one wake-up")
 	default:
 	}
@@ -162,38 +148,64 @@ func TestHubCountsMergedNotices(t *testing.T) {
 // the waiter again.
 func TestHubQuietCounts(t *testing.T) {
 	t.Parallel()
-	iso := dbtest.New(t, store.Postgres)
-	hub := wake.New(iso.Store(), nil)
-	defer func() { _ = hub.Close() }()
-	name := locktest.RandomName("wake-quiet")
-	pool := iso.Open(t)
-	release(t, pool, name)
 	var quiet atomic.Bool
-	ch, sent, cancel := hub.SubscribeCounted(context.Background(), name, quiet.Load)
-	defer cancel()
-	wait(t, ch, "first connection")
+	c := newCounted(t, "wake-quiet", quiet.Load)
 	quiet.Store(true)
-	base := sent()
+	base := c.sent()
 	const releases = 5
 	for range releases {
-		release(t, pool, name)
+		release(t, c.pool, c.name)
 	}
-	deadline := time.Now().Add(hangGuard)
-	for sent()-base < releases && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if n := sent() - base; n != releases {
-		t.Fatalf("%d notices counted for %d quiet releases", n, releases)
-	}
+	c.waitCount(base, releases)
 	select {
-	case <-ch:
+	case <-c.ch:
 		t.Fatalf("a quiet notice woke the waiter")
 	default:
 	}
 	quiet.Store(false)
-	release(t, pool, name)
-	wait(t, ch, "a notice once no longer quiet")
-	if n := sent() - base; n != releases+1 {
+	release(t, c.pool, c.name)
+	wait(t, c.ch, "a notice once no longer quiet")
+	if n := c.sent() - base; n != releases+1 {
 		t.Fatalf("%d notices counted for %d releases", n, releases+1)
+	}
+}
+
+// counted is a counted subscription (SubscribeCounted) to a name of its
+// own, on a hub of an isolated PostgreSQL database, past its first
+// connection's wake-up; pool releases the name.
+type counted struct {
+	t    *testing.T
+	name string
+	pool *dialect.DB
+	ch   <-chan struct{}
+	sent func() uint64
+}
+
+// newCounted subscribes to a new name (prefix) with quiet; the test's
+// cleanup cancels the subscription and closes the hub.
+func newCounted(t *testing.T, prefix string, quiet func() bool) *counted {
+	t.Helper()
+	iso := dbtest.New(t, store.Postgres)
+	hub := wake.New(iso.Store(), nil)
+	t.Cleanup(func() { _ = hub.Close() })
+	c := &counted{t: t, name: locktest.RandomName(prefix), pool: iso.Open(t)}
+	release(t, c.pool, c.name)
+	var cancel func()
+	c.ch, c.sent, cancel = hub.SubscribeCounted(context.Background(), c.name, quiet)
+	t.Cleanup(cancel)
+	wait(t, c.ch, "first connection")
+	return c
+}
+
+// waitCount waits until n notices are counted past base, and fails the
+// test if the count ends elsewhere.
+func (c *counted) waitCount(base uint64, n int) {
+	c.t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for c.sent()-base < uint64(n) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := c.sent() - base; got != uint64(n) {
+		c.t.Fatalf("%d notices counted for %d releases", got, n)
 	}
 }
