@@ -8,7 +8,10 @@
 // (in the subscriber's goroutine, before the subscriber asks again) and the
 // hub renews the marks of its subscribed names (marks.go); a semaphore's
 // waits, whose releases are announced anyway, subscribe unmarked
-// (SubscribeUnmarked). On other databases, or
+// (SubscribeUnmarked). A fair waiter's subscription counts its notices
+// (SubscribeCounted), and its quiet test keeps a notice from waking it
+// while its own Locker holds the name (the notice is counted still). On
+// other databases, or
 // where LISTEN cannot work (a pooler in transaction mode), the hub is a no-op
 // and waiters rely on their backoff and expiry timers; the hub is an
 // optimisation, never a correctness mechanism.
