@@ -87,9 +87,9 @@
 // While a lease of this Locker holds the name, the events a waiter counts
 // do not end its sleep (notifications may echo its own Locker's hand-offs,
 // and are counted without waking it; a count may run ahead of its turn):
-// the lease's release wakes it, or hands it the name. The releases of other modes and of earlier
-// versions hand nothing over; their waiters take the name after the
-// release, as before.
+// the lease's release wakes it, or hands it the name. The releases of
+// other modes and of earlier versions hand nothing over; their waiters
+// take the name after the release, as before.
 //
 // # Order and its limits
 //
