@@ -190,23 +190,23 @@ func (h *Hub) notify(payload string) {
 }
 
 // wake wakes name's subscribers, only those of owner and those of every
-// owner when owner is set. h.mu is held.
+// owner when owner is set, and counts the notice for those whose quiet
+// test holds without waking them. h.mu is held.
 func (h *Hub) wake(name, owner string) {
 	for s := range h.subs[name] {
 		if owner != "" && s.owner != "" && s.owner != owner {
 			continue
 		}
-		if s.quiet != nil && s.quiet() {
-			s.sent.Add(1)
-			continue
-		}
-		s.send()
+		s.send(s.quiet != nil && s.quiet())
 	}
 }
 
-// send counts a notice and wakes s unless a wake-up is pending.
-func (s *sub) send() {
+// send counts a notice and wakes s, unless quiet or a wake-up is pending.
+func (s *sub) send(quiet bool) {
 	s.sent.Add(1)
+	if quiet {
+		return
+	}
 	select {
 	case s.ch <- struct{}{}:
 	default:
@@ -218,7 +218,7 @@ func (h *Hub) notifyAll() {
 	defer h.mu.Unlock()
 	for _, m := range h.subs {
 		for s := range m {
-			s.send()
+			s.send(false) // Notices may have been missed: every subscriber looks.
 		}
 	}
 }
