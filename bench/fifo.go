@@ -61,14 +61,14 @@ func init() {
 // fifoLock is one instance's FIFO lock: the statements of its database and
 // the waiters of this process, by their row's id.
 type fifoLock struct {
-	e    *env
-	sql  fifoSQL
-	mu   sync.Mutex
-	wait map[int64]chan bool // true: granted; false: the name was freed
-	pre  map[int64]bool      // grants that came before their waiter registered
-	byNm map[string]map[int64]struct{}
-	kick map[string]uint64 // releases that freed the name, per name
-	rows map[string]bool   // names whose row exists
+	e      *env
+	sql    fifoSQL
+	mu     sync.Mutex
+	wait   map[int64]chan bool // true: granted; false: the name was freed
+	pre    map[int64]bool      // grants that came before their waiter registered
+	byName map[string]map[int64]struct{}
+	kick   map[string]uint64 // releases that freed the name, per name
+	rows   map[string]bool   // names whose row exists
 }
 
 func newFIFO(ctx context.Context, e *env) (*fifoLock, error) {
@@ -87,7 +87,7 @@ func newFIFO(ctx context.Context, e *env) (*fifoLock, error) {
 		}
 	}
 	return &fifoLock{e: e, sql: q, wait: map[int64]chan bool{}, pre: map[int64]bool{},
-		byNm: map[string]map[int64]struct{}{}, kick: map[string]uint64{}, rows: map[string]bool{}}, nil
+		byName: map[string]map[int64]struct{}{}, kick: map[string]uint64{}, rows: map[string]bool{}}, nil
 }
 
 // acquire joins name's queue and waits for the name.
@@ -152,7 +152,7 @@ func (f *fifoLock) release(ctx context.Context, name, owner string) error {
 		return nil
 	}
 	f.kick[name]++
-	for id := range f.byNm[name] {
+	for id := range f.byName[name] {
 		select {
 		case f.wait[id] <- false:
 		default:
@@ -194,10 +194,10 @@ func (f *fifoLock) register(name string, id int64) (ch chan bool, granted bool) 
 	}
 	ch = make(chan bool, 1)
 	f.wait[id] = ch
-	if f.byNm[name] == nil {
-		f.byNm[name] = map[int64]struct{}{}
+	if f.byName[name] == nil {
+		f.byName[name] = map[int64]struct{}{}
 	}
-	f.byNm[name][id] = struct{}{}
+	f.byName[name][id] = struct{}{}
 	return ch, false
 }
 
@@ -205,5 +205,5 @@ func (f *fifoLock) unregister(name string, id int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.wait, id)
-	delete(f.byNm[name], id)
+	delete(f.byName[name], id)
 }
