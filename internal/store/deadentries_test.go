@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dblock-go/dblock"
 	"github.com/dblock-go/dblock/internal/dbtest"
 	"github.com/dblock-go/dblock/internal/store"
 )
@@ -16,8 +17,8 @@ import (
 const churnOwners = 300
 
 // TestDeadEntriesKilled: on PostgreSQL, the readers' release, the
-// semaphore's grant and a fair waiter's check (fairqueue's, and the gate's
-// of the shared locks' fair option) count what is left of a name
+// semaphore's grant, a fair release's hand-off and a fair waiter's check
+// (fairqueue's, and the gate's of the shared locks' fair option) count what is left of a name
 // with index scans that mark the entries of rows deleted by earlier owners
 // dead (a bitmap scan never does), so between two vacuums the count does
 // not revisit every reader, grant or waiter the name ever had. The check counts the entries of the name a
@@ -71,6 +72,35 @@ func TestDeadEntriesKilled(t *testing.T) {
 			pair(fmt.Sprintf("churn-%d", i))
 		}
 		untilKilled(t, db, "dblock_permits", "dblock_permits_name_idx", name, pair)
+	})
+
+	// A fair release's hand-off to the waiter first in the queue (and the
+	// take of a waiter at the head, whose check of the waiters ahead is
+	// the same).
+	t.Run("hand-offs", func(t *testing.T) {
+		name := "dead-hand-offs"
+		p := store.AcquireParams{Name: name, Owner: "resident", Mode: dblock.ModeFair, TTL: time.Minute}
+		res, err := db.AcquireLease(ctx, nil, p)
+		if err != nil || !res.Acquired {
+			t.Fatalf("first holder: %+v, %v", res, err)
+		}
+		holder, token := p.Owner, res.Token
+		pair := func(owner string) {
+			w, err := db.Enqueue(ctx, nil, name, owner, store.WaitExclusive, time.Minute)
+			if err != nil {
+				t.Fatalf("enqueue %s: %v", owner, err)
+			}
+			p.Owner = owner
+			h, err := db.HandOver(ctx, name, holder, token, p, w.ID)
+			if err != nil || !h.Handed {
+				t.Fatalf("hand-off from %s to %s: %+v, %v", holder, owner, h, err)
+			}
+			holder, token = owner, h.Token
+		}
+		for i := range churnOwners {
+			pair(fmt.Sprintf("churn-%d", i))
+		}
+		untilKilled(t, db, "dblock_waiters", "dblock_waiters_queue_idx", name, pair)
 	})
 
 	// A fair waiter's check (fairqueue's), and the gate's of the shared

@@ -26,7 +26,7 @@ var pgHandOver = `WITH alive AS (
     SELECT id, created_at FROM dblock_waiters
     WHERE id = $4 AND name = $1 AND owner = $5 AND owner <> $2 AND expires_at > now()
 ), seen AS (
-    SELECT me.id FROM alive me, dblock_queue_ahead($1, 'exclusive', me.created_at, me.id) a WHERE a.ahead = 0
+    SELECT me.id FROM alive me WHERE ` + pgNoneAhead + `
 ), me AS (
     SELECT id FROM dblock_waiters WHERE id = $4 AND expires_at > now() AND EXISTS (SELECT 1 FROM seen)
     FOR UPDATE

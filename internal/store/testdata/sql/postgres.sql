@@ -297,7 +297,10 @@ DELETE FROM dblock_waiters WHERE id = $1 AND expires_at > now();
 WITH alive AS (
     SELECT id, created_at FROM dblock_waiters WHERE id = $6 AND name = $1 AND expires_at > now()
 ), seen AS (
-    SELECT me.id FROM alive me, dblock_queue_ahead($1, 'exclusive', me.created_at, me.id) a WHERE a.ahead = 0
+    SELECT me.id FROM alive me WHERE (SELECT w.id FROM dblock_waiters w
+        WHERE w.name = $1 AND (w.created_at, w.id) < (me.created_at, me.id)
+          AND w.expires_at > now() AND w.kind <> 'semaphore'
+        ORDER BY w.created_at DESC, w.id DESC LIMIT 1) IS NULL
 ), row_ AS (
     SELECT name FROM dblock_locks
     WHERE name = $1 AND (owner IS NULL OR owner = $2 OR expires_at <= now())
@@ -354,7 +357,10 @@ WITH alive AS (
     SELECT id, created_at FROM dblock_waiters
     WHERE id = $4 AND name = $1 AND owner = $5 AND owner <> $2 AND expires_at > now()
 ), seen AS (
-    SELECT me.id FROM alive me, dblock_queue_ahead($1, 'exclusive', me.created_at, me.id) a WHERE a.ahead = 0
+    SELECT me.id FROM alive me WHERE (SELECT w.id FROM dblock_waiters w
+        WHERE w.name = $1 AND (w.created_at, w.id) < (me.created_at, me.id)
+          AND w.expires_at > now() AND w.kind <> 'semaphore'
+        ORDER BY w.created_at DESC, w.id DESC LIMIT 1) IS NULL
 ), me AS (
     SELECT id FROM dblock_waiters WHERE id = $4 AND expires_at > now() AND EXISTS (SELECT 1 FROM seen)
     FOR UPDATE
